@@ -1,0 +1,55 @@
+#!/bin/sh
+# Shared finishing step for both builders: turns an installed Debian root into
+# the cellgate kernel image. Usage: customize.sh ROOT   (ROOT=/ inside Docker)
+# Runs before the rootfs is frozen read-only, so everything the kernel needs
+# at run time that would otherwise be written lazily (pyc, font cache) is made here.
+set -eu
+root=${1:?usage: customize.sh ROOT}
+here=$(dirname "$0")
+
+# The non-root user the kernel runs as (uid/gid 1000 inside the user namespace).
+grep -q '^kernel:' "$root/etc/group"  || echo 'kernel:x:1000:' >> "$root/etc/group"
+grep -q '^kernel:' "$root/etc/passwd" || echo 'kernel:x:1000:1000:cellgate kernel:/tmp:/bin/sh' >> "$root/etc/passwd"
+grep -q '^kernel:' "$root/etc/shadow" 2>/dev/null || echo 'kernel:!:19000::::::' >> "$root/etc/shadow"
+
+# Purge build-time-only dependencies (see strip-packages.txt).
+strip=$(grep -v '^[[:space:]]*#' "$here/strip-packages.txt" | tr -s '[:space:]' ' ')
+installed=$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $strip 2>/dev/null | awk '$1 ~ /^ii/ {print $2}' | tr '\n' ' ')
+if [ -n "$installed" ]; then
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive dpkg --purge --force-depends --force-remove-essential $installed >/dev/null
+fi
+
+# Mount points the sandbox fills in (the rootfs itself is mounted read-only).
+mkdir -p "$root/workspace" "$root/run/kernel" "$root/opt/cellgate"
+
+# The kernel entry point and its defaults (inline PNG plots, in-memory history).
+install -m 0755 "$here/cellgate-kernel" "$root/opt/cellgate/cellgate-kernel"
+mkdir -p "$root/etc/matplotlib"
+cat > "$root/etc/matplotlib/matplotlibrc" <<'RC'
+backend: module://matplotlib_inline.backend_inline
+figure.dpi: 100
+RC
+
+# The kernelspec, as Jupyter clients expect to find it.
+mkdir -p "$root/usr/local/share/jupyter/kernels/python3"
+install -m 0644 "$here/kernel.json" "$root/usr/local/share/jupyter/kernels/python3/kernel.json"
+
+# Prebuild Matplotlib's font cache once, so no kernel spends a second on it.
+mkdir -p "$root/opt/cellgate/mplconfig"
+chroot "$root" env MPLCONFIGDIR=/opt/cellgate/mplconfig HOME=/tmp \
+  /usr/bin/python3 -c 'import matplotlib.font_manager as fm; fm._load_fontmanager(try_read_cache=False)' \
+  || chroot "$root" env MPLCONFIGDIR=/opt/cellgate/mplconfig HOME=/tmp \
+  /usr/bin/python3 -c 'import matplotlib.pyplot'
+chmod -R a+rX "$root/opt/cellgate"
+
+# Strip what a kernel never reads: docs, man pages, locales, apt lists and caches.
+rm -rf "$root/usr/share/doc"/* "$root/usr/share/man"/* "$root/usr/share/info"/* \
+       "$root/usr/share/locale"/* "$root/usr/share/lintian" "$root/usr/share/linda" \
+       "$root/var/cache/apt"/* "$root/var/lib/apt/lists"/* "$root/var/cache/debconf"/*-old \
+       "$root/var/log"/* "$root/tmp"/* 2>/dev/null || true
+# Test suites shipped inside scientific packages are large and never imported.
+for d in "$root"/usr/lib/python3/dist-packages/*/tests "$root"/usr/lib/python3/dist-packages/*/*/tests; do
+  case "$d" in
+    */numpy/*|*/pandas/*|*/scipy/*|*/sklearn/*|*/matplotlib/*|*/seaborn/*|*/PIL/*|*/openpyxl/*) rm -rf "$d" ;;
+  esac
+done

@@ -1,0 +1,63 @@
+#pragma once
+
+#include "cellgate/launcher/launch_error.hpp"
+#include "cellgate/launcher/launcher_config.hpp"
+#include "cellgate/launcher/oci_runtime.hpp"
+#include "cellgate/launcher/sandbox_info.hpp"
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+struct remove_options {
+    bool keep_workspace = false;  // a restart keeps the session's files
+};
+
+// Starts, signals, inspects and removes sandboxed kernels. Thread-safe: each
+// call works on its own sandbox's files; shared state is on disk, claimed with
+// O_EXCL creates. Calls block (they run the OCI runtime), so an async caller
+// runs them off its reactor.
+class launcher {
+public:
+    explicit launcher(launcher_config config);
+    launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes);
+    ~launcher();
+
+    // Validates the spec, builds the sandbox and waits until the kernel answers
+    // kernel_info_request. On failure everything made so far is torn down and
+    // a launch_error names the step. spec_error means nothing was started.
+    sandbox_info launch(const sandbox_spec& spec);
+
+    // Sends a signal to the sandbox's init (tini forwards it to the kernel's
+    // process group): SIGINT interrupts a cell.
+    void signal(const std::string& id, int signal);
+
+    sandbox_status status(const std::string& id);
+    std::vector<sandbox_status> list();
+
+    // Kills the kernel and removes the container, its cgroups, its run dir and
+    // (unless kept) its workspace. Idempotent.
+    void remove(const std::string& id, remove_options options = {});
+
+    // Removes what belongs to no live sandbox: containers without a run dir,
+    // run dirs without a container, stopped sandboxes (unless in `keep`),
+    // stray cgroups and workspace slots. Returns what it removed.
+    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {});
+
+    // Checks a spec without starting anything; throws spec_error.
+    void validate(const sandbox_spec& spec) const;
+
+    const launcher_config& config() const noexcept { return config_; }
+
+private:
+    struct impl;
+    launcher_config config_;
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace cellgate::launcher

@@ -1,0 +1,43 @@
+#pragma once
+
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// Where the launcher keeps things and what it accepts. Defaults suit a root
+// install on one machine; tests point the directories elsewhere.
+struct launcher_config {
+    std::filesystem::path state_dir = "/run/cellgate";                 // run dirs, runc state, slots
+    std::filesystem::path image_store = "/var/cache/cellgate/images";  // images/build.sh output
+    std::filesystem::path workspace_root = "/var/lib/cellgate/workspaces";
+    std::string runc_path = "runc";
+
+    // Each workspace gets its own host uid/gid range of 65536 ids from here on,
+    // so no two sessions share a host uid even if one escaped its mounts.
+    std::uint32_t host_id_base = 1000000;
+    std::uint32_t max_slots = 4096;
+
+    // Environment names a caller may set. A trailing '*' matches a prefix.
+    std::vector<std::string> env_allow = {
+        "KERNEL_*", "LANG", "LC_*", "TZ", "PYTHONHASHSEED", "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS", "MPLBACKEND"};
+
+    // What a spec may ask for at most; beyond these a request is refused.
+    sandbox_limits max_limits = {
+        .memory_bytes = 64ull << 30,
+        .pids = 32768,
+        .cpu_millis = 64000,
+        .workspace_bytes = 1ull << 40,
+        .tmp_bytes = 16ull << 30,
+        .nofile = 1u << 20,
+        .fsize_bytes = 1ull << 40,
+    };
+    std::uint64_t run_dir_bytes = 4u << 20;  // per-sandbox tmpfs: sockets, config, kernel log
+};
+
+}  // namespace cellgate::launcher

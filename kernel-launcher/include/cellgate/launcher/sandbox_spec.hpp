@@ -1,0 +1,45 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// Resource limits of one sandbox. Every field is a plain number with its unit
+// in its name, so a request can cross a process boundary as JSON unchanged.
+struct sandbox_limits {
+    std::uint64_t memory_bytes = 2ull << 30;     // cgroup memory limit; swap is off
+    std::uint32_t pids = 256;                    // cgroup pids limit
+    std::uint32_t cpu_millis = 1000;             // CPU quota, 1000 = one core
+    std::uint64_t workspace_bytes = 1ull << 30;  // size cap of /workspace
+    std::uint64_t tmp_bytes = 256ull << 20;      // size cap of the /tmp tmpfs
+    std::uint32_t nofile = 4096;                 // RLIMIT_NOFILE
+    std::uint64_t fsize_bytes = 0;               // RLIMIT_FSIZE; 0 = the larger of workspace and tmp
+};
+
+// What the caller asks for. Plain and serialisable: this is the request that a
+// later privileged launcher service receives over its unix socket.
+struct sandbox_spec {
+    std::string id;                  // empty: the launcher picks a UUID
+    std::string image = "python";    // a name in the image store, or an absolute rootfs path
+    std::string runtime = "runc";
+    sandbox_limits limits;
+    std::string workspace_dir;       // host path directly under the workspace root; empty: <root>/<id>
+    std::map<std::string, std::string> env;  // names must pass the allow-list
+    std::uint32_t uid = 1000;        // inside the sandbox; never 0
+    std::uint32_t gid = 1000;
+    std::vector<std::string> preload;  // Python modules imported before the first request
+    std::chrono::milliseconds start_timeout{30000};
+};
+
+void to_json(nlohmann::json& j, const sandbox_limits& l);
+void from_json(const nlohmann::json& j, sandbox_limits& l);
+void to_json(nlohmann::json& j, const sandbox_spec& s);
+void from_json(const nlohmann::json& j, sandbox_spec& s);
+
+}  // namespace cellgate::launcher
