@@ -44,6 +44,12 @@ else
     bookworm "$tmp/rootfs" \
     "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
     "deb $security bookworm-security main" >&2
+  # Mount points the sandbox binds over; mmdebstrap empties /run, so they are
+  # (re)made here and checked: runc must never have to create one in the image.
+  mkdir -p "$tmp/rootfs/run/kernel" "$tmp/rootfs/workspace"
+  for p in run/kernel workspace tmp proc sys dev opt/cellgate/cellgate-kernel usr/bin/tini; do
+    [[ -e "$tmp/rootfs/$p" ]] || { echo "build.sh: the image lacks /$p" >&2; exit 1; }
+  done
   chmod 0755 "$tmp" "$tmp/rootfs"
   du -sb "$tmp/rootfs" | cut -f1 > "$tmp/size_bytes"
   echo $(( $(date +%s) - start )) > "$tmp/build_seconds"

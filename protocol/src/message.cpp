@@ -34,7 +34,7 @@ std::string now_iso8601() {
     const std::time_t secs = system_clock::to_time_t(now);
     std::tm tm{};
     gmtime_r(&secs, &tm);
-    char buf[40];
+    char buf[64];
     std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                   static_cast<long long>(micros));

@@ -46,8 +46,10 @@ public:
 
     // Removes what belongs to no live sandbox: containers without a run dir,
     // run dirs without a container, stopped sandboxes (unless in `keep`),
-    // stray cgroups and workspace slots. Returns what it removed.
-    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {});
+    // stray cgroups and workspace slots; with `unused_workspaces`, also
+    // workspaces no sandbox mounts. Returns what it removed.
+    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
+                                          bool unused_workspaces = false);
 
     // Checks a spec without starting anything; throws spec_error.
     void validate(const sandbox_spec& spec) const;

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// Reads and cleans the cgroups the OCI runtime made for a sandbox at
+// `cgroups_path` ("/cellgate/<id>"), on cgroup v1, v2 or a hybrid of both.
+struct cgroup_usage {
+    bool exists = false;
+    bool oom_killed = false;
+    std::uint64_t memory_bytes = 0;
+    std::uint32_t pids = 0;
+};
+
+cgroup_usage read_cgroup(const std::string& cgroups_path);
+// Directories for `cgroups_path` that still exist, in every hierarchy.
+std::vector<std::string> cgroup_dirs(const std::string& cgroups_path);
+// Removes them (they must be empty of tasks); returns what could not be removed.
+std::vector<std::string> remove_cgroup(const std::string& cgroups_path);
+// Child names under `parent` ("/cellgate") in any hierarchy.
+std::vector<std::string> cgroup_children(const std::string& parent);
+
+}  // namespace cellgate::launcher

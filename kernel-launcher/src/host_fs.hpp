@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// Small host filesystem operations the launcher is built from. Each throws
+// launch_error naming `step` and errno on failure.
+
+bool is_mount_point(const std::filesystem::path& path);
+// Mount points at or below `prefix`, deepest first.
+std::vector<std::string> mounts_under(const std::filesystem::path& prefix);
+
+void mount_tmpfs(const std::string& step, const std::filesystem::path& where, std::uint64_t bytes,
+                 unsigned mode);
+// Detaches the mount (lazily, so a busy mount cannot fail a teardown). Not
+// mounted is fine.
+void unmount(const std::string& step, const std::filesystem::path& where);
+
+void make_dir(const std::string& step, const std::filesystem::path& path, unsigned mode,
+              bool must_not_exist = false);
+void change_owner(const std::string& step, const std::filesystem::path& path, std::uint32_t uid,
+                  std::uint32_t gid, unsigned mode);
+// Creates `path` (O_EXCL) with `content`, owner and mode; durable enough for /run.
+void write_file(const std::string& step, const std::filesystem::path& path,
+                const std::string& content, unsigned mode, std::uint32_t uid = 0,
+                std::uint32_t gid = 0);
+std::string read_file(const std::filesystem::path& path, std::size_t max_bytes = 1 << 20);
+std::string read_tail(const std::filesystem::path& path, std::size_t max_bytes);
+
+}  // namespace cellgate::launcher

@@ -1,0 +1,455 @@
+#include "cellgate/launcher/launcher.hpp"
+
+#include "cellgate/protocol/hmac_signer.hpp"
+#include "cellgate/protocol/message.hpp"
+#include "cgroups.hpp"
+#include "host_fs.hpp"
+#include "kernel_probe.hpp"
+#include "oci_config.hpp"
+#include "spec_validation.hpp"
+#include "workspace.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <functional>
+#include <optional>
+
+namespace cellgate::launcher {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* cgroup_parent = "/cellgate";
+
+std::string cgroup_path_of(const std::string& id) { return std::string(cgroup_parent) + "/" + id; }
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+std::int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+int pidfd_open(std::int64_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+}
+
+// The launch's undo list: run in reverse unless the launch completed.
+class teardown_guard {
+public:
+    void add(std::function<void()> undo) { steps_.push_back(std::move(undo)); }
+    void dismiss() { steps_.clear(); }
+    ~teardown_guard() {
+        for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+            try {
+                (*it)();
+            } catch (...) {
+                // Best effort: the remaining steps still run; reap_orphans finds leftovers.
+            }
+        }
+    }
+
+private:
+    std::vector<std::function<void()>> steps_;
+};
+
+json connection_json(const std::string& ip, const std::string& key) {
+    return {{"transport", "ipc"},       {"ip", ip},           {"shell_port", 1},
+            {"iopub_port", 2},          {"stdin_port", 3},    {"control_port", 4},
+            {"hb_port", 5},             {"key", key},         {"signature_scheme", "hmac-sha256"},
+            {"kernel_name", "python3"}};
+}
+
+}  // namespace
+
+struct launcher::impl {
+    launcher_config cfg;
+    std::map<std::string, std::unique_ptr<oci_runtime>> runtimes;
+    workspace_store workspaces;
+
+    explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
+        : cfg(std::move(c)), runtimes(std::move(r)),
+          workspaces(cfg.workspace_root, cfg.host_id_base, cfg.max_slots) {}
+
+    fs::path sandboxes_dir() const { return cfg.state_dir / "sandboxes"; }
+    fs::path run_dir(const std::string& id) const { return sandboxes_dir() / id; }
+
+    oci_runtime& runtime(const std::string& name) {
+        const auto it = runtimes.find(name);
+        if (it == runtimes.end()) throw spec_error("unknown runtime '" + name + "'");
+        return *it->second;
+    }
+
+    std::optional<sandbox_info> read_info(const std::string& id) const {
+        const auto text = read_file(run_dir(id) / "info.json");
+        if (text.empty()) return std::nullopt;
+        try {
+            return sandbox_info_from_json(json::parse(text));
+        } catch (...) {
+            return std::nullopt;
+        }
+    }
+
+    std::optional<sandbox_spec> read_spec(const std::string& id) const {
+        const auto text = read_file(run_dir(id) / "spec.json");
+        if (text.empty()) return std::nullopt;
+        try {
+            return json::parse(text).get<sandbox_spec>();
+        } catch (...) {
+            return std::nullopt;
+        }
+    }
+
+    // Kills and removes everything of sandbox `id`, in the reverse order of
+    // launch. Steps that find nothing to do are fine.
+    void destroy(const std::string& id, const std::string& runtime_name,
+                 const std::optional<fs::path>& workspace_to_remove) {
+        // Every step runs even when an earlier one failed; the first failure is
+        // reported once all have had their go.
+        std::exception_ptr first;
+        auto attempt = [&first](auto&& fn) {
+            try {
+                fn();
+            } catch (...) {
+                if (!first) first = std::current_exception();
+            }
+        };
+        if (auto it = runtimes.find(runtime_name); it != runtimes.end()) {
+            try {
+                it->second->kill(id, SIGKILL, true);  // delete --force kills too
+            } catch (...) {
+            }
+            attempt([&] { it->second->remove(id); });
+        }
+        attempt([&] {
+            const auto left = remove_cgroup(cgroup_path_of(id));
+            if (!left.empty())
+                throw launch_error("remove-cgroup", "cgroup still busy: " + left.front(), EBUSY);
+        });
+        const auto dir = run_dir(id);
+        attempt([&] {
+            for (const auto& m : mounts_under(dir)) unmount("remove-run-dir", m);
+            if (::rmdir(dir.c_str()) != 0 && errno != ENOENT)
+                throw launch_error("remove-run-dir", "rmdir " + dir.string(), errno);
+        });
+        if (workspace_to_remove) attempt([&] { workspaces.remove(*workspace_to_remove); });
+        if (first) std::rethrow_exception(first);
+    }
+
+    std::string liveness(int pidfd, const std::string& id) const {
+        pollfd p{pidfd, POLLIN, 0};
+        if (::poll(&p, 1, 0) <= 0) return {};
+        std::string why = "its init exited";
+        if (read_cgroup(cgroup_path_of(id)).oom_killed) why += " after the memory limit's OOM kill";
+        const auto log = read_tail(run_dir(id) / "kernel.log", 1500);
+        if (!log.empty()) why += "; log tail: " + log;
+        return why;
+    }
+
+    sandbox_info launch(const sandbox_spec& spec);
+};
+
+sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
+    const auto t0 = clock_type::now();
+    const auto deadline = t0 + spec.start_timeout;
+    validate_spec(spec, cfg);
+    oci_runtime& rt = runtime(spec.runtime);
+    sandbox_info info;
+    info.id = spec.id.empty() ? protocol::make_uuid() : spec.id;
+    info.runtime = spec.runtime;
+    info.spec = spec;
+    info.spec.id = info.id;
+    info.image = resolve_image(spec.image, cfg).string();
+    info.created_unix_ms = unix_ms_now();
+    auto step_start = clock_type::now();
+    auto finish_step = [&](const char* name) {
+        info.step_ms[name] = ms_since(step_start);
+        step_start = clock_type::now();
+    };
+
+    // Run dir: a small tmpfs of its own, so nothing the kernel writes to its
+    // log or sockets can fill the host.
+    std::error_code ec;
+    fs::create_directories(cfg.state_dir.parent_path(), ec);
+    make_dir("prepare-run-dir", cfg.state_dir, 0711);
+    make_dir("prepare-run-dir", sandboxes_dir(), 0711);
+    const fs::path dir = run_dir(info.id);
+    info.run_dir = dir.string();
+    if (::mkdir(dir.c_str(), 0711) != 0) {
+        if (errno == EEXIST) throw spec_error("a sandbox with id '" + info.id + "' already exists");
+        throw launch_error("prepare-run-dir", "mkdir " + dir.string(), errno);
+    }
+    teardown_guard guard;
+    std::optional<fs::path> workspace_created;
+    bool runtime_started = false;
+    guard.add([&] {
+        if (!runtime_started) {
+            for (const auto& m : mounts_under(dir)) unmount("teardown", m);
+            ::rmdir(dir.c_str());
+            if (workspace_created) workspaces.remove(*workspace_created);
+        } else {
+            destroy(info.id, info.runtime, workspace_created);
+        }
+    });
+    mount_tmpfs("prepare-run-dir", dir, cfg.run_dir_bytes, 0711);
+    const fs::path ws_dir = workspace_for(spec, info.id, cfg);
+    info.workspace_dir = ws_dir.string();
+    info.spec.workspace_dir = info.workspace_dir;
+    write_file("prepare-run-dir", dir / "spec.json", json(info.spec).dump(2), 0600);
+    finish_step("run_dir");
+
+    const auto ws = workspaces.ensure(ws_dir, spec.limits.workspace_bytes, spec.uid, spec.gid);
+    if (ws.created) workspace_created = ws_dir;
+    info.host_uid_base = ws.host_id_base;
+    finish_step("workspace");
+
+    // The kernel's sockets and connection file; the dir is the kernel's until
+    // its sockets are bound, then it is locked (see below).
+    const fs::path kernel_dir = dir / "kernel";
+    make_dir("prepare-run-dir", kernel_dir, 0700);
+    change_owner("prepare-run-dir", kernel_dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, 0700);
+    const std::string key = protocol::make_kernel_key();
+    write_file("write-connection-file", kernel_dir / "connection.json",
+               connection_json("/run/kernel/k", key).dump(), 0400, ws.host_id_base + spec.uid,
+               ws.host_id_base + spec.gid);
+    info.endpoints.key = key;
+    info.endpoints.connection_file = (dir / "connection.json").string();
+    write_file("write-connection-file", info.endpoints.connection_file,
+               connection_json((kernel_dir / "k").string(), key).dump(2), 0600);
+    const std::string ipc = "ipc://" + (kernel_dir / "k").string();
+    info.endpoints.shell = ipc + "-1";
+    info.endpoints.iopub = ipc + "-2";
+    info.endpoints.stdin_ = ipc + "-3";
+    info.endpoints.control = ipc + "-4";
+    info.endpoints.hb = ipc + "-5";
+
+    oci_inputs in;
+    in.id = info.id;
+    in.rootfs = info.image;
+    in.workspace_dir = info.workspace_dir;
+    in.kernel_dir = kernel_dir.string();
+    in.host_id_base = ws.host_id_base;
+    in.uid = spec.uid;
+    in.gid = spec.gid;
+    in.limits = spec.limits;
+    in.args = kernel_args();
+    in.env = base_environment(spec.limits);
+    for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
+    if (!spec.preload.empty()) {
+        std::string modules;
+        for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;
+        in.env.push_back("CELLGATE_PRELOAD=" + modules);
+    }
+    in.cgroups_path = cgroup_path_of(info.id);
+    write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
+    finish_step("config");
+
+    const int log_fd = ::open((dir / "kernel.log").c_str(),
+                              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
+    runtime_started = true;
+    try {
+        info.pid = rt.run(info.id, dir, log_fd);
+    } catch (...) {
+        ::close(log_fd);
+        throw;
+    }
+    ::close(log_fd);
+    finish_step("runtime_run");
+
+    const int pidfd = pidfd_open(info.pid);
+    if (pidfd < 0) throw launch_error("runtime-run", "the sandbox's init is already gone", errno);
+    struct fd_closer {
+        int fd;
+        ~fd_closer() { ::close(fd); }
+    } pidfd_closer{pidfd};
+    const liveness_check alive = [&] { return liveness(pidfd, info.id); };
+
+    wait_for_sockets(kernel_dir, deadline, alive);
+    // From here the kernel may not add, rename or replace anything in its run
+    // dir: the host connects to these paths, and a link planted there would
+    // point the gateway at a socket of the kernel's choosing.
+    change_owner("lock-kernel-dir", kernel_dir, 0, 0, 0755);
+    verify_sockets(kernel_dir);
+    finish_step("sockets");
+
+    request_kernel_info(info.endpoints, deadline, alive);
+    finish_step("kernel_info");
+    info.step_ms["total"] = ms_since(t0);
+
+    write_file("record-sandbox", dir / "info.json", to_persisted_json(info).dump(2), 0600);
+    guard.dismiss();
+    return info;
+}
+
+launcher::launcher(launcher_config config) : launcher(config, {}) {}
+
+launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes)
+    : config_(config) {
+    if (runtimes.empty())
+        runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc"));
+    impl_ = std::make_unique<impl>(std::move(config), std::move(runtimes));
+}
+
+launcher::~launcher() = default;
+
+void launcher::validate(const sandbox_spec& spec) const {
+    validate_spec(spec, config_);
+    if (impl_->runtimes.find(spec.runtime) == impl_->runtimes.end())
+        throw spec_error("unknown runtime '" + spec.runtime + "'");
+}
+
+sandbox_info launcher::launch(const sandbox_spec& spec) {
+    validate(spec);
+    return impl_->launch(spec);
+}
+
+void launcher::signal(const std::string& id, int sig) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    const auto info = impl_->read_info(id);
+    if (!info) throw launch_error("signal", "no sandbox '" + id + "'", ESRCH);
+    // pidfd first, then check that this pid is still the sandbox's init (its
+    // cgroup names the sandbox), then signal through the pidfd: a recycled pid
+    // can never receive the signal.
+    const int pidfd = pidfd_open(info->pid);
+    if (pidfd < 0) throw launch_error("signal", "sandbox '" + id + "' is not running", errno);
+    const auto cgroups = read_file("/proc/" + std::to_string(info->pid) + "/cgroup", 8192);
+    const bool ours = cgroups.find(cgroup_path_of(id) + "\n") != std::string::npos ||
+                      cgroups.find(cgroup_path_of(id) + "/") != std::string::npos;
+    int rc = -1;
+    int err = ESRCH;
+    if (ours) {
+        rc = static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+        err = errno;
+    }
+    ::close(pidfd);
+    if (rc != 0) throw launch_error("signal", "sandbox '" + id + "' is not running", err);
+}
+
+sandbox_status launcher::status(const std::string& id) {
+    sandbox_status s;
+    s.id = id;
+    if (!is_valid_sandbox_id(id)) return s;
+    s.info = impl_->read_info(id);
+    const auto spec = s.info ? std::optional(s.info->spec) : impl_->read_spec(id);
+    const std::string runtime_name = spec ? spec->runtime : "runc";
+    runtime_container c;
+    if (auto it = impl_->runtimes.find(runtime_name); it != impl_->runtimes.end())
+        c = it->second->state(id);
+    if (c.status == "running" || c.status == "paused")
+        s.state = sandbox_state::running;
+    else if (c.status == "creating" || c.status == "created")
+        s.state = sandbox_state::creating;
+    else if (c.status == "stopped")
+        s.state = sandbox_state::stopped;
+    s.pid = c.pid;
+    const auto usage = read_cgroup(cgroup_path_of(id));
+    s.oom_killed = usage.oom_killed;
+    s.memory_bytes = usage.memory_bytes;
+    s.pids = usage.pids;
+    return s;
+}
+
+std::vector<sandbox_status> launcher::list() {
+    std::set<std::string> ids;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(impl_->sandboxes_dir(), ec)) ids.insert(e.path().filename().string());
+    for (const auto& [name, rt] : impl_->runtimes)
+        for (const auto& c : rt->list()) ids.insert(c.id);
+    std::vector<sandbox_status> out;
+    for (const auto& id : ids) out.push_back(status(id));
+    return out;
+}
+
+void launcher::remove(const std::string& id, remove_options options) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    const auto spec = impl_->read_spec(id);
+    std::optional<fs::path> ws;
+    if (!options.keep_workspace) {
+        if (spec && !spec->workspace_dir.empty())
+            ws = fs::path(spec->workspace_dir);
+        else if (!spec)
+            ws = std::nullopt;  // unknown: leave any workspace to an explicit clean-up
+    }
+    const std::string runtime_name = spec ? spec->runtime : "runc";
+    impl_->destroy(id, runtime_name, ws);
+}
+
+std::vector<std::string> launcher::reap_orphans(const std::set<std::string>& keep,
+                                                bool unused_workspaces) {
+    std::vector<std::string> removed;
+    std::set<std::string> with_run_dir;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(impl_->sandboxes_dir(), ec))
+        with_run_dir.insert(e.path().filename().string());
+    std::set<std::string> known;
+    for (const auto& [name, rt] : impl_->runtimes) {
+        for (const auto& c : rt->list()) {
+            known.insert(c.id);
+            if (keep.count(c.id) != 0) continue;
+            const bool orphan = with_run_dir.count(c.id) == 0;
+            if (orphan || c.status == "stopped") {
+                try {
+                    if (orphan)
+                        impl_->destroy(c.id, name, std::nullopt);
+                    else
+                        remove(c.id);
+                    removed.push_back(c.id);
+                } catch (...) {
+                }
+            }
+        }
+    }
+    // Run dirs whose container never started or is gone.
+    for (const auto& id : with_run_dir) {
+        if (known.count(id) != 0 || keep.count(id) != 0 || !is_valid_sandbox_id(id)) continue;
+        try {
+            remove(id);
+            removed.push_back(id);
+        } catch (...) {
+        }
+    }
+    // Cgroups nobody owns any more.
+    for (const auto& id : cgroup_children(cgroup_parent)) {
+        if (known.count(id) != 0 || keep.count(id) != 0) continue;
+        if (remove_cgroup(cgroup_path_of(id)).empty() &&
+            std::find(removed.begin(), removed.end(), id) == removed.end())
+            removed.push_back("cgroup:" + id);
+    }
+    if (unused_workspaces) {
+        // Workspaces that no remaining sandbox mounts and nobody asked to keep.
+        std::set<std::string> in_use;
+        for (const auto& e : fs::directory_iterator(impl_->sandboxes_dir(), ec))
+            if (const auto spec = impl_->read_spec(e.path().filename().string()))
+                in_use.insert(fs::path(spec->workspace_dir).filename().string());
+        std::set<std::string> names;
+        for (const auto& e : fs::directory_iterator(config_.workspace_root, ec)) {
+            auto name = e.path().filename().string();
+            if (name.size() > 4 && name.ends_with(".img")) name.resize(name.size() - 4);
+            if (is_valid_sandbox_id(name)) names.insert(name);
+        }
+        for (const auto& name : names) {
+            if (in_use.count(name) != 0 || keep.count(name) != 0) continue;
+            try {
+                impl_->workspaces.remove(config_.workspace_root / name);
+                removed.push_back("workspace:" + name);
+            } catch (...) {
+            }
+        }
+    }
+    impl_->workspaces.reap_slots();
+    return removed;
+}
+
+}  // namespace cellgate::launcher

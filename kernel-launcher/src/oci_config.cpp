@@ -1,0 +1,126 @@
+#include "oci_config.hpp"
+
+#include "seccomp_profile.hpp"
+#include "spec_validation.hpp"
+
+#include <algorithm>
+
+namespace cellgate::launcher {
+
+using nlohmann::json;
+
+namespace {
+
+json mount(const std::string& destination, const std::string& type, const std::string& source,
+           std::vector<std::string> options) {
+    return {{"destination", destination}, {"type", type}, {"source", source}, {"options", options}};
+}
+
+json mounts(const oci_inputs& in) {
+    const std::string tmp_size = "size=" + std::to_string(in.limits.tmp_bytes);
+    return json::array({
+        mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
+        mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+        mount("/dev/pts", "devpts", "devpts",
+              {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
+        mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=67108864"}),
+        mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
+        mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
+        mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "noexec", "mode=1777", tmp_size}),
+        mount("/workspace", "bind", in.workspace_dir,
+              {"rbind", "rw", "nosuid", "nodev", "noexec"}),
+        mount("/run/kernel", "bind", in.kernel_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}),
+    });
+}
+
+json resources(const sandbox_limits& l) {
+    constexpr std::int64_t cpu_period_us = 100000;
+    return {
+        {"devices", json::array({{{"allow", false}, {"access", "rwm"}}})},
+        // swap equal to the limit: memory+swap may not exceed memory, i.e. no swap.
+        {"memory",
+         {{"limit", l.memory_bytes}, {"swap", l.memory_bytes}, {"disableOOMKiller", false}}},
+        {"pids", {{"limit", l.pids}}},
+        {"cpu",
+         {{"period", cpu_period_us},
+          {"quota", static_cast<std::int64_t>(l.cpu_millis) * cpu_period_us / 1000}}},
+    };
+}
+
+json rlimits(const sandbox_limits& l) {
+    const auto fsize = effective_fsize(l);
+    return json::array({
+        {{"type", "RLIMIT_NOFILE"}, {"hard", l.nofile}, {"soft", l.nofile}},
+        {{"type", "RLIMIT_FSIZE"}, {"hard", fsize}, {"soft", fsize}},
+        {{"type", "RLIMIT_CORE"}, {"hard", 0}, {"soft", 0}},
+    });
+}
+
+}  // namespace
+
+std::vector<std::string> base_environment(const sandbox_limits& limits) {
+    // BLAS and OpenMP pools sized to the CPU quota, not to the host's cores.
+    const auto threads = std::to_string(std::max<std::uint32_t>(1, (limits.cpu_millis + 999) / 1000));
+    return {"PATH=/usr/local/bin:/usr/bin:/bin",
+            "HOME=/tmp",
+            "LANG=C.UTF-8",
+            "PYTHONUNBUFFERED=1",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "OPENBLAS_NUM_THREADS=" + threads,
+            "OMP_NUM_THREADS=" + threads,
+            "MKL_NUM_THREADS=" + threads};
+}
+
+std::vector<std::string> kernel_args() {
+    return {"/usr/bin/tini", "-g", "--", "/opt/cellgate/cellgate-kernel", "-f",
+            sandbox_connection_file};
+}
+
+json build_oci_config(const oci_inputs& in) {
+    const json no_caps = json::array();
+    const json id_map = json::array({{{"containerID", 0}, {"hostID", in.host_id_base}, {"size", 65536}}});
+    return {
+        {"ociVersion", "1.0.2"},
+        {"process",
+         {{"terminal", false},
+          {"user", {{"uid", in.uid}, {"gid", in.gid}, {"additionalGids", json::array()}, {"umask", 18}}},
+          {"args", in.args},
+          {"env", in.env},
+          {"cwd", "/workspace"},
+          {"capabilities",
+           {{"bounding", no_caps},
+            {"effective", no_caps},
+            {"inheritable", no_caps},
+            {"permitted", no_caps},
+            {"ambient", no_caps}}},
+          {"rlimits", rlimits(in.limits)},
+          {"noNewPrivileges", true},
+          {"oomScoreAdj", 800}}},
+        {"root", {{"path", in.rootfs}, {"readonly", true}}},
+        {"hostname", "cellgate"},
+        {"mounts", mounts(in)},
+        {"linux",
+         {{"uidMappings", id_map},
+          {"gidMappings", id_map},
+          {"namespaces", json::array({{{"type", "pid"}},
+                                      {{"type", "network"}},
+                                      {{"type", "ipc"}},
+                                      {{"type", "uts"}},
+                                      {{"type", "mount"}},
+                                      {{"type", "user"}},
+                                      {{"type", "cgroup"}}})},
+          {"cgroupsPath", in.cgroups_path},
+          {"resources", resources(in.limits)},
+          {"seccomp", default_seccomp_profile()},
+          {"maskedPaths",
+           json::array({"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                        "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                        "/proc/sched_debug", "/proc/scsi", "/proc/kallsyms", "/sys/firmware",
+                        "/sys/devices/virtual/powercap", "/sys/kernel/debug",
+                        "/sys/kernel/security"})},
+          {"readonlyPaths",
+           json::array({"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"})}}},
+    };
+}
+
+}  // namespace cellgate::launcher

@@ -1,0 +1,40 @@
+#pragma once
+
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// Everything the OCI config depends on, already decided. build_oci_config is a
+// pure function of this, so it is tested against golden files.
+struct oci_inputs {
+    std::string id;
+    std::string rootfs;          // host path of the read-only image rootfs
+    std::string workspace_dir;   // host path, mounted at /workspace
+    std::string kernel_dir;      // host path, mounted at /run/kernel
+    std::uint32_t host_id_base = 0;  // container ids 0…65535 map to host_id_base…
+    std::uint32_t uid = 1000;
+    std::uint32_t gid = 1000;
+    sandbox_limits limits;
+    std::vector<std::string> args;  // the process argv
+    std::vector<std::string> env;   // "NAME=value", already filtered
+    std::string cgroups_path;       // "/cellgate/<id>"
+};
+
+nlohmann::json build_oci_config(const oci_inputs& in);
+
+// The environment every kernel gets, before the caller's allow-listed names.
+std::vector<std::string> base_environment(const sandbox_limits& limits);
+
+// The kernel's argv inside the sandbox: tini as init, forwarding signals to the
+// kernel's process group, then the image's kernel entry point.
+std::vector<std::string> kernel_args();
+
+inline constexpr const char* sandbox_connection_file = "/run/kernel/connection.json";
+
+}  // namespace cellgate::launcher

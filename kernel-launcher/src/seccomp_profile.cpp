@@ -1,0 +1,63 @@
+#include "seccomp_profile.hpp"
+
+#include <cstdint>
+
+namespace cellgate::launcher {
+
+nlohmann::json default_seccomp_profile() {
+    using nlohmann::json;
+    constexpr int eperm = 1;
+    constexpr int enosys = 38;
+
+    // Grouped by why a kernel must not have them.
+    const json denied = {
+        // filesystem and mount namespace manipulation
+        "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+        "fsconfig", "fsmount", "fspick", "mount_setattr", "open_by_handle_at",
+        "name_to_handle_at", "quotactl", "quotactl_fd",
+        // namespaces
+        "unshare", "setns",
+        // looking into or controlling other processes
+        "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+        "process_madvise",
+        // kernel and module loading, machine state
+        "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+        "create_module", "get_kernel_syms", "query_module", "reboot", "swapon", "swapoff",
+        "acct", "settimeofday", "clock_settime", "clock_settime64", "clock_adjtime",
+        "clock_adjtime64", "adjtimex", "sethostname", "setdomainname", "syslog", "vhangup",
+        "iopl", "ioperm", "uselib", "nfsservctl", "lookup_dcookie", "_sysctl",
+        // large kernel attack surface with no use in a notebook
+        "bpf", "perf_event_open", "userfaultfd", "fanotify_init", "io_uring_setup",
+        "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key",
+        "personality", "landlock_create_ruleset", "landlock_add_rule",
+        "landlock_restrict_self"};
+
+    json syscalls = json::array();
+    syscalls.push_back({{"names", denied}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", eperm}});
+    // clone3 passes its flags in memory, where seccomp cannot look; ENOSYS makes
+    // libc fall back to clone, whose flags are checked below.
+    syscalls.push_back(
+        {{"names", json::array({"clone3"})}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", enosys}});
+    constexpr std::uint64_t namespace_flags[] = {
+        0x00020000,   // CLONE_NEWNS
+        0x02000000,   // CLONE_NEWCGROUP
+        0x04000000,   // CLONE_NEWUTS
+        0x08000000,   // CLONE_NEWIPC
+        0x10000000,   // CLONE_NEWUSER
+        0x20000000,   // CLONE_NEWPID
+        0x40000000};  // CLONE_NEWNET
+    for (const auto flag : namespace_flags)
+        syscalls.push_back({{"names", json::array({"clone"})},
+                            {"action", "SCMP_ACT_ERRNO"},
+                            {"errnoRet", eperm},
+                            {"args", json::array({{{"index", 0},
+                                                   {"value", flag},
+                                                   {"valueTwo", flag},
+                                                   {"op", "SCMP_CMP_MASKED_EQ"}}})}});
+
+    return {{"defaultAction", "SCMP_ACT_ALLOW"},
+            {"architectures", json::array({"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"})},
+            {"syscalls", syscalls}};
+}
+
+}  // namespace cellgate::launcher
