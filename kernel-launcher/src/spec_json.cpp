@@ -75,7 +75,7 @@ void to_json(json& j, const sandbox_spec& s) {
              {"uid", s.uid},
              {"gid", s.gid},
              {"preload", s.preload},
-             {"start_timeout_ms", s.start_timeout.count()}};
+             {"start_timeout_ms", static_cast<std::uint64_t>(s.start_timeout.count())}};
 }
 
 void from_json(const json& j, sandbox_spec& s) {

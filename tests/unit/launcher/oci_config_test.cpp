@@ -1,0 +1,140 @@
+#include "oci_config.hpp"
+#include "seccomp_profile.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+using namespace cellgate::launcher;
+using nlohmann::json;
+
+namespace {
+
+oci_inputs fixed_inputs() {
+    oci_inputs in;
+    in.id = "0f1e2d3c-golden";
+    in.rootfs = "/var/cache/cellgate/images/python/0123456789abcdef/rootfs";
+    in.workspace_dir = "/var/lib/cellgate/workspaces/0f1e2d3c-golden";
+    in.kernel_dir = "/run/cellgate/sandboxes/0f1e2d3c-golden/kernel";
+    in.host_id_base = 1065536;
+    in.uid = 1000;
+    in.gid = 1000;
+    in.limits = sandbox_limits{};
+    in.args = kernel_args();
+    in.env = base_environment(in.limits);
+    in.env.push_back("KERNEL_USERNAME=alice");
+    in.cgroups_path = "/cellgate/0f1e2d3c-golden";
+    return in;
+}
+
+// Compares with the committed golden file; CELLGATE_UPDATE_GOLDEN=1 rewrites it.
+void expect_golden(const json& actual, const std::string& name) {
+    const std::string path = std::string(CELLGATE_GOLDEN_DIR) + "/" + name;
+    if (std::getenv("CELLGATE_UPDATE_GOLDEN") != nullptr) {
+        std::ofstream(path) << actual.dump(2) << "\n";
+        GTEST_SKIP() << "golden file rewritten: " << path;
+    }
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << "missing golden file " << path;
+    const json expected = json::parse(in);
+    EXPECT_EQ(actual, expected) << "diff against " << path << ":\n" << json::diff(expected, actual).dump(2);
+}
+
+const json* find_mount(const json& config, const std::string& destination) {
+    for (const auto& m : config.at("mounts"))
+        if (m.at("destination") == destination) return &m;
+    return nullptr;
+}
+
+bool has_option(const json& mount, const std::string& option) {
+    for (const auto& o : mount.at("options"))
+        if (o == option) return true;
+    return false;
+}
+
+}  // namespace
+
+TEST(oci_config, matches_the_golden_file) { expect_golden(build_oci_config(fixed_inputs()), "oci_config.json"); }
+
+TEST(oci_config, the_rootfs_is_read_only_and_the_process_unprivileged) {
+    const auto c = build_oci_config(fixed_inputs());
+    EXPECT_EQ(c.at("root").at("readonly"), true);
+    EXPECT_EQ(c.at("process").at("user").at("uid"), 1000);
+    EXPECT_EQ(c.at("process").at("noNewPrivileges"), true);
+    for (const char* set : {"bounding", "effective", "inheritable", "permitted", "ambient"})
+        EXPECT_TRUE(c.at("process").at("capabilities").at(set).empty()) << set;
+}
+
+TEST(oci_config, every_namespace_is_new_including_user_and_network) {
+    const auto c = build_oci_config(fixed_inputs());
+    std::set<std::string> types;
+    for (const auto& ns : c.at("linux").at("namespaces")) {
+        EXPECT_FALSE(ns.contains("path")) << "a namespace joined instead of created";
+        types.insert(ns.at("type").get<std::string>());
+    }
+    for (const char* t : {"pid", "network", "ipc", "uts", "mount", "user"}) EXPECT_TRUE(types.count(t)) << t;
+    const auto& uid_map = c.at("linux").at("uidMappings").at(0);
+    EXPECT_EQ(uid_map.at("containerID"), 0);
+    EXPECT_EQ(uid_map.at("hostID"), 1065536);
+    EXPECT_EQ(uid_map.at("size"), 65536);
+}
+
+TEST(oci_config, limits_reach_cgroups_and_rlimits) {
+    auto in = fixed_inputs();
+    in.limits.memory_bytes = 512ull << 20;
+    in.limits.pids = 64;
+    in.limits.cpu_millis = 1500;
+    in.limits.nofile = 1024;
+    in.limits.workspace_bytes = 100ull << 20;
+    in.limits.tmp_bytes = 50ull << 20;
+    const auto c = build_oci_config(in);
+    const auto& r = c.at("linux").at("resources");
+    EXPECT_EQ(r.at("memory").at("limit"), 512ull << 20);
+    EXPECT_EQ(r.at("memory").at("swap"), 512ull << 20) << "swap equal to the limit means no swap";
+    EXPECT_EQ(r.at("pids").at("limit"), 64);
+    EXPECT_EQ(r.at("cpu").at("quota"), 150000);
+    EXPECT_EQ(r.at("cpu").at("period"), 100000);
+    std::map<std::string, std::uint64_t> rl;
+    for (const auto& l : c.at("process").at("rlimits")) rl[l.at("type")] = l.at("hard").get<std::uint64_t>();
+    EXPECT_EQ(rl.at("RLIMIT_NOFILE"), 1024u);
+    EXPECT_EQ(rl.at("RLIMIT_FSIZE"), 100ull << 20);
+    EXPECT_EQ(rl.at("RLIMIT_CORE"), 0u);
+    EXPECT_TRUE(has_option(*find_mount(c, "/tmp"), "size=" + std::to_string(50ull << 20)));
+}
+
+TEST(oci_config, workspace_and_kernel_dir_are_bound_without_exec_suid_or_devices) {
+    const auto c = build_oci_config(fixed_inputs());
+    for (const char* dest : {"/workspace", "/run/kernel", "/tmp"}) {
+        const auto* m = find_mount(c, dest);
+        ASSERT_NE(m, nullptr) << dest;
+        for (const char* o : {"nosuid", "nodev", "noexec"}) EXPECT_TRUE(has_option(*m, o)) << dest << " " << o;
+    }
+    EXPECT_EQ(find_mount(c, "/workspace")->at("source"), "/var/lib/cellgate/workspaces/0f1e2d3c-golden");
+    EXPECT_TRUE(has_option(*find_mount(c, "/sys"), "ro"));
+}
+
+TEST(oci_config, the_environment_is_only_what_the_launcher_built) {
+    const auto c = build_oci_config(fixed_inputs());
+    const auto env = c.at("process").at("env");
+    for (const auto& e : env) {
+        const auto s = e.get<std::string>();
+        EXPECT_EQ(s.find("SECRET"), std::string::npos);
+    }
+    EXPECT_EQ(env.size(), base_environment(sandbox_limits{}).size() + 1);
+}
+
+TEST(seccomp_profile, denies_what_kernels_never_need) {
+    const auto p = default_seccomp_profile();
+    std::set<std::string> denied;
+    for (const auto& rule : p.at("syscalls"))
+        if (rule.at("action") == "SCMP_ACT_ERRNO" && !rule.contains("args"))
+            for (const auto& n : rule.at("names")) denied.insert(n.get<std::string>());
+    for (const char* s : {"mount", "ptrace", "kexec_load", "bpf", "keyctl", "add_key", "unshare", "setns",
+                          "perf_event_open", "open_by_handle_at", "init_module", "userfaultfd", "clone3"})
+        EXPECT_TRUE(denied.count(s)) << s;
+    int clone_rules = 0;
+    for (const auto& rule : p.at("syscalls"))
+        if (rule.contains("args") && rule.at("names").at(0) == "clone") ++clone_rules;
+    EXPECT_EQ(clone_rules, 7) << "one rule per namespace flag";
+}
