@@ -190,9 +190,10 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
         if (errno == EEXIST) throw spec_error("a sandbox with id '" + info.id + "' already exists");
         throw launch_error("prepare-run-dir", "mkdir " + dir.string(), errno);
     }
-    teardown_guard guard;
+    // Declared before the guard: its undo step reads them as it unwinds.
     std::optional<fs::path> workspace_created;
     bool runtime_started = false;
+    teardown_guard guard;
     guard.add([&] {
         if (!runtime_started) {
             for (const auto& m : mounts_under(dir)) unmount("teardown", m);

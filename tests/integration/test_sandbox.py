@@ -1,0 +1,371 @@
+"""The sandboxed kernel, end to end: runc, the built image, a real ipykernel."""
+import base64
+import errno
+import os
+import socket
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+
+
+def test_stdout_of_a_cell_comes_back(sandbox):
+    s = sandbox()
+    r = s.execute("print('hello', 6 * 7)")
+    assert r["status"] == "ok"
+    assert r["stdout"] == "hello 42\n"
+
+
+def test_a_matplotlib_plot_returns_png_display_data(sandbox):
+    s = sandbox()
+    r = s.execute("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+    assert r["error"] is None, r["error"]
+    pngs = [d["image/png"] for d in r["data"] if "image/png" in d]
+    assert len(pngs) == 1
+    raw = base64.b64decode(pngs[0])
+    assert raw.startswith(b"\x89PNG\r\n\x1a\n") and len(raw) > 5000
+
+
+def test_state_persists_between_cells(sandbox):
+    s = sandbox()
+    s.execute("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\ncounter = 41")
+    s.execute("counter += 1")
+    assert s.value("(counter, int(df['a'].sum()))") == (42, 6)
+
+
+def test_an_exception_arrives_as_an_error_with_traceback(sandbox):
+    s = sandbox()
+    r = s.execute("1/0")
+    assert r["status"] == "error"
+    assert r["error"]["ename"] == "ZeroDivisionError"
+    assert any("ZeroDivisionError" in line for line in r["error"]["traceback"])
+
+
+def test_the_network_namespace_holds_only_loopback_and_no_route(sandbox):
+    s = sandbox()
+    assert s.value("socket.if_nameindex()" if False else "__import__('socket').if_nameindex()") == [(1, "lo")]
+    routes = s.value("open('/proc/net/route').read().splitlines()[1:]")
+    assert routes == []
+    v6 = s.value("[l.split()[-1] for l in open('/proc/net/ipv6_route').read().splitlines()]")
+    assert set(v6) <= {"lo"}, v6
+
+
+def _host_addresses():
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines()]
+
+
+def test_tcp_and_udp_egress_to_the_hosts_own_addresses_never_arrive(sandbox):
+    targets = ["127.0.0.1"] + _host_addresses()
+    listeners = []
+    for addr in targets:
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.bind((addr, 0))
+        tcp.listen(8)
+        tcp.settimeout(0.5)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind((addr, 0))
+        udp.settimeout(0.5)
+        listeners.append((addr, tcp, udp))
+    try:
+        s = sandbox()
+        probe = "\n".join([
+            "import socket, errno",
+            "results = {}",
+            *[f"""
+try:
+    c = socket.create_connection(({addr!r}, {tcp.getsockname()[1]}), timeout=3)
+    results['tcp {addr}'] = 'connected'
+except OSError as e:
+    results['tcp {addr}'] = errno.errorcode.get(e.errno, str(e))
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b'cellgate-egress-probe', ({addr!r}, {udp.getsockname()[1]}))
+    results['udp {addr}'] = 'sent'
+except OSError as e:
+    results['udp {addr}'] = errno.errorcode.get(e.errno, str(e))
+""" for addr, tcp, udp in listeners],
+            "print(repr(results))",
+        ])
+        r = s.execute(probe)
+        assert r["error"] is None, r["error"]
+        import ast
+        results = ast.literal_eval(r["stdout"].strip())
+        for addr, tcp, udp in listeners:
+            assert results[f"tcp {addr}"] != "connected", results
+            with pytest.raises(socket.timeout):
+                tcp.accept()
+            with pytest.raises(socket.timeout):
+                udp.recvfrom(100)
+        for addr in targets[1:]:
+            # No route at all: the kernel cannot even try to leave.
+            assert results[f"tcp {addr}"] == "ENETUNREACH", results
+            assert results[f"udp {addr}"] == "ENETUNREACH", results
+    finally:
+        for _, tcp, udp in listeners:
+            tcp.close()
+            udp.close()
+
+
+def test_the_kernel_sees_no_host_process_and_no_host_file(sandbox, tmp_path):
+    marker = f"cellgate-host-marker-{uuid.uuid4().hex}"
+    planted = [Path("/tmp") / marker, Path("/root") / marker, tmp_path / marker]
+    for p in planted:
+        p.write_text("host secret")
+    try:
+        s = sandbox()
+        procs = s.value("sorted(open(f'/proc/{p}/comm').read().strip() for p in __import__('os').listdir('/proc') if p.isdigit())")
+        assert set(procs) <= {"tini", "cellgate-kernel"}, procs
+        assert len(procs) <= 3
+        found = s.value(f"""[r for r, d, f in __import__('os').walk('/') if {marker!r} in f and not r.startswith(('/proc', '/sys'))]""")
+        assert found == []
+        mounts = s.value("[l.split()[4] for l in open('/proc/self/mountinfo')]")
+        assert "/workspace" in mounts and "/run/kernel" in mounts
+        assert not any(m.startswith(("/var/lib", "/home", "/root", "/run/cellgate", "/host")) for m in mounts), mounts
+    finally:
+        for p in planted:
+            p.unlink()
+
+
+def test_the_kernel_is_unprivileged(sandbox):
+    s = sandbox()
+    status = s.value("open('/proc/self/status').read()")
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["Uid"].split()[0] == "1000" and fields["Uid"].split()[0] != "0"
+    assert int(fields["CapEff"], 16) == 0
+    assert int(fields["CapPrm"], 16) == 0
+    assert int(fields["CapBnd"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"
+    # uid 1000 in the sandbox is not uid 1000 on the host.
+    host_uid = os.stat(f"/proc/{s.info['pid']}").st_uid
+    assert host_uid >= 1_000_000
+
+
+def test_seccomp_and_missing_capabilities_refuse_mount_unshare_and_ptrace(sandbox):
+    s = sandbox()
+    code = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(rc):
+    return ctypes.get_errno() if rc != 0 else 0
+res = {
+  'mount': errno_of(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
+  'unshare_user': errno_of(libc.unshare(0x10000000)),
+  'unshare_net': errno_of(libc.unshare(0x40000000)),
+  'ptrace': errno_of(libc.ptrace(0, 0, None, None)),
+  'raw_socket': None,
+}
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    res['raw_socket'] = 0
+except OSError as e:
+    res['raw_socket'] = e.errno
+print(repr(res))
+"""
+    r = s.execute(code)
+    import ast
+    res = ast.literal_eval(r["stdout"].strip())
+    for name, err in res.items():
+        assert err in (errno.EPERM, errno.EACCES), (name, err)
+
+
+def test_the_rootfs_is_read_only_and_tmp_is_capped(sandbox):
+    s = sandbox("--tmp-size", "8M")
+    r = s.execute("open('/usr/lib/evil', 'w')")
+    assert r["error"]["ename"] in ("OSError", "PermissionError")
+    assert "Read-only file system" in r["error"]["evalue"] or "Permission denied" in r["error"]["evalue"]
+    r = s.execute("open('/tmp/big', 'wb').write(b'x' * (16 << 20))")
+    assert r["error"] is not None and "No space left" in r["error"]["evalue"]
+
+
+def test_the_kernel_cannot_change_its_run_dir(sandbox):
+    s = sandbox()
+    r = s.execute("open('/run/kernel/k-9', 'w')")
+    assert r["error"] is not None and "Permission denied" in r["error"]["evalue"]
+    r = s.execute("import os; os.rename('/run/kernel/k-1', '/run/kernel/x')")
+    assert r["error"] is not None and "Permission denied" in r["error"]["evalue"]
+
+
+def test_a_4gib_allocation_is_oom_killed_and_reported(launcher, sandbox):
+    s = sandbox("--memory", "1G")
+    s.client.execute("x = b'x' * (4 << 30)")
+    st = wait_for(lambda: (lambda v: v if v["state"] == "stopped" else None)(launcher.status(s.id)), timeout=60)
+    assert st["state"] == "stopped", st
+    assert st["oom_killed"] is True
+
+
+def test_a_fork_bomb_is_stopped_by_the_pids_limit(sandbox):
+    s = sandbox("--pids", "48")
+    code = """
+import os, time
+pids, err = [], None
+try:
+    for _ in range(10000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        pids.append(pid)
+except OSError as e:
+    err = e.errno
+for p in pids:
+    os.kill(p, 9)
+for p in pids:
+    os.waitpid(p, 0)
+print(repr((len(pids), err)))
+"""
+    r = s.execute(code, timeout=120)
+    import ast
+    forked, err = ast.literal_eval(r["stdout"].strip())
+    assert err == errno.EAGAIN
+    assert forked < 48
+    assert s.value("1 + 1") == 2, "the kernel survives the fork bomb"
+
+
+def test_a_write_past_the_workspace_cap_fails_with_enospc(launcher, sandbox):
+    s = sandbox("--workspace-size", "16M")
+    code = """
+import errno
+written = 0
+try:
+    with open('/workspace/fill.bin', 'wb') as f:
+        for _ in range(64):
+            f.write(b'\\0' * (1 << 20)); f.flush(); written += 1
+    result = 'no error'
+except OSError as e:
+    result = errno.errorcode[e.errno]
+print(repr((result, written)))
+"""
+    r = s.execute(code)
+    import ast
+    result, written = ast.literal_eval(r["stdout"].strip())
+    assert result == "ENOSPC"
+    assert written <= 16
+    image = Path(s.info["workspace_dir"] + ".img")
+    assert image.stat().st_blocks * 512 <= 17 << 20, "the host holds no more than the cap"
+
+
+def test_a_secret_in_the_launchers_environment_never_reaches_the_kernel(sandbox):
+    secret = f"sk-{uuid.uuid4().hex}"
+    env = dict(os.environ, CELLGATE_TEST_SECRET=secret, AWS_SECRET_ACCESS_KEY=secret)
+    s = sandbox("--env", "KERNEL_USERNAME=alice", env=env)
+    environ = s.value("dict(__import__('os').environ)")
+    assert secret not in repr(environ)
+    assert "CELLGATE_TEST_SECRET" not in environ
+    assert environ["KERNEL_USERNAME"] == "alice"
+    init_env = s.value("open('/proc/1/environ', 'rb').read()")
+    assert secret.encode() not in init_env
+
+
+def test_two_kernels_cannot_see_each_others_workspace(sandbox):
+    a, b = sandbox(), sandbox()
+    name = f"only-in-a-{uuid.uuid4().hex}.txt"
+    a.execute(f"open('/workspace/{name}', 'w').write('private')")
+    assert a.value("__import__('os').listdir('/workspace')") == [name]
+    assert b.value("__import__('os').listdir('/workspace')") == []
+    found = b.value(f"[r for r, d, f in __import__('os').walk('/') if {name!r} in f and not r.startswith(('/proc', '/sys'))]")
+    assert found == []
+    # Distinct host ids: even out of its mounts, b could not read a's files.
+    assert a.info["host_uid_base"] != b.info["host_uid_base"]
+
+
+def test_sigint_interrupts_a_running_cell(launcher, sandbox):
+    s = sandbox()
+    result = {}
+
+    def run():
+        result.update(s.execute("import time; time.sleep(30)", timeout=60))
+
+    t = threading.Thread(target=run)
+    t.start()
+    # Wait until the kernel is busy in the sleep, then interrupt.
+    wait_for(lambda: launcher.status(s.id)["pids"] >= 2, timeout=10)
+    import time
+    time.sleep(1.0)
+    launcher.cmd("kill", s.id, "SIGINT")
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert result["error"]["ename"] == "KeyboardInterrupt"
+    assert s.value("'still here'") == "still here"
+
+
+def _leftovers(launcher, sandbox_id, workspace_dir):
+    found = []
+    runc = subprocess.run(["runc", "--root", str(launcher.state_dir / "runc"), "list", "-q"],
+                          capture_output=True, text=True).stdout.split()
+    if sandbox_id in runc:
+        found.append("container")
+    for h in Path("/sys/fs/cgroup").iterdir():
+        if (h / "cellgate" / sandbox_id).exists():
+            found.append(f"cgroup {h.name}")
+    mounts = Path("/proc/self/mountinfo").read_text()
+    if sandbox_id in mounts:
+        found.append("mount")
+    if (launcher.state_dir / "sandboxes" / sandbox_id).exists():
+        found.append("run dir")
+    if Path(workspace_dir).exists() or Path(workspace_dir + ".img").exists():
+        found.append("workspace")
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    if workspace_dir in loops:
+        found.append("loop device")
+    return found
+
+
+def test_remove_leaves_nothing_behind(launcher):
+    s = launcher.run()
+    s.execute("open('/workspace/a.txt', 'w').write('x')")
+    assert _leftovers(launcher, s.id, s.info["workspace_dir"]) != [], "the check must see a live sandbox"
+    s.remove()
+    assert _leftovers(launcher, s.id, s.info["workspace_dir"]) == []
+
+
+def test_reap_removes_stopped_sandboxes_and_stray_cgroups(launcher):
+    s = launcher.run()
+    s.client.stop_channels()
+    launcher.cmd("kill", s.id, "SIGKILL")
+    wait_for(lambda: launcher.status(s.id)["state"] == "stopped", timeout=20)
+    stray = Path("/sys/fs/cgroup/memory/cellgate") / f"stray-{uuid.uuid4().hex[:8]}"
+    stray.mkdir(parents=True)
+    out = launcher.cmd("reap").stdout
+    assert f"reaped {s.id}" in out
+    assert not stray.exists()
+    assert _leftovers(launcher, s.id, s.info["workspace_dir"]) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memory", "-1"], "cannot be negative"),
+    (["--memory", "1K"], "memory limit"),
+    (["--image", "nope"], "unknown image 'nope'"),
+    (["--workspace", "relative/dir"], "absolute"),
+    (["--workspace", "/etc"], "directly under"),
+    (["--uid", "0"], "uid or gid 0"),
+    (["--env", "LD_PRELOAD=/tmp/x.so"], "not on the allow-list"),
+    (["--pids", "100000000"], "pids limit"),
+])
+def test_bad_input_gets_a_clear_error_and_starts_nothing(launcher, args, message):
+    before = set(os.listdir(launcher.state_dir / "sandboxes")) if (launcher.state_dir / "sandboxes").exists() else set()
+    r = launcher.cmd("run", *args, check=False)
+    assert r.returncode == 2
+    assert message in r.stderr
+    after = set(os.listdir(launcher.state_dir / "sandboxes")) if (launcher.state_dir / "sandboxes").exists() else set()
+    assert after == before
+
+
+def test_a_failed_start_tears_down_and_names_the_step(launcher):
+    # Too little memory to import the scientific stack: the kernel is OOM-killed
+    # while starting, the launch fails at a named step, says why, and leaves
+    # nothing behind.
+    preload = [a for m in ("numpy", "pandas", "matplotlib.pyplot", "scipy.optimize", "sklearn.ensemble")
+               for a in ("--preload", m)]
+    r = launcher.cmd("run", "--id", "too-small", "--memory", "64M", *preload, check=False)
+    assert r.returncode == 1, r.stderr
+    assert "failed at step 'wait-for-sockets'" in r.stderr
+    assert "OOM kill" in r.stderr
+    assert _leftovers(launcher, "too-small", str(launcher.workspace_root / "too-small")) == []
