@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything cellgate needs to build, run and test, from Debian 12's
+# packages only. Idempotent: when every package is present it does nothing.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config git ca-certificates
+  libboost-dev libboost-program-options-dev libssl-dev libzmq3-dev cppzmq-dev
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
+  # sandbox runtime
+  runc mmdebstrap e2fsprogs mount util-linux iproute2 procps
+  # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
+  python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
+  python3-websocket
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: run as root to install: ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Quick start, step 2 of 2: installs what the tests need, builds, builds the
+# kernel image, and runs every test suite. Needs root (runc, cgroups, loop
+# mounts). Exits non-zero if any suite fails.
+set -euo pipefail
+cd "$(dirname "$0")"
+scripts/install-deps.sh
+scripts/build.sh
+images/build.sh python | tail -n 1
+
+export CELLGATE_REQUIRE_SANDBOX=1
+status=0
+run_suite() {
+  local name=$1; shift
+  local start=$SECONDS
+  echo "=== $name"
+  if "$@"; then
+    echo "=== $name: passed in $((SECONDS - start)) s"
+  else
+    echo "=== $name: FAILED"
+    status=1
+  fi
+}
+run_suite "unit tests (GoogleTest)" ctest --test-dir build --output-on-failure -j"$(nproc)"
+run_suite "sandbox integration tests (runc + image + ipykernel)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
+exit $status
