@@ -216,13 +216,15 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     finish_step("workspace");
 
     // The kernel's sockets and connection file; the dir is the kernel's until
-    // its sockets are bound, then it is locked (see below).
+    // its sockets are bound, then it is locked (see below). The kernel's copy
+    // of the connection file stays writable by it: ipykernel rewrites it in
+    // place after binding, possibly after the lock (the host never reads it).
     const fs::path kernel_dir = dir / "kernel";
     make_dir("prepare-run-dir", kernel_dir, 0700);
     change_owner("prepare-run-dir", kernel_dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, 0700);
     const std::string key = protocol::make_kernel_key();
     write_file("write-connection-file", kernel_dir / "connection.json",
-               connection_json("/run/kernel/k", key).dump(), 0400, ws.host_id_base + spec.uid,
+               connection_json("/run/kernel/k", key).dump(), 0600, ws.host_id_base + spec.uid,
                ws.host_id_base + spec.gid);
     info.endpoints.key = key;
     info.endpoints.connection_file = (dir / "connection.json").string();

@@ -1,0 +1,402 @@
+// /api/contents and /files over the workspaces. The contents root lists the
+// caller's kernels as directories named by kernel id; inside one is that
+// kernel's /workspace. Every file operation goes through contents_store, which
+// never follows a link out of the workspace.
+#include "api/api.hpp"
+#include "contents/contents_store.hpp"
+#include "util/api_error.hpp"
+#include "util/encoding.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+namespace cellgate::api {
+
+using namespace http;
+using contents::contents_error;
+using contents::contents_store;
+using contents::entry_info;
+using contents::entry_type;
+using contents::error_kind;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string iso_from_ns(std::int64_t ns) {
+    return kernels::iso8601(std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(ns))));
+}
+
+unsigned status_of(error_kind k) {
+    switch (k) {
+    case error_kind::bad_path: return 400;
+    case error_kind::not_found: return 404;
+    case error_kind::conflict: return 409;
+    case error_kind::too_large: return 413;
+    case error_kind::no_space: return 507;
+    case error_kind::forbidden: return 403;
+    case error_kind::io: return 500;
+    }
+    return 500;
+}
+
+// "<kernel_id>/<rest>" split into the kernel and the path inside its workspace.
+struct located {
+    kernels::kernel_ptr kernel;
+    std::string rel;  // "" for the workspace root
+    std::unique_ptr<contents_store> store;
+    std::string prefix() const { return kernel->id(); }
+    std::string full(const std::string& r) const { return r.empty() ? prefix() : prefix() + "/" + r; }
+};
+
+located locate(services& s, const request_ptr& req, const std::string& path) {
+    std::string p = path;
+    while (!p.empty() && p.back() == '/') p.pop_back();
+    while (!p.empty() && p.front() == '/') p.erase(0, 1);
+    const auto slash = p.find('/');
+    located l;
+    l.kernel = kernel_or_404(s, req, p.substr(0, slash));
+    l.rel = slash == std::string::npos ? "" : p.substr(slash + 1);
+    const auto sb = l.kernel->sandbox();
+    if (!sb) throw api_exception(409, "The kernel's workspace is not ready");
+    try {
+        l.rel = contents_store::check_path(l.rel);
+        l.store = std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                                  sb->host_uid_base + sb->spec.gid);
+    } catch (const contents_error& e) {
+        throw api_exception(status_of(e.kind()), e.what());
+    }
+    return l;
+}
+
+bool is_notebook_name(const std::string& name) { return name.size() > 6 && name.ends_with(".ipynb"); }
+
+nlohmann::json base_model(const located& l, const entry_info& e, const std::string& type) {
+    return {{"name", l.rel.empty() ? l.kernel->id() : e.name},
+            {"path", l.full(e.path)},
+            {"type", type},
+            {"created", iso_from_ns(e.ctime_ns)},
+            {"last_modified", iso_from_ns(e.mtime_ns)},
+            {"content", nullptr},
+            {"format", nullptr},
+            {"mimetype", nullptr},
+            {"size", e.type == entry_type::file ? nlohmann::json(e.size) : nlohmann::json(nullptr)},
+            {"writable", e.writable},
+            {"hash", nullptr},
+            {"hash_algorithm", nullptr}};
+}
+
+std::string type_of(const entry_info& e) {
+    if (e.type == entry_type::directory) return "directory";
+    return is_notebook_name(e.name) ? "notebook" : "file";
+}
+
+nlohmann::json model_for(services& s, const located& l, const entry_info& e, bool with_content,
+                         const std::optional<std::string>& want_type, const std::optional<std::string>& want_format) {
+    std::string type = want_type.value_or(type_of(e));
+    if (e.type == entry_type::directory && type != "directory") throw api_exception(400, l.full(e.path) + " is a directory");
+    if (e.type != entry_type::directory && type == "directory") throw api_exception(400, l.full(e.path) + " is not a directory");
+    auto m = base_model(l, e, type);
+    if (type == "directory") {
+        if (with_content) {
+            auto list = nlohmann::json::array();
+            for (const auto& child : l.store->list(e.path))
+                list.push_back(model_for(s, l, child, false, std::nullopt, std::nullopt));
+            m["content"] = std::move(list);
+            m["format"] = "json";
+        }
+        return m;
+    }
+    m["mimetype"] = type == "notebook" ? nlohmann::json(nullptr) : nlohmann::json(std::string(contents::mime_type_for(e.name)));
+    if (!with_content) return m;
+    const auto data = l.store->read(e.path, s.max_read_bytes);
+    if (type == "notebook") {
+        auto nb = nlohmann::json::parse(data, nullptr, false);
+        if (nb.is_discarded() || !nb.is_object()) throw api_exception(400, "Unreadable notebook: " + l.full(e.path));
+        m["content"] = std::move(nb);
+        m["format"] = "json";
+        return m;
+    }
+    const auto format = want_format.value_or(is_valid_utf8(data) ? "text" : "base64");
+    if (format == "text") {
+        if (!is_valid_utf8(data)) throw api_exception(400, l.full(e.path) + " is not UTF-8 encoded");
+        m["content"] = data;
+        m["format"] = "text";
+        if (m["mimetype"] == "application/octet-stream") m["mimetype"] = "text/plain";
+    } else if (format == "base64") {
+        m["content"] = base64_encode(data);
+        m["format"] = "base64";
+    } else {
+        throw api_exception(400, "Unknown format '" + format.substr(0, 32) + "'");
+    }
+    return m;
+}
+
+nlohmann::json root_model(services& s, const request_ptr& req, bool with_content) {
+    nlohmann::json m = {{"name", ""},          {"path", ""},          {"type", "directory"}, {"created", nullptr},
+                        {"last_modified", nullptr}, {"content", nullptr}, {"format", nullptr},   {"mimetype", nullptr},
+                        {"size", nullptr},     {"writable", false},   {"hash", nullptr},     {"hash_algorithm", nullptr}};
+    if (with_content) {
+        auto list = nlohmann::json::array();
+        for (const auto& k : s.kernels.list(req->who.tenant)) {
+            const auto model = k->model();
+            list.push_back({{"name", k->id()},          {"path", k->id()},        {"type", "directory"},
+                            {"created", model["last_activity"]}, {"last_modified", model["last_activity"]},
+                            {"content", nullptr},       {"format", nullptr},      {"mimetype", nullptr},
+                            {"size", nullptr},          {"writable", true},       {"hash", nullptr},
+                            {"hash_algorithm", nullptr}});
+        }
+        m["content"] = std::move(list);
+        m["format"] = "json";
+    }
+    return m;
+}
+
+template <class Fn>
+auto guarded(Fn fn) {
+    try {
+        return fn();
+    } catch (const contents_error& e) {
+        throw api_exception(status_of(e.kind()), e.what());
+    }
+}
+
+fs::path checkpoint_file(services& s, const located& l) {
+    return s.checkpoint_root / l.kernel->id() / hex_encode(l.rel);
+}
+
+nlohmann::json checkpoint_model(const fs::path& p) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(p, ec);
+    const auto sys = std::chrono::file_clock::to_sys(t);
+    return {{"id", "checkpoint"}, {"last_modified", kernels::iso8601(std::chrono::time_point_cast<std::chrono::system_clock::duration>(sys))}};
+}
+
+// /api/contents/<path>/checkpoints[/<id>] arrives as part of {path*}.
+bool split_checkpoint(std::string& path, std::optional<std::string>& checkpoint_id) {
+    if (path.ends_with("/checkpoints")) {
+        path.resize(path.size() - 12);
+        return true;
+    }
+    const auto pos = path.rfind("/checkpoints/");
+    if (pos != std::string::npos && path.find('/', pos + 13) == std::string::npos) {
+        checkpoint_id = path.substr(pos + 13);
+        path.resize(pos);
+        return true;
+    }
+    return false;
+}
+
+void handle_checkpoints(services& s, const request_ptr& req, reply_fn& reply, const std::string& path,
+                        const std::optional<std::string>& id) {
+    auto l = locate(s, req, path);
+    const auto file = checkpoint_file(s, l);
+    std::error_code ec;
+    const auto method = req->req.method();
+    if (!id && method == bhttp::verb::get) {
+        auto list = nlohmann::json::array();
+        if (fs::exists(file, ec)) list.push_back(checkpoint_model(file));
+        return reply(json_response(200, list));
+    }
+    if (!id && method == bhttp::verb::post) {
+        const auto data = guarded([&] { return l.store->read(l.rel, s.max_read_bytes); });
+        fs::create_directories(file.parent_path(), ec);
+        std::ofstream(file, std::ios::binary | std::ios::trunc) << data;
+        return reply(json_response(201, checkpoint_model(file)));
+    }
+    if (id && *id != "checkpoint") throw api_exception(404, "No such checkpoint");
+    if (id && method == bhttp::verb::post) {
+        std::ifstream in(file, std::ios::binary);
+        if (!in) throw api_exception(404, "No such checkpoint");
+        const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        guarded([&] { return l.store->write(l.rel, data); });
+        return reply(empty_response(204));
+    }
+    if (id && method == bhttp::verb::delete_) {
+        if (!fs::remove(file, ec)) throw api_exception(404, "No such checkpoint");
+        return reply(empty_response(204));
+    }
+    throw api_exception(405, "Method not allowed on checkpoints");
+}
+
+std::optional<std::string> query_opt(const request_ptr& req, const char* key) {
+    auto v = req->query_value(key);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+}
+
+void get_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+    std::optional<std::string> checkpoint_id;
+    const auto original = path;
+    if (split_checkpoint(path, checkpoint_id)) {
+        // A real entry named "checkpoints" wins over the checkpoint listing.
+        auto l = locate(s, req, original.substr(0, original.find_last_of('/')));
+        bool real = false;
+        try {
+            real = !checkpoint_id && l.store->exists(contents_store::check_path(l.rel.empty() ? "checkpoints" : l.rel + "/checkpoints"));
+        } catch (const contents_error&) {
+        }
+        if (!real) return handle_checkpoints(s, req, reply, path, checkpoint_id);
+        path = original;
+    }
+    const bool with_content = req->query_value("content").value_or("1") != "0";
+    std::string p = path;
+    while (!p.empty() && (p.front() == '/')) p.erase(0, 1);
+    while (!p.empty() && (p.back() == '/')) p.pop_back();
+    if (p.empty()) return reply(json_response(200, root_model(s, req, with_content)));
+    auto l = locate(s, req, p);
+    const auto model = guarded([&] {
+        const auto e = l.store->stat(l.rel);
+        return model_for(s, l, e, with_content, query_opt(req, "type"), query_opt(req, "format"));
+    });
+    reply(json_response(200, model));
+}
+
+void put_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+    std::optional<std::string> checkpoint_id;
+    if (split_checkpoint(path, checkpoint_id)) throw api_exception(405, "Use POST to create a checkpoint");
+    const auto body = req->json_body(false);
+    auto l = locate(s, req, path);
+    if (l.rel.empty()) throw api_exception(400, "The workspace root itself cannot be replaced");
+    const auto type = body.value("type", std::string(is_notebook_name(l.rel) ? "notebook" : "file"));
+    const bool existed = guarded([&] { return l.store->exists(l.rel); });
+    const auto saved = guarded([&]() -> entry_info {
+        if (type == "directory") return existed ? l.store->stat(l.rel) : l.store->make_dir(l.rel);
+        const auto content = body.find("content");
+        if (content == body.end() || content->is_null()) {
+            if (existed) return l.store->stat(l.rel);
+            return l.store->write(l.rel, "");
+        }
+        std::string data;
+        if (type == "notebook") {
+            if (!content->is_object()) throw api_exception(400, "A notebook's content must be a JSON object");
+            data = content->dump(1);
+        } else {
+            if (!content->is_string()) throw api_exception(400, "'content' must be a string");
+            const auto format = body.value("format", std::string("text"));
+            if (format == "base64") {
+                auto decoded = base64_decode(content->get_ref<const std::string&>());
+                if (!decoded) throw api_exception(400, "'content' is not valid base64");
+                data = std::move(*decoded);
+            } else if (format == "text") {
+                data = content->get<std::string>();
+            } else {
+                throw api_exception(400, "Unknown format '" + format.substr(0, 32) + "'");
+            }
+        }
+        // Chunked upload as JupyterLab sends it: chunk 1 starts the file, later
+        // chunks append, -1 is the last one.
+        const auto chunk = body.find("chunk");
+        if (chunk != body.end() && !chunk->is_null()) {
+            if (!chunk->is_number_integer()) throw api_exception(400, "'chunk' must be an integer");
+            const auto n = chunk->get<long long>();
+            if (n == 1) return l.store->write(l.rel, data);
+            if (n > 1 || n == -1) return l.store->append(l.rel, data);
+            throw api_exception(400, "'chunk' must be 1, 2, … or -1");
+        }
+        return l.store->write(l.rel, data);
+    });
+    auto model = guarded([&] { return model_for(s, l, saved, false, std::nullopt, std::nullopt); });
+    auto res = json_response(existed ? 200 : 201, model);
+    res.headers.emplace_back("Location", "/api/contents/" + l.full(saved.path));
+    reply(std::move(res));
+}
+
+void post_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+    std::optional<std::string> checkpoint_id;
+    if (split_checkpoint(path, checkpoint_id)) return handle_checkpoints(s, req, reply, path, checkpoint_id);
+    const auto body = req->json_body();
+    auto l = locate(s, req, path);
+    const auto saved = guarded([&]() -> entry_info {
+        const auto dir = l.store->stat(l.rel);
+        if (dir.type != entry_type::directory) throw api_exception(400, "POST creates inside a directory");
+        if (const auto from = body.find("copy_from"); from != body.end() && from->is_string()) {
+            // copy_from is a contents path in the same workspace.
+            auto src = locate(s, req, from->get<std::string>());
+            if (src.kernel->id() != l.kernel->id()) throw api_exception(400, "copy_from must be in the same workspace");
+            const auto src_name = fs::path(src.rel).filename().string();
+            const auto dot = src_name.find('.', 1);
+            const auto stem = (dot == std::string::npos ? src_name : src_name.substr(0, dot)) + "-Copy";
+            const auto ext = dot == std::string::npos ? std::string() : src_name.substr(dot);
+            const auto name = l.store->untitled_name(l.rel, stem, ext);
+            return l.store->copy(src.rel, l.rel.empty() ? name : l.rel + "/" + name);
+        }
+        const auto type = body.value("type", std::string("file"));
+        auto ext = body.value("ext", std::string());
+        if (type == "notebook") ext = ".ipynb";
+        if (!ext.empty() && ext.front() != '.') ext.insert(0, ".");
+        const auto name = l.store->untitled_name(l.rel, type == "directory" ? "Untitled Folder" : "Untitled", type == "directory" ? "" : ext);
+        const auto target = l.rel.empty() ? name : l.rel + "/" + name;
+        if (type == "directory") return l.store->make_dir(target);
+        if (type == "notebook")
+            return l.store->write(target, nlohmann::json({{"cells", nlohmann::json::array()},
+                                                          {"metadata", nlohmann::json::object()},
+                                                          {"nbformat", 4},
+                                                          {"nbformat_minor", 5}})
+                                              .dump(1));
+        return l.store->write(target, "");
+    });
+    auto res = json_response(201, guarded([&] { return model_for(s, l, saved, false, std::nullopt, std::nullopt); }));
+    res.headers.emplace_back("Location", "/api/contents/" + l.full(saved.path));
+    reply(std::move(res));
+}
+
+void patch_contents(services& s, const request_ptr& req, reply_fn reply, const std::string& path) {
+    const auto body = req->json_body(false);
+    const auto to = body.find("path");
+    if (to == body.end() || !to->is_string()) throw api_exception(400, "PATCH needs the new 'path'");
+    auto from = locate(s, req, path);
+    auto dest = locate(s, req, to->get<std::string>());
+    if (from.kernel->id() != dest.kernel->id()) throw api_exception(400, "Cannot move files between workspaces");
+    if (from.rel.empty() || dest.rel.empty()) throw api_exception(400, "The workspace root cannot be renamed");
+    const auto moved = guarded([&] { return from.store->rename(from.rel, dest.rel); });
+    reply(json_response(200, guarded([&] { return model_for(s, dest, moved, false, std::nullopt, std::nullopt); })));
+}
+
+void delete_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+    std::optional<std::string> checkpoint_id;
+    if (split_checkpoint(path, checkpoint_id)) return handle_checkpoints(s, req, reply, path, checkpoint_id);
+    auto l = locate(s, req, path);
+    if (l.rel.empty()) throw api_exception(400, "Delete the kernel to remove its workspace");
+    guarded([&] {
+        const auto e = l.store->stat(l.rel);
+        if (e.type == entry_type::directory && !l.store->list(l.rel).empty())
+            throw api_exception(400, "Directory " + l.full(l.rel) + " is not empty");
+        l.store->remove(l.rel);
+        return 0;
+    });
+    std::error_code ec;
+    fs::remove(checkpoint_file(s, l), ec);
+    reply(empty_response(204));
+}
+
+void get_file(services& s, const request_ptr& req, reply_fn reply, const std::string& path) {
+    auto l = locate(s, req, path);
+    std::uint64_t size = 0;
+    const int fd = guarded([&] { return l.store->open_for_read(l.rel, size); });
+    response res;
+    const auto name = fs::path(l.rel).filename().string();
+    res.content_type = std::string(contents::mime_type_for(name));
+    res.file_fd = fd;
+    res.file_size = size;
+    // Kernel-written files are hostile content: never let them run script in
+    // the gateway's origin.
+    res.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'");
+    if (req->query.count("download") != 0 && req->query_value("download") != "0")
+        res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "\"");
+    reply(std::move(res));
+}
+
+}  // namespace
+
+void register_contents_api(router& r, services& s) {
+    const std::string p = "/api/contents/{path*}";
+    r.add(bhttp::verb::get, p, [&s](const request_ptr& req, reply_fn reply) { get_contents(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::put, p, [&s](const request_ptr& req, reply_fn reply) { put_contents(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::post, p, [&s](const request_ptr& req, reply_fn reply) { post_contents(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::patch, p, [&s](const request_ptr& req, reply_fn reply) { patch_contents(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::delete_, p, [&s](const request_ptr& req, reply_fn reply) { delete_contents(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::get, "/files/{path*}", [&s](const request_ptr& req, reply_fn reply) { get_file(s, req, std::move(reply), req->param("path")); });
+}
+
+}  // namespace cellgate::api

@@ -1,0 +1,118 @@
+#include "api/api.hpp"
+#include "util/api_error.hpp"
+
+namespace cellgate::api {
+
+using namespace http;
+
+namespace {
+
+nlohmann::json session_model(services& s, const kernels::session_record& rec) {
+    nlohmann::json kernel = nullptr;
+    if (auto k = s.kernels.find(rec.tenant, rec.kernel_id)) kernel = k->model();
+    nlohmann::json m = {{"id", rec.id}, {"path", rec.path}, {"name", rec.name}, {"type", rec.type}, {"kernel", kernel}};
+    if (rec.type == "notebook") m["notebook"] = {{"path", rec.path}, {"name", rec.name}};
+    return m;
+}
+
+std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "") {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_string()) throw api_exception(400, std::string("'") + key + "' must be a string");
+    return it->get<std::string>();
+}
+
+// Resolves the "kernel" member of a session request: an existing kernel by id,
+// or a spec name to start. Calls back with the kernel or an error.
+void resolve_kernel(services& s, const request_ptr& req, const nlohmann::json& body,
+                    std::function<void(std::optional<api_error>, kernels::kernel_ptr)> then) {
+    nlohmann::json kernel = nlohmann::json::object();
+    if (const auto it = body.find("kernel"); it != body.end() && !it->is_null()) {
+        if (!it->is_object()) throw api_exception(400, "'kernel' must be an object with 'id' or 'name'");
+        kernel = *it;
+    }
+    const auto id = string_field(kernel, "id");
+    if (!id.empty()) {
+        auto k = s.kernels.find(req->who.tenant, id);
+        if (!k) throw api_exception(404, "No such kernel: " + id.substr(0, 64));
+        then(std::nullopt, k);
+        return;
+    }
+    auto name = string_field(kernel, "name");
+    if (name.empty()) name = s.kernels.specs().default_name();
+    s.kernels.start_kernel(req->who.tenant, name, kernel_env_from(kernel), std::move(then));
+}
+
+}  // namespace
+
+void register_sessions_api(router& r, services& s) {
+    r.add(bhttp::verb::get, "/api/sessions", [&s](const request_ptr& req, reply_fn reply) {
+        auto list = nlohmann::json::array();
+        for (const auto& rec : s.sessions.list(req->who.tenant)) list.push_back(session_model(s, rec));
+        reply(json_response(200, list));
+    });
+    r.add(bhttp::verb::post, "/api/sessions", [&s](const request_ptr& req, reply_fn reply) {
+        const auto body = req->json_body(false);
+        kernels::session_record rec;
+        rec.tenant = req->who.tenant;
+        rec.path = string_field(body, "path");
+        rec.name = string_field(body, "name");
+        rec.type = string_field(body, "type", "notebook");
+        if (rec.path.empty()) rec.path = string_field(body, "notebook") ;
+        if (rec.path.empty()) throw api_exception(400, "A session needs a 'path'");
+        if (auto existing = s.sessions.find_by_path(rec.tenant, rec.path)) {
+            if (s.kernels.find(rec.tenant, existing->kernel_id)) {
+                reply(json_response(201, session_model(s, *existing)));
+                return;
+            }
+            s.sessions.remove(rec.tenant, existing->id);
+        }
+        resolve_kernel(s, req, body, [&s, rec, reply](std::optional<api_error> e, kernels::kernel_ptr k) mutable {
+            if (e) return reply(error_response(e->status, e->message));
+            rec.kernel_id = k->id();
+            const auto added = s.sessions.add(rec);
+            auto res = json_response(201, session_model(s, added));
+            res.headers.emplace_back("Location", "/api/sessions/" + added.id);
+            reply(std::move(res));
+        });
+    });
+    r.add(bhttp::verb::get, "/api/sessions/{session_id}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto rec = s.sessions.find(req->who.tenant, req->param("session_id"));
+        if (!rec) throw api_exception(404, "No such session");
+        reply(json_response(200, session_model(s, *rec)));
+    });
+    r.add(bhttp::verb::patch, "/api/sessions/{session_id}", [&s](const request_ptr& req, reply_fn reply) {
+        auto rec = s.sessions.find(req->who.tenant, req->param("session_id"));
+        if (!rec) throw api_exception(404, "No such session");
+        const auto body = req->json_body(false);
+        rec->path = string_field(body, "path", rec->path);
+        rec->name = string_field(body, "name", rec->name);
+        rec->type = string_field(body, "type", rec->type);
+        const auto kernel = body.find("kernel");
+        if (kernel == body.end() || kernel->is_null()) {
+            s.sessions.update(*rec);
+            return reply(json_response(200, session_model(s, *rec)));
+        }
+        const auto old_kernel = rec->kernel_id;
+        resolve_kernel(s, req, body, [&s, rec = *rec, old_kernel, reply](std::optional<api_error> e,
+                                                                          kernels::kernel_ptr k) mutable {
+            if (e) return reply(error_response(e->status, e->message));
+            rec.kernel_id = k->id();
+            s.sessions.update(rec);
+            // The old kernel goes when no other session uses it (as jupyter_server does).
+            if (old_kernel != rec.kernel_id && s.sessions.for_kernel(old_kernel).empty())
+                if (auto old = s.kernels.find(rec.tenant, old_kernel)) s.kernels.shutdown(old, [](auto) {});
+            reply(json_response(200, session_model(s, rec)));
+        });
+    });
+    r.add(bhttp::verb::delete_, "/api/sessions/{session_id}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto rec = s.sessions.find(req->who.tenant, req->param("session_id"));
+        if (!rec) throw api_exception(404, "No such session");
+        s.sessions.remove(rec->tenant, rec->id);
+        auto k = s.kernels.find(rec->tenant, rec->kernel_id);
+        if (!k || !s.sessions.for_kernel(rec->kernel_id).empty()) return reply(empty_response(204));
+        s.kernels.shutdown(k, [reply](std::optional<api_error>) { reply(empty_response(204)); });
+    });
+}
+
+}  // namespace cellgate::api

@@ -1,0 +1,180 @@
+#include "config/gateway_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <functional>
+#include <map>
+
+namespace cellgate::config {
+
+namespace {
+
+using nlohmann::json;
+
+std::uint64_t to_u64(const std::string& key, const std::string& v) {
+    if (v.empty() || v[0] == '-') throw config_error(key + " needs a non-negative number, not '" + v + "'");
+    try {
+        std::size_t used = 0;
+        const auto n = std::stoull(v, &used);
+        if (used != v.size()) throw config_error(key + " needs a number, not '" + v + "'");
+        return n;
+    } catch (const std::logic_error&) {
+        throw config_error(key + " needs a number, not '" + v + "'");
+    }
+}
+
+double to_double(const std::string& key, const std::string& v) {
+    try {
+        std::size_t used = 0;
+        const double d = std::stod(v, &used);
+        if (used != v.size() || d < 0) throw config_error(key + " needs a non-negative number");
+        return d;
+    } catch (const std::logic_error&) {
+        throw config_error(key + " needs a number, not '" + v + "'");
+    }
+}
+
+// One setter per option; the same names serve the command line (--ip) and
+// the config file ({"ip": …}).
+using setter = std::function<void(gateway_config&, const std::string&)>;
+
+const std::map<std::string, setter>& setters() {
+    static const std::map<std::string, setter> table = {
+        {"ip", [](auto& c, const auto& v) { c.server.ip = v; }},
+        {"port", [](auto& c, const auto& v) {
+             const auto p = to_u64("port", v);
+             if (p > 65535) throw config_error("port must be 0…65535");
+             c.server.port = static_cast<unsigned short>(p);
+         }},
+        {"port_file", [](auto& c, const auto& v) { c.port_file = v; }},
+        {"token", [](auto& c, const auto& v) {
+             if (v.empty()) throw config_error("token must not be empty");
+             c.tokens.push_back({v, "default", "default"});
+         }},
+        {"certfile", [](auto& c, const auto& v) { c.certfile = v; }},
+        {"keyfile", [](auto& c, const auto& v) { c.keyfile = v; }},
+        {"allow_origin", [](auto& c, const auto& v) { c.server.allow_origins.push_back(v); }},
+        {"state_dir", [](auto& c, const auto& v) { c.launcher.state_dir = v; }},
+        {"image_store", [](auto& c, const auto& v) { c.launcher.image_store = v; }},
+        {"workspace_root", [](auto& c, const auto& v) { c.launcher.workspace_root = v; }},
+        {"runc", [](auto& c, const auto& v) { c.launcher.runc_path = v; }},
+        {"max_kernels", [](auto& c, const auto& v) { c.manager.max_kernels = to_u64("max_kernels", v); }},
+        {"auto_restart", [](auto& c, const auto& v) { c.manager.auto_restart = v == "true" || v == "1" || v == "yes"; }},
+        {"iopub_msg_rate", [](auto& c, const auto& v) { c.manager.kernel.iopub_msg_rate = to_double("iopub_msg_rate", v); }},
+        {"iopub_data_rate", [](auto& c, const auto& v) { c.manager.kernel.iopub_data_rate = to_double("iopub_data_rate", v); }},
+        {"rate_limit_rich_outputs", [](auto& c, const auto& v) { c.manager.kernel.limit_rich_outputs = v == "true" || v == "1"; }},
+        {"max_ws_message_bytes", [](auto& c, const auto& v) { c.server.max_ws_message_bytes = to_u64("max_ws_message_bytes", v); }},
+        {"max_ws_queue_bytes", [](auto& c, const auto& v) { c.server.max_ws_queue_bytes = to_u64("max_ws_queue_bytes", v); }},
+        {"max_body_bytes", [](auto& c, const auto& v) { c.server.max_body_bytes = to_u64("max_body_bytes", v); }},
+        {"log_level", [](auto& c, const auto& v) { c.log_level = v; }},
+        {"io_threads", [](auto& c, const auto& v) { c.io_threads = static_cast<int>(to_u64("io_threads", v)); }},
+        {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
+    };
+    return table;
+}
+
+std::string scalar_text(const json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+    if (v.is_number()) return v.dump();
+    throw config_error("expected a string, number or boolean");
+}
+
+kernels::kernelspec kernelspec_from(const std::string& name, const json& j) {
+    if (!j.is_object()) throw config_error("kernelspecs." + name + " must be an object");
+    auto k = name == "python3" ? kernels::default_python_kernelspec() : kernels::kernelspec{};
+    k.name = name;
+    k.display_name = j.value("display_name", k.display_name);
+    k.image = j.value("image", k.image);
+    k.runtime = j.value("runtime", k.runtime);
+    k.language = j.value("language", k.language);
+    if (j.contains("preload")) k.preload = j["preload"].get<std::vector<std::string>>();
+    if (j.contains("limits")) from_json(j["limits"], k.limits);
+    return k;
+}
+
+void apply_file(gateway_config& c, const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw config_error("cannot read the config file " + path);
+    const auto j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw config_error("the config file " + path + " is not a JSON object");
+    for (const auto& [key, value] : j.items()) {
+        if (key == "kernelspecs") {
+            if (!value.is_object()) throw config_error("kernelspecs must be an object");
+            c.kernelspecs.clear();
+            for (const auto& [name, spec] : value.items()) c.kernelspecs.push_back(kernelspec_from(name, spec));
+            continue;
+        }
+        if (key == "tokens") {
+            if (!value.is_array()) throw config_error("tokens must be an array");
+            for (const auto& t : value)
+                c.tokens.push_back({t.at("token").get<std::string>(), t.value("tenant", "default"), t.value("name", t.value("tenant", "default"))});
+            continue;
+        }
+        if (key == "allow_origins" && value.is_array()) {
+            for (const auto& o : value) c.server.allow_origins.push_back(o.get<std::string>());
+            continue;
+        }
+        const auto it = setters().find(key);
+        if (it == setters().end()) throw config_error("unknown key '" + key + "' in " + path);
+        try {
+            it->second(c, scalar_text(value));
+        } catch (const config_error& e) {
+            throw config_error(std::string(e.what()) + " (in " + path + ")");
+        }
+    }
+}
+
+}  // namespace
+
+gateway_config parse_config(int argc, char** argv, const char* env_token) {
+    gateway_config c;
+    c.kernelspecs = {kernels::default_python_kernelspec()};
+    std::vector<std::pair<std::string, std::string>> cli;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--help" || a == "-h") throw config_error(usage());
+        if (a.rfind("--", 0) != 0) throw config_error("unexpected argument '" + a + "'");
+        a = a.substr(2);
+        std::string value;
+        if (const auto eq = a.find('='); eq != std::string::npos) {
+            value = a.substr(eq + 1);
+            a = a.substr(0, eq);
+        } else if (a == "no-auto-restart") {
+            a = "auto_restart";
+            value = "false";
+        } else {
+            if (i + 1 >= argc) throw config_error("--" + a + " needs a value");
+            value = argv[++i];
+        }
+        for (auto& ch : a)
+            if (ch == '-') ch = '_';
+        cli.emplace_back(a, value);
+    }
+    for (const auto& [k, v] : cli)
+        if (k == "config") apply_file(c, v);
+    const bool file_tokens = !c.tokens.empty();
+    std::vector<http::token_entry> cli_tokens;
+    for (const auto& [k, v] : cli) {
+        if (k == "config") continue;
+        const auto it = setters().find(k);
+        if (it == setters().end()) throw config_error("unknown option --" + k + "\n" + usage());
+        it->second(c, v);
+    }
+    (void)file_tokens;
+    if (c.tokens.empty() && env_token != nullptr && *env_token != '\0') c.tokens.push_back({env_token, "default", "default"});
+    if (c.certfile.has_value() != c.keyfile.has_value()) throw config_error("--certfile and --keyfile go together");
+    return c;
+}
+
+std::string usage() {
+    return "usage: cellgate [--ip 127.0.0.1] [--port 8888] [--port-file PATH] [--token T | env CELLGATE_TOKEN]\n"
+           "                [--certfile F --keyfile F] [--allow-origin ORIGIN]... [--config FILE.json]\n"
+           "                [--state-dir D] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
+           "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
+           "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"
+           "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits}}.";
+}
+
+}  // namespace cellgate::config

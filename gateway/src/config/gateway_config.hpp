@@ -1,0 +1,40 @@
+#pragma once
+
+#include "cellgate/launcher/launcher_config.hpp"
+#include "http/auth.hpp"
+#include "http/server.hpp"
+#include "kernels/kernel_manager.hpp"
+#include "kernels/kernelspecs.hpp"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cellgate::config {
+
+struct gateway_config {
+    http::server_options server;
+    std::optional<std::string> port_file;
+    std::vector<http::token_entry> tokens;  // empty: one token is generated and printed
+    std::optional<std::string> certfile, keyfile;
+    launcher::launcher_config launcher;
+    kernels::manager_config manager;
+    std::vector<kernels::kernelspec> kernelspecs;
+    std::string default_kernelspec = "python3";
+    std::string log_level = "info";
+    int io_threads = 0;  // 0: one per core, at least 2
+};
+
+class config_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Command line over config file over defaults. `env_token` is CELLGATE_TOKEN.
+// Throws config_error with a message naming the bad option.
+gateway_config parse_config(int argc, char** argv, const char* env_token);
+
+std::string usage();
+
+}  // namespace cellgate::config

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <boost/beast/http.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cellgate::http {
+
+namespace bhttp = boost::beast::http;
+using request = bhttp::request<bhttp::string_body>;
+
+// Who is calling, as the token says.
+struct identity {
+    std::string tenant;
+    std::string token_name;
+};
+
+// A response as handlers build it; the server turns it into Beast messages.
+// With file_fd >= 0 the body is streamed from that file (the server closes it).
+struct response {
+    unsigned status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+    int file_fd = -1;
+    std::uint64_t file_size = 0;
+};
+
+response json_response(unsigned status, const nlohmann::json& body);
+// Every error on the wire: {"reason": <HTTP reason phrase>, "message": …}.
+response error_response(unsigned status, const std::string& message);
+response empty_response(unsigned status);
+
+// One request on its way through a handler. Shared, so an async handler can
+// keep it until it replies.
+struct request_context {
+    request req;
+    std::string path;                                  // decoded path
+    std::map<std::string, std::string> query;          // decoded; bare keys map to ""
+    std::map<std::string, std::string> params;         // from the route pattern
+    std::string route;                                 // the pattern, for metrics
+    identity who;
+    std::string remote;
+
+    const std::string& param(const std::string& name) const { return params.at(name); }
+    std::optional<std::string> query_value(const std::string& name) const {
+        const auto it = query.find(name);
+        return it == query.end() ? std::nullopt : std::optional(it->second);
+    }
+    // Parses the body as JSON; throws api_exception(400) with a clear message.
+    nlohmann::json json_body(bool allow_empty = true) const;
+};
+
+using request_ptr = std::shared_ptr<request_context>;
+// A handler replies exactly once, from any thread.
+using reply_fn = std::function<void(response)>;
+using handler_fn = std::function<void(const request_ptr&, reply_fn)>;
+
+// URL helpers, strict: bad escapes and NUL are errors (nullopt).
+std::optional<std::string> url_decode(std::string_view in, bool plus_is_space = false);
+std::map<std::string, std::string> parse_query(std::string_view query);
+
+}  // namespace cellgate::http

@@ -1,0 +1,84 @@
+#include "http/router.hpp"
+
+namespace cellgate::http {
+
+namespace {
+
+std::vector<std::string_view> split(std::string_view path) {
+    std::vector<std::string_view> out;
+    if (!path.empty() && path.front() == '/') path.remove_prefix(1);
+    while (true) {
+        const auto slash = path.find('/');
+        out.push_back(path.substr(0, slash));
+        if (slash == std::string_view::npos) break;
+        path.remove_prefix(slash + 1);
+    }
+    return out;
+}
+
+}  // namespace
+
+void router::add(bhttp::verb method, std::string pattern, handler_fn handler) {
+    route r{method, pattern, {}, std::move(handler)};
+    for (auto s : split(pattern)) r.segments.emplace_back(s);
+    routes_.push_back(std::move(r));
+}
+
+router::match router::find(bhttp::verb method, std::string_view raw_path) const {
+    match result;
+    result.status = 404;
+    auto raw_segments = split(raw_path);
+    // "/api/kernels/" is "/api/kernels".
+    if (raw_segments.size() > 1 && raw_segments.back().empty()) raw_segments.pop_back();
+    std::vector<std::string> segments;
+    for (auto s : raw_segments) {
+        auto decoded = url_decode(s);
+        if (!decoded) {
+            result.status = 400;
+            return result;
+        }
+        segments.push_back(std::move(*decoded));
+    }
+    for (const auto& r : routes_) {
+        std::map<std::string, std::string> params;
+        bool ok = true;
+        std::size_t i = 0;
+        for (; i < r.segments.size() && ok; ++i) {
+            const auto& p = r.segments[i];
+            if (p.size() > 3 && p.front() == '{' && p.ends_with("*}")) {
+                // The rest of the path; an absent or empty rest is "".
+                std::string rest;
+                for (std::size_t j = i; j < segments.size(); ++j) rest += (j > i ? "/" : "") + segments[j];
+                params[p.substr(1, p.size() - 3)] = rest;
+                i = segments.size();
+                break;
+            }
+            if (i >= segments.size()) {
+                ok = false;
+            } else if (p.size() > 2 && p.front() == '{' && p.back() == '}') {
+                if (segments[i].empty()) ok = false;
+                params[p.substr(1, p.size() - 2)] = segments[i];
+            } else if (p != segments[i]) {
+                ok = false;
+            }
+        }
+        if (!ok) continue;
+        const bool rest_pattern = !r.segments.empty() && r.segments.back().ends_with("*}");
+        if (!rest_pattern && (i != r.segments.size() || segments.size() != r.segments.size())) continue;
+        if (rest_pattern && segments.size() + 1 < r.segments.size()) continue;
+        if (r.method != method) {
+            result.status = 405;
+            if (!result.allow.empty()) result.allow += ", ";
+            result.allow += std::string(bhttp::to_string(r.method));
+            continue;
+        }
+        result.handler = &r.handler;
+        result.params = std::move(params);
+        result.pattern = r.pattern;
+        result.status = 200;
+        return result;
+    }
+    return result;
+}
+
+}  // namespace cellgate::http

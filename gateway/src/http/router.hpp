@@ -1,0 +1,41 @@
+#pragma once
+
+#include "http/http_types.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cellgate::http {
+
+// Maps (method, path) to a handler. Patterns are '/'-separated: a literal
+// segment, "{name}" for one segment, or a trailing "{name*}" for the rest of
+// the path (possibly empty). Matching is a pure function of its inputs.
+class router {
+public:
+    void add(bhttp::verb method, std::string pattern, handler_fn handler);
+
+    struct match {
+        const handler_fn* handler = nullptr;
+        std::map<std::string, std::string> params;
+        std::string pattern;
+        unsigned status = 200;  // 404 (no such path) or 405 (wrong method) when handler is null
+        std::string allow;      // for 405: the methods the path accepts
+    };
+    // `raw_path` is the request target without its query, still URL-encoded;
+    // each segment is decoded after splitting (so %2F stays inside a segment).
+    // A bad escape gives status 400.
+    match find(bhttp::verb method, std::string_view raw_path) const;
+
+private:
+    struct route {
+        bhttp::verb method;
+        std::string pattern;
+        std::vector<std::string> segments;
+        handler_fn handler;
+    };
+    std::vector<route> routes_;
+};
+
+}  // namespace cellgate::http

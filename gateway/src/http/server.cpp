@@ -1,0 +1,327 @@
+#include "http/server.hpp"
+
+#include "util/api_error.hpp"
+#include "ws/channels_session.hpp"
+
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <variant>
+
+namespace cellgate::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+void server_context::track(const std::shared_ptr<closable>& c) {
+    std::lock_guard lock(live_mutex);
+    live.insert(c);
+}
+
+void server_context::untrack(const std::shared_ptr<closable>& c) {
+    std::lock_guard lock(live_mutex);
+    live.erase(c);
+}
+
+namespace {
+
+constexpr const char* channels_pattern = "/api/kernels/{kernel_id}/channels";
+
+using clock = std::chrono::steady_clock;
+
+// Origins named explicitly may call the REST API from a browser.
+void add_cors(const request& req, const server_options& o, bhttp::response_header<>& h) {
+    const auto origin = req[bhttp::field::origin];
+    if (origin.empty()) return;
+    bool allowed = false;
+    for (const auto& a : o.allow_origins) allowed = allowed || a == "*" || a == origin;
+    if (!allowed) return;
+    h.set(bhttp::field::access_control_allow_origin, origin);
+    h.set(bhttp::field::vary, "Origin");
+    h.set(bhttp::field::access_control_allow_headers, "Authorization, Content-Type, X-XSRFToken, Accept");
+    h.set(bhttp::field::access_control_allow_methods, "GET, POST, PUT, PATCH, DELETE, OPTIONS");
+    h.set(bhttp::field::access_control_max_age, "600");
+}
+
+bool public_route(const std::string& pattern) {
+    return pattern == "/api" || pattern == "/healthz" || pattern == "/" || pattern.rfind("/static/", 0) == 0;
+}
+
+template <class Stream>
+class http_session : public std::enable_shared_from_this<http_session<Stream>> {
+public:
+    http_session(Stream&& stream, server_context& ctx) : stream_(std::move(stream)), ctx_(ctx) {}
+
+    void run() {
+        if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+            beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(30));
+            stream_.async_handshake(asio::ssl::stream_base::server,
+                                    beast::bind_front_handler(&http_session::on_handshake, this->shared_from_this()));
+        } else {
+            asio::dispatch(stream_.get_executor(),
+                           beast::bind_front_handler(&http_session::do_read, this->shared_from_this()));
+        }
+    }
+
+private:
+    void on_handshake(beast::error_code ec) {
+        if (ec) return;
+        do_read();
+    }
+
+    void do_read() {
+        parser_.emplace();
+        parser_->body_limit(ctx_.options.max_body_bytes);
+        parser_->header_limit(static_cast<std::uint32_t>(ctx_.options.max_header_bytes));
+        beast::get_lowest_layer(stream_).expires_after(ctx_.options.request_timeout);
+        bhttp::async_read(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&http_session::on_read, this->shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, std::size_t) {
+        if (ec == bhttp::error::end_of_stream) return do_close();
+        if (ec == bhttp::error::body_limit) {
+            return send(error_response(413, "The request body is larger than " +
+                                                std::to_string(ctx_.options.max_body_bytes) + " bytes"),
+                        false, {});
+        }
+        if (ec == bhttp::error::header_limit) return send(error_response(431, "Request headers too large"), false, {});
+        if (ec) return;  // timeout, reset, malformed: nothing to answer
+        handle(parser_->release());
+    }
+
+    void handle(request req) {
+        started_ = clock::now();
+        auto ctx = std::make_shared<request_context>();
+        const auto target = std::string_view(req.target().data(), req.target().size());
+        const auto q = target.find('?');
+        const auto raw_path = target.substr(0, q);
+        if (q != std::string_view::npos) ctx->query = parse_query(target.substr(q + 1));
+        ctx->remote = remote_;
+        const bool keep_alive = req.keep_alive();
+
+        if (req.method() == bhttp::verb::options) {
+            response r = empty_response(204);
+            ctx->req = std::move(req);
+            return send(std::move(r), keep_alive, ctx);
+        }
+        const auto m = ctx_.routes.find(req.method(), raw_path);
+        ctx->route = m.pattern.empty() ? "(unmatched)" : m.pattern;
+        ctx->req = std::move(req);
+        if (m.handler == nullptr) {
+            if (m.status == 400) return send(error_response(400, "The request path has a malformed %-escape"), keep_alive, ctx);
+            if (m.status == 405) {
+                auto r = error_response(405, "Method not allowed here");
+                r.headers.emplace_back("Allow", m.allow);
+                return send(std::move(r), keep_alive, ctx);
+            }
+            return send(error_response(404, "Not found: " + std::string(raw_path.substr(0, 200))), keep_alive, ctx);
+        }
+        ctx->params = m.params;
+        ctx->path = std::string(raw_path);
+
+        if (!public_route(m.pattern)) {
+            const auto a = ctx_.auth.check(ctx->req, ctx->query);
+            if (a.status == authenticator::outcome::missing)
+                return send(error_response(401, "Authentication required: send 'Authorization: token <token>'"),
+                            keep_alive, ctx);
+            if (a.status == authenticator::outcome::wrong)
+                return send(error_response(403, "Invalid token"), keep_alive, ctx);
+            ctx->who = a.who;
+        }
+
+        if (websocket::is_upgrade(ctx->req)) {
+            if (m.pattern != channels_pattern)
+                return send(error_response(400, "No WebSocket endpoint here"), keep_alive, ctx);
+            return upgrade(ctx);
+        }
+
+        auto self = this->shared_from_this();
+        reply_fn reply = [self, ctx, keep_alive](response r) {
+            asio::post(self->stream_.get_executor(), [self, ctx, keep_alive, r = std::move(r)]() mutable {
+                self->send(std::move(r), keep_alive, ctx);
+            });
+        };
+        try {
+            (*m.handler)(ctx, std::move(reply));
+        } catch (const api_exception& e) {
+            send(error_response(e.status(), e.what()), keep_alive, ctx);
+        } catch (const std::exception& e) {
+            spdlog::error("{} {}: handler failed: {}", std::string(bhttp::to_string(ctx->req.method())), ctx->route, e.what());
+            send(error_response(500, "Internal error"), keep_alive, ctx);
+        }
+    }
+
+    void upgrade(const request_ptr& ctx) {
+        const bool keep_alive = false;
+        if (!origin_allowed(ctx->req, ctx_.options.allow_origins))
+            return send(error_response(403, "Origin not allowed"), keep_alive, ctx);
+        auto k = ctx_.kernels.find(ctx->who.tenant, ctx->param("kernel_id"));
+        if (!k) return send(error_response(404, "No such kernel"), keep_alive, ctx);
+        bool v1 = false;
+        const auto offered = ctx->req[bhttp::field::sec_websocket_protocol];
+        for (std::string_view rest(offered.data(), offered.size()); !rest.empty();) {
+            const auto comma = rest.find(',');
+            auto item = rest.substr(0, comma);
+            while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+            while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+            if (item == ws::v1_subprotocol) v1 = true;
+            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+        }
+        const auto session_id = ctx->query_value("session_id").value_or("");
+        ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
+        beast::get_lowest_layer(stream_).expires_never();
+        std::make_shared<ws::channels_session<Stream>>(std::move(stream_), ctx_, std::move(k), session_id, v1)
+            ->run(std::move(ctx->req));
+    }
+
+    template <class Body>
+    void finish_headers(bhttp::response<Body>& res, const response& r, const request_ptr& ctx) {
+        res.set(bhttp::field::server, "cellgate");
+        if (!r.content_type.empty()) res.set(bhttp::field::content_type, r.content_type);
+        res.set(bhttp::field::cache_control, "no-store");
+        res.set("X-Content-Type-Options", "nosniff");
+        for (const auto& [k, v] : r.headers) res.set(k, v);
+        if (ctx) add_cors(ctx->req, ctx_.options, res.base());
+    }
+
+    void send(response r, bool keep_alive, request_ptr ctx) {
+        if (ctx)
+            ctx_.metrics.observe_request(std::string(bhttp::to_string(ctx->req.method())), ctx->route, r.status,
+                                         std::chrono::duration<double>(clock::now() - started_).count());
+        if (ctx && r.status >= 400)
+            spdlog::info("{} {} → {}", std::string(bhttp::to_string(ctx->req.method())), ctx->path.substr(0, 200), r.status);
+        const unsigned version = ctx ? ctx->req.version() : 11;
+        if (r.file_fd >= 0) {
+            auto res = std::make_shared<bhttp::response<bhttp::file_body>>(static_cast<bhttp::status>(r.status), version);
+            finish_headers(*res, r, ctx);
+            beast::error_code ec;
+            beast::file f;
+            f.native_handle(r.file_fd);
+            res->body().reset(std::move(f), ec);
+            res->content_length(r.file_size);
+            res->keep_alive(keep_alive);
+            write(res, keep_alive);
+        } else {
+            auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), version);
+            finish_headers(*res, r, ctx);
+            res->body() = std::move(r.body);
+            res->prepare_payload();
+            res->keep_alive(keep_alive);
+            write(res, keep_alive);
+        }
+    }
+
+    template <class Message>
+    void write(const std::shared_ptr<Message>& res, bool keep_alive) {
+        beast::get_lowest_layer(stream_).expires_after(std::chrono::minutes(10));
+        bhttp::async_write(stream_, *res,
+                           [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
+                               if (ec) return;
+                               if (!keep_alive) return self->do_close();
+                               self->do_read();
+                           });
+    }
+
+    void do_close() {
+        beast::error_code ec;
+        if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+            beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(5));
+            stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {});
+        } else {
+            stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        }
+    }
+
+public:
+    std::string remote_;
+
+private:
+    Stream stream_;
+    server_context& ctx_;
+    beast::flat_buffer buffer_;
+    std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+    clock::time_point started_;
+};
+
+}  // namespace
+
+struct server::impl : std::enable_shared_from_this<server::impl> {
+    impl(asio::io_context& i, server_context& c, std::shared_ptr<asio::ssl::context> t)
+        : ioc(i), ctx(c), tls(std::move(t)), acceptor(asio::make_strand(i)) {}
+
+    void do_accept() {
+        acceptor.async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
+            self->on_accept(ec, std::move(s));
+        });
+    }
+
+    void on_accept(beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+            if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+            spdlog::warn("accept failed: {}", ec.message());
+        } else {
+            // Without TCP_NODELAY, Nagle meets delayed ACKs and every reply waits ~40 ms.
+            socket.set_option(tcp::no_delay(true), ec);
+            std::string remote;
+            if (auto ep = socket.remote_endpoint(ec); !ec) remote = ep.address().to_string();
+            if (tls) {
+                auto s = std::make_shared<http_session<beast::ssl_stream<beast::tcp_stream>>>(
+                    beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls), ctx);
+                s->remote_ = remote;
+                s->run();
+            } else {
+                auto s = std::make_shared<http_session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), ctx);
+                s->remote_ = remote;
+                s->run();
+            }
+        }
+        if (acceptor.is_open()) do_accept();
+    }
+
+    asio::io_context& ioc;
+    server_context& ctx;
+    std::shared_ptr<asio::ssl::context> tls;
+    tcp::acceptor acceptor;
+};
+
+server::server(asio::io_context& ioc, server_context& ctx, std::shared_ptr<asio::ssl::context> tls)
+    : impl_(std::make_shared<impl>(ioc, ctx, std::move(tls))) {}
+
+server::~server() = default;
+
+unsigned short server::listen() {
+    auto& a = impl_->acceptor;
+    const tcp::endpoint ep(asio::ip::make_address(impl_->ctx.options.ip), impl_->ctx.options.port);
+    a.open(ep.protocol());
+    a.set_option(asio::socket_base::reuse_address(true));
+    a.bind(ep);
+    a.listen(asio::socket_base::max_listen_connections);
+    impl_->do_accept();
+    return a.local_endpoint().port();
+}
+
+void server::stop() {
+    asio::post(impl_->acceptor.get_executor(), [self = impl_] {
+        beast::error_code ec;
+        self->acceptor.close(ec);
+    });
+    std::vector<std::shared_ptr<closable>> live;
+    {
+        std::lock_guard lock(impl_->ctx.live_mutex);
+        for (const auto& w : impl_->ctx.live)
+            if (auto c = w.lock()) live.push_back(std::move(c));
+    }
+    for (auto& c : live) c->shutdown("server shutting down");
+}
+
+}  // namespace cellgate::http

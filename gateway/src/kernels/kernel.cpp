@@ -1,0 +1,417 @@
+#include "kernels/kernel.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <ctime>
+
+namespace cellgate::kernels {
+
+namespace {
+
+std::atomic<std::uint64_t> next_set_id{kernel::gateway_set + 1};
+
+std::size_t client_bytes(const ws::client_message& m) {
+    std::size_t n = m.header.size() + m.parent_header.size() + m.metadata.size() + m.content.size();
+    for (const auto& b : m.buffers) n += b.size();
+    return n;
+}
+
+bool is_rich_output(const std::string& msg_type) {
+    return msg_type == "display_data" || msg_type == "execute_result" || msg_type == "update_display_data";
+}
+
+}  // namespace
+
+std::string_view to_string(kernel_state s) noexcept {
+    switch (s) {
+    case kernel_state::starting: return "starting";
+    case kernel_state::idle: return "idle";
+    case kernel_state::busy: return "busy";
+    case kernel_state::restarting: return "restarting";
+    case kernel_state::dead: return "dead";
+    case kernel_state::terminating: return "terminating";
+    }
+    return "unknown";
+}
+
+std::string iso8601(std::chrono::system_clock::time_point t) {
+    using namespace std::chrono;
+    const auto micros = duration_cast<microseconds>(t.time_since_epoch()).count() % 1000000;
+    const std::time_t secs = system_clock::to_time_t(t);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(micros));
+    return buf;
+}
+
+kernel::kernel(std::string id, std::string spec_name, std::string tenant, wire::zmq_reactor& reactor,
+               const kernel_settings& settings, metrics::registry& metrics)
+    : id_(std::move(id)), spec_name_(std::move(spec_name)), tenant_(std::move(tenant)), reactor_(reactor),
+      settings_(settings), metrics_(metrics), last_activity_wall_(steady::now()),
+      last_activity_(std::chrono::system_clock::now()), last_heartbeat_(steady::now()),
+      window_start_(steady::now()) {}
+
+kernel::~kernel() = default;
+
+void kernel::connect(launcher::sandbox_info sandbox) {
+    std::weak_ptr<kernel> weak = weak_from_this();
+    wire::zmq_reactor::kernel_handlers handlers;
+    handlers.on_message = [weak](std::uint64_t set_id, wire::kernel_message_ptr m) {
+        if (auto self = weak.lock()) self->on_wire_message(set_id, std::move(m));
+    };
+    handlers.on_dropped = [weak, this_id = id_](const std::string& reason) {
+        if (auto self = weak.lock()) ++self->metrics_.kernel_messages_dropped;
+        spdlog::warn("kernel {}: dropped a message from the kernel: {}", this_id, reason);
+    };
+    handlers.on_heartbeat = [weak] {
+        if (auto self = weak.lock()) self->heartbeat_seen();
+    };
+    std::vector<std::uint64_t> set_ids;
+    launcher::kernel_endpoints endpoints = sandbox.endpoints;
+    {
+        std::lock_guard lock(mutex_);
+        sandbox_ = std::move(sandbox);
+        ready_ = false;
+        iopub_seen_ = false;
+        nudge_msg_id_.clear();
+        kernel_info_ = nullptr;
+        last_heartbeat_ = steady::now();
+        for (const auto& [set_id, s] : sessions_) set_ids.push_back(set_id);
+    }
+    reactor_.add_kernel(id_, endpoints, std::move(handlers));
+    reactor_.open_channels(id_, gateway_set);
+    for (auto set_id : set_ids) reactor_.open_channels(id_, set_id);
+}
+
+std::optional<launcher::sandbox_info> kernel::sandbox() const {
+    std::lock_guard lock(mutex_);
+    return sandbox_;
+}
+
+bool kernel::nudge() {
+    std::lock_guard lock(mutex_);
+    if (ready_ || closed_) return ready_;
+    auto msg = protocol::make_message("kernel_info_request", nlohmann::json::object(), "cellgate-gateway-" + id_);
+    nudge_msg_id_ = nlohmann::json::parse(msg.header).at("msg_id").get<std::string>();
+    reactor_.send(id_, gateway_set, ws::channel::shell, std::move(msg));
+    return false;
+}
+
+bool kernel::ready() const {
+    std::lock_guard lock(mutex_);
+    return ready_;
+}
+
+void kernel::set_state(kernel_state s) {
+    std::lock_guard lock(mutex_);
+    state_ = s;
+}
+
+kernel_state kernel::state() const {
+    std::lock_guard lock(mutex_);
+    return state_;
+}
+
+void kernel::heartbeat_seen() {
+    std::lock_guard lock(mutex_);
+    last_heartbeat_ = steady::now();
+}
+
+steady::time_point kernel::last_heartbeat() const {
+    std::lock_guard lock(mutex_);
+    return last_heartbeat_;
+}
+
+wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state) const {
+    auto m = std::make_shared<wire::kernel_message>();
+    m->chan = ws::channel::iopub;
+    m->msg = protocol::make_message("status", {{"execution_state", execution_state}}, "cellgate-gateway-" + id_);
+    const auto header = nlohmann::json::parse(m->msg.header);
+    m->fields.msg_id = header.at("msg_id").get<std::string>();
+    m->fields.msg_type = "status";
+    m->fields.session = header.at("session").get<std::string>();
+    return m;
+}
+
+wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) const {
+    auto m = std::make_shared<wire::kernel_message>();
+    m->chan = ws::channel::iopub;
+    m->msg = protocol::make_message("stream", {{"name", "stderr"}, {"text", text}}, "cellgate-gateway-" + id_);
+    const auto header = nlohmann::json::parse(m->msg.header);
+    m->fields.msg_id = header.at("msg_id").get<std::string>();
+    m->fields.msg_type = "stream";
+    m->fields.session = header.at("session").get<std::string>();
+    return m;
+}
+
+void kernel::broadcast_status(std::string_view execution_state) {
+    const auto m = synthesize_status(execution_state);
+    std::lock_guard lock(mutex_);
+    fan_out_locked(m);
+}
+
+void kernel::close(const std::string& reason) {
+    std::vector<std::shared_ptr<kernel_subscriber>> subscribers;
+    {
+        std::lock_guard lock(mutex_);
+        if (closed_) return;
+        closed_ = true;
+        for (auto& [set_id, s] : sessions_)
+            if (auto sub = s.subscriber.lock()) subscribers.push_back(std::move(sub));
+        for (auto& o : observers_)
+            if (auto sub = o.lock()) subscribers.push_back(std::move(sub));
+        sessions_.clear();
+        observers_.clear();
+        pending_.clear();
+    }
+    reactor_.remove_kernel(id_);
+    for (auto& sub : subscribers) sub->kernel_closed(reason);
+}
+
+kernel::attach_result kernel::attach(const std::string& session_id, std::shared_ptr<kernel_subscriber> subscriber) {
+    std::lock_guard lock(mutex_);
+    attach_result r;
+    if (!session_id.empty()) {
+        for (auto& [set_id, s] : sessions_) {
+            if (s.session_id != session_id) continue;
+            if (auto previous = s.subscriber.lock()) {
+                // A second connection with the same session id takes over;
+                // the old one stops receiving (as jupyter_server does).
+                previous->kernel_closed("replaced by a new connection with the same session_id");
+            }
+            s.subscriber = subscriber;
+            r.set_id = set_id;
+            r.replayed = s.buffer.size();
+            for (const auto& m : s.buffer) subscriber->deliver(m);
+            if (s.dropped > 0)
+                subscriber->deliver(gateway_notice("[cellgate] " + std::to_string(s.dropped) +
+                                                   " messages were dropped while this session was "
+                                                   "disconnected (buffer full)\n"));
+            s.buffer.clear();
+            s.buffered_bytes = 0;
+            s.dropped = 0;
+            return r;
+        }
+    }
+    client_session s;
+    s.session_id = session_id;
+    s.set_id = next_set_id++;
+    s.subscriber = subscriber;
+    r.set_id = s.set_id;
+    sessions_.emplace(s.set_id, std::move(s));
+    reactor_.open_channels(id_, r.set_id);
+    return r;
+}
+
+void kernel::detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> unsent) {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(set_id);
+    if (it == sessions_.end()) return;
+    auto& s = it->second;
+    if (s.session_id.empty()) {
+        sessions_.erase(it);
+        reactor_.close_channels(id_, set_id);
+        return;
+    }
+    s.subscriber.reset();
+    s.detached_at = steady::now();
+    for (auto m = unsent.rbegin(); m != unsent.rend(); ++m) {
+        s.buffered_bytes += (*m)->wire_bytes();
+        s.buffer.push_front(*m);
+    }
+    while (!s.buffer.empty() && (s.buffer.size() > settings_.session_buffer_messages ||
+                                 s.buffered_bytes > settings_.session_buffer_bytes)) {
+        s.buffered_bytes -= s.buffer.front()->wire_bytes();
+        s.buffer.pop_front();
+        ++s.dropped;
+    }
+}
+
+void kernel::expire_sessions(steady::time_point now) {
+    std::lock_guard lock(mutex_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (!it->second.attached() && now - it->second.detached_at > settings_.session_buffer_ttl) {
+            reactor_.close_channels(id_, it->first);
+            it = sessions_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+bool kernel::client_send(std::uint64_t set_id, ws::client_message msg) {
+    std::lock_guard lock(mutex_);
+    if (closed_) return false;
+    if (!ready_) {
+        const auto bytes = client_bytes(msg);
+        if (pending_.size() >= settings_.pending_messages || pending_bytes_ + bytes > settings_.pending_bytes)
+            return false;
+        pending_bytes_ += bytes;
+        pending_.push_back({set_id, std::move(msg)});
+        return true;
+    }
+    send_locked(set_id, std::move(msg));
+    return true;
+}
+
+void kernel::send_locked(std::uint64_t set_id, ws::client_message msg) {
+    if (msg.msg_type == "execute_request") ++metrics_.executions;
+    last_activity_ = std::chrono::system_clock::now();
+    last_activity_wall_ = steady::now();
+    protocol::message out;
+    out.header = std::move(msg.header);
+    out.parent_header = std::move(msg.parent_header);
+    out.metadata = std::move(msg.metadata);
+    out.content = std::move(msg.content);
+    out.buffers = std::move(msg.buffers);
+    reactor_.send(id_, set_id, msg.chan, std::move(out));
+}
+
+void kernel::flush_pending_locked() {
+    while (!pending_.empty()) {
+        auto p = std::move(pending_.front());
+        pending_.pop_front();
+        if (p.set_id == gateway_set || sessions_.count(p.set_id) != 0) send_locked(p.set_id, std::move(p.msg));
+    }
+    pending_bytes_ = 0;
+}
+
+void kernel::add_observer(const std::shared_ptr<kernel_subscriber>& observer) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(observers_, [](const auto& w) { return w.expired(); });
+    observers_.push_back(observer);
+}
+
+void kernel::gateway_send(ws::channel chan, protocol::message msg) {
+    ws::client_message m;
+    m.chan = chan;
+    const auto header = nlohmann::json::parse(msg.header, nullptr, false);
+    if (header.is_object()) m.msg_type = header.value("msg_type", "");
+    m.header = std::move(msg.header);
+    m.parent_header = std::move(msg.parent_header);
+    m.metadata = std::move(msg.metadata);
+    m.content = std::move(msg.content);
+    m.buffers = std::move(msg.buffers);
+    client_send(gateway_set, std::move(m));
+}
+
+void kernel::on_wire_message(std::uint64_t set_id, wire::kernel_message_ptr m) {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    if (set_id == 0) {
+        if (!ready_ && !nudge_msg_id_.empty()) iopub_seen_ = true;
+        if (m->fields.msg_type == "status") {
+            const auto content = nlohmann::json::parse(m->msg.content, nullptr, false);
+            const auto s = content.is_object() ? content.value("execution_state", "") : "";
+            if (state_ != kernel_state::restarting && state_ != kernel_state::terminating &&
+                state_ != kernel_state::dead) {
+                if (s == "busy") state_ = kernel_state::busy;
+                else if (s == "idle") state_ = kernel_state::idle;
+                else if (s == "starting") state_ = kernel_state::starting;
+            }
+        } else {
+            last_activity_ = std::chrono::system_clock::now();
+            last_activity_wall_ = steady::now();
+        }
+        if (rate_limited_locked(*m)) return;
+        fan_out_locked(m);
+        return;
+    }
+    if (set_id == gateway_set) {
+        if (!ready_ && m->fields.msg_type == "kernel_info_reply") {
+            kernel_info_ = nlohmann::json::parse(m->msg.content, nullptr, false);
+        }
+        for (auto& o : observers_)
+            if (auto sub = o.lock()) sub->deliver(m);
+        if (!ready_ && iopub_seen_ && kernel_info_.is_object()) {
+            ready_ = true;
+            if (state_ == kernel_state::starting || state_ == kernel_state::restarting) state_ = kernel_state::idle;
+            flush_pending_locked();
+        }
+        return;
+    }
+    const auto it = sessions_.find(set_id);
+    if (it != sessions_.end()) deliver_locked(it->second, m);
+}
+
+void kernel::fan_out_locked(const wire::kernel_message_ptr& m) {
+    for (auto& [set_id, s] : sessions_) deliver_locked(s, m);
+    for (auto& o : observers_)
+        if (auto sub = o.lock()) sub->deliver(m);
+}
+
+void kernel::deliver_locked(client_session& s, const wire::kernel_message_ptr& m) {
+    if (auto sub = s.subscriber.lock()) {
+        sub->deliver(m);
+        return;
+    }
+    if (s.session_id.empty()) return;
+    // Disconnected: keep it for the reconnect, within bounds (oldest go first).
+    s.buffer.push_back(m);
+    s.buffered_bytes += m->wire_bytes();
+    while (!s.buffer.empty() && (s.buffer.size() > settings_.session_buffer_messages ||
+                                 s.buffered_bytes > settings_.session_buffer_bytes)) {
+        s.buffered_bytes -= s.buffer.front()->wire_bytes();
+        s.buffer.pop_front();
+        ++s.dropped;
+    }
+}
+
+bool kernel::rate_limited_locked(const wire::kernel_message& m) {
+    if (settings_.iopub_msg_rate <= 0 && settings_.iopub_data_rate <= 0) return false;
+    const auto& type = m.fields.msg_type;
+    if (type == "status" || (!settings_.limit_rich_outputs && is_rich_output(type)) ||
+        (type != "stream" && !is_rich_output(type)))
+        return false;
+    const auto now = steady::now();
+    const double window_s = std::chrono::duration<double>(settings_.rate_window).count();
+    if (now - window_start_ > settings_.rate_window) {
+        const bool was_limiting = limiting_;
+        window_start_ = now;
+        window_msgs_ = window_bytes_ = 0;
+        limiting_ = false;
+        if (was_limiting)
+            fan_out_locked(gateway_notice("[cellgate] IOPub output resumed after the rate limit.\n"));
+    }
+    window_msgs_ += 1;
+    window_bytes_ += static_cast<double>(m.wire_bytes());
+    const bool over = (settings_.iopub_msg_rate > 0 && window_msgs_ / window_s > settings_.iopub_msg_rate) ||
+                      (settings_.iopub_data_rate > 0 && window_bytes_ / window_s > settings_.iopub_data_rate);
+    if (!over) return false;
+    ++metrics_.iopub_rate_limited;
+    if (!limiting_) {
+        limiting_ = true;
+        fan_out_locked(gateway_notice(
+            "[cellgate] IOPub output rate exceeded; output is withheld until the rate drops "
+            "(limits: iopub_msg_rate, iopub_data_rate).\n"));
+    }
+    return true;
+}
+
+nlohmann::json kernel::model() const {
+    std::lock_guard lock(mutex_);
+    int connections = 0;
+    for (const auto& [set_id, s] : sessions_) connections += s.attached() ? 1 : 0;
+    return {{"id", id_},
+            {"name", spec_name_},
+            {"last_activity", iso8601(last_activity_)},
+            {"execution_state", to_string(state_)},
+            {"connections", connections}};
+}
+
+steady::time_point kernel::last_activity() const {
+    std::lock_guard lock(mutex_);
+    return last_activity_wall_;
+}
+
+int kernel::connections() const {
+    std::lock_guard lock(mutex_);
+    int n = 0;
+    for (const auto& [set_id, s] : sessions_) n += s.attached() ? 1 : 0;
+    return n;
+}
+
+}  // namespace cellgate::kernels

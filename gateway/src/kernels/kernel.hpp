@@ -1,0 +1,160 @@
+#pragma once
+
+#include "cellgate/launcher/sandbox_info.hpp"
+#include "kernels/kernel_subscriber.hpp"
+#include "metrics/metrics.hpp"
+#include "ws/ws_codec.hpp"
+#include "wire/zmq_reactor.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace cellgate::kernels {
+
+enum class kernel_state { starting, idle, busy, restarting, dead, terminating };
+std::string_view to_string(kernel_state s) noexcept;
+
+struct kernel_settings {
+    // Per client session (WebSocket session_id): what is kept while it is
+    // disconnected, replayed when it reconnects.
+    std::size_t session_buffer_messages = 10000;
+    std::size_t session_buffer_bytes = 64u << 20;
+    std::chrono::seconds session_buffer_ttl{600};
+    // Messages a client sends before the kernel is ready are queued, not dropped.
+    std::size_t pending_messages = 1000;
+    std::size_t pending_bytes = 64u << 20;
+    // IOPub rate limit (0 = off). By default it withholds only stream output;
+    // rich outputs (plots, tables) pass unless limit_rich_outputs is set.
+    double iopub_msg_rate = 0;        // messages per second
+    double iopub_data_rate = 0;       // bytes per second
+    std::chrono::milliseconds rate_window{3000};
+    bool limit_rich_outputs = false;
+};
+
+using steady = std::chrono::steady_clock;
+
+// One kernel: its sandbox, its state, and the client sessions attached to it.
+// Thread-safe: the reactor thread delivers kernel messages, HTTP/WebSocket
+// threads attach, detach and send, the manager changes the lifecycle.
+class kernel : public std::enable_shared_from_this<kernel> {
+public:
+    static constexpr std::uint64_t gateway_set = 1;  // the gateway's own channel set
+
+    kernel(std::string id, std::string spec_name, std::string tenant, wire::zmq_reactor& reactor,
+           const kernel_settings& settings, metrics::registry& metrics);
+    ~kernel();
+
+    const std::string& id() const noexcept { return id_; }
+    const std::string& spec_name() const noexcept { return spec_name_; }
+    const std::string& tenant() const noexcept { return tenant_; }
+
+    // --- lifecycle, called by the manager
+    // Binds (or re-binds after a restart) the ZMQ sockets to this sandbox and
+    // starts the nudge: kernel_info_request until both a reply and an iopub
+    // message arrive, so iopub is known to be subscribed before client
+    // messages flow.
+    void connect(launcher::sandbox_info sandbox);
+    std::optional<launcher::sandbox_info> sandbox() const;
+    // Sends the next nudge if still needed; true once ready.
+    bool nudge();
+    bool ready() const;
+    void set_state(kernel_state s);
+    kernel_state state() const;
+    // Synthesises an iopub status message ("restarting", "dead") to every session.
+    void broadcast_status(std::string_view execution_state);
+    void heartbeat_seen();
+    steady::time_point last_heartbeat() const;
+    // Closes every attached client (the kernel is gone) and stops its sockets.
+    void close(const std::string& reason);
+
+    // --- client sessions
+    // Attaches a subscriber under `session_id` ("" = a one-off session that is
+    // not buffered when it leaves). Replays what was buffered for it.
+    struct attach_result {
+        std::uint64_t set_id = 0;
+        std::size_t replayed = 0;
+    };
+    attach_result attach(const std::string& session_id, std::shared_ptr<kernel_subscriber> subscriber);
+    // `unsent` holds messages that were queued to the subscriber but never
+    // written (a slow client being cut off); they go back to the front of the
+    // session's buffer so a reconnect loses nothing.
+    void detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> unsent = {});
+    // False when the kernel is not ready and its queue is full.
+    bool client_send(std::uint64_t set_id, ws::client_message msg);
+    // Observers see every iopub message and every reply on the gateway set.
+    void add_observer(const std::shared_ptr<kernel_subscriber>& observer);
+    // Sends a message on the gateway's own channel set.
+    void gateway_send(ws::channel chan, protocol::message msg);
+
+    nlohmann::json model() const;
+    steady::time_point last_activity() const;
+    int connections() const;
+    const nlohmann::json& kernel_info() const { return kernel_info_; }
+
+    // Drops detached sessions whose buffer outlived its TTL.
+    void expire_sessions(steady::time_point now);
+
+private:
+    struct client_session {
+        std::string session_id;
+        std::uint64_t set_id = 0;
+        std::weak_ptr<kernel_subscriber> subscriber;
+        std::deque<wire::kernel_message_ptr> buffer;
+        std::size_t buffered_bytes = 0;
+        std::uint64_t dropped = 0;
+        steady::time_point detached_at;
+        bool attached() const { return !subscriber.expired(); }
+    };
+    struct pending_message {
+        std::uint64_t set_id;
+        ws::client_message msg;
+    };
+
+    void on_wire_message(std::uint64_t set_id, wire::kernel_message_ptr m);
+    void fan_out_locked(const wire::kernel_message_ptr& m);
+    void deliver_locked(client_session& s, const wire::kernel_message_ptr& m);
+    bool rate_limited_locked(const wire::kernel_message& m);
+    void send_locked(std::uint64_t set_id, ws::client_message msg);
+    void flush_pending_locked();
+    wire::kernel_message_ptr synthesize_status(std::string_view execution_state) const;
+    wire::kernel_message_ptr gateway_notice(std::string_view text) const;
+
+    const std::string id_, spec_name_, tenant_;
+    wire::zmq_reactor& reactor_;
+    const kernel_settings settings_;
+    metrics::registry& metrics_;
+
+    mutable std::mutex mutex_;
+    std::optional<launcher::sandbox_info> sandbox_;
+    kernel_state state_ = kernel_state::starting;
+    bool ready_ = false;
+    bool iopub_seen_ = false;
+    std::string nudge_msg_id_;
+    nlohmann::json kernel_info_;
+    std::map<std::uint64_t, client_session> sessions_;  // by set id
+    std::deque<pending_message> pending_;
+    std::size_t pending_bytes_ = 0;
+    std::vector<std::weak_ptr<kernel_subscriber>> observers_;
+    steady::time_point last_activity_wall_;
+    std::chrono::system_clock::time_point last_activity_;
+    steady::time_point last_heartbeat_;
+    // rate limit window
+    steady::time_point window_start_;
+    double window_msgs_ = 0, window_bytes_ = 0;
+    bool limiting_ = false;
+    bool closed_ = false;
+};
+
+using kernel_ptr = std::shared_ptr<kernel>;
+
+std::string iso8601(std::chrono::system_clock::time_point t);
+
+}  // namespace cellgate::kernels

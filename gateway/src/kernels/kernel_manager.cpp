@@ -1,0 +1,353 @@
+#include "kernels/kernel_manager.hpp"
+
+#include "cellgate/protocol/message.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <csignal>
+
+namespace cellgate::kernels {
+
+namespace asio = boost::asio;
+
+kernel_manager::kernel_manager(asio::io_context& ioc, launcher::launcher& launcher, wire::zmq_reactor& reactor,
+                               const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
+    : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
+      config_(std::move(config)), pool_(config_.launch_threads), tick_timer_(ioc) {
+    metrics_.add_gauge_source([this](std::string& out) { gauges(out); });
+}
+
+kernel_manager::~kernel_manager() {
+    tick_timer_.cancel();
+    pool_.join();
+}
+
+void kernel_manager::start() { tick(); }
+
+void kernel_manager::tick() {
+    const auto now = steady::now();
+    std::vector<std::pair<kernel_ptr, std::int64_t>> silent;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [id, r] : kernels_) {
+            const auto state = r.k->state();
+            r.k->expire_sessions(now);
+            if (state == kernel_state::restarting || state == kernel_state::terminating ||
+                state == kernel_state::dead || r.busy_lifecycle || !r.k->ready())
+                continue;
+            reactor_.ping(id);
+            if (now - r.k->last_heartbeat() > config_.heartbeat_timeout) {
+                const auto sb = r.k->sandbox();
+                silent.emplace_back(r.k, sb ? sb->pid : 0);
+            }
+        }
+    }
+    for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
+    tick_timer_.expires_after(config_.heartbeat_interval);
+    tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) tick();
+    });
+}
+
+launcher::sandbox_spec kernel_manager::spec_for(const kernel& k, const std::map<std::string, std::string>& env) const {
+    const auto* ks = specs_.find(k.spec_name());
+    launcher::sandbox_spec spec;
+    spec.id = k.id();
+    if (ks != nullptr) {
+        spec.image = ks->image;
+        spec.runtime = ks->runtime;
+        spec.limits = ks->limits;
+        spec.preload = ks->preload;
+    }
+    spec.env = env;
+    return spec;
+}
+
+void kernel_manager::start_kernel(const std::string& tenant, const std::string& spec_name,
+                                  const std::map<std::string, std::string>& env, done_kernel callback) {
+    if (specs_.find(spec_name) == nullptr) {
+        callback(api_error{404, "No such kernel spec: '" + spec_name + "'"}, nullptr);
+        return;
+    }
+    {
+        std::lock_guard lock(mutex_);
+        if (shutting_down_) {
+            callback(api_error{503, "The gateway is shutting down"}, nullptr);
+            return;
+        }
+        if (admitted_ >= config_.max_kernels) {
+            callback(api_error{429, "Kernel limit reached (" + std::to_string(config_.max_kernels) + ")"}, nullptr);
+            return;
+        }
+        ++admitted_;  // counted now, so concurrent starts cannot race past the limit
+    }
+    auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
+    const auto spec = spec_for(*k, env);
+    asio::post(pool_, [this, k, spec, env, callback = std::move(callback)] {
+        const auto t0 = steady::now();
+        launcher::sandbox_info info;
+        try {
+            info = launcher_.launch(spec);
+        } catch (const launcher::spec_error& e) {
+            ++metrics_.sandbox_start_failures;
+            { std::lock_guard lock(mutex_); --admitted_; }
+            spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
+            callback(api_error{400, e.what()}, nullptr);
+            return;
+        } catch (const std::exception& e) {
+            ++metrics_.sandbox_start_failures;
+            { std::lock_guard lock(mutex_); --admitted_; }
+            spdlog::error("kernel {}: sandbox start failed: {}", k->id(), e.what());
+            callback(api_error{500, "The kernel's sandbox could not be started"}, nullptr);
+            return;
+        }
+        ++metrics_.sandbox_starts;
+        const auto pid = info.pid;
+        k->connect(std::move(info));
+        {
+            std::lock_guard lock(mutex_);
+            kernels_[k->id()] = record{k, env, {}, false};
+        }
+        watch_process(k, pid);
+        wait_ready(k, [this, k, t0, callback](bool ok) {
+            metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
+            if (!ok) spdlog::warn("kernel {}: not ready in time after start", k->id());
+            spdlog::info("kernel {}: started ({} ms)", k->id(),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+            callback(std::nullopt, k);
+        });
+    });
+}
+
+namespace {
+
+// Nudges a kernel at a fixed interval until it is ready or the deadline passes.
+struct ready_waiter : std::enable_shared_from_this<ready_waiter> {
+    ready_waiter(asio::io_context& ioc, kernel_ptr kp, steady::time_point d, std::chrono::milliseconds i,
+                 std::function<void(bool)> t)
+        : timer(ioc), k(std::move(kp)), deadline(d), interval(i), then(std::move(t)) {}
+    void step() {
+        if (k->nudge()) return then(true);
+        if (steady::now() > deadline || k->state() == kernel_state::terminating) return then(false);
+        timer.expires_after(interval);
+        timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+            if (!ec) self->step();
+        });
+    }
+    asio::steady_timer timer;
+    kernel_ptr k;
+    steady::time_point deadline;
+    std::chrono::milliseconds interval;
+    std::function<void(bool)> then;
+};
+
+}  // namespace
+
+void kernel_manager::wait_ready(const kernel_ptr& k, std::function<void(bool)> then) {
+    auto waiter = std::make_shared<ready_waiter>(ioc_, k, steady::now() + config_.ready_timeout,
+                                                 config_.nudge_interval, std::move(then));
+    asio::post(ioc_, [waiter] { waiter->step(); });
+}
+
+void kernel_manager::watch_process(const kernel_ptr& k, std::int64_t pid) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (fd < 0) {
+        on_died(k, pid, "its process is already gone");
+        return;
+    }
+    auto sd = std::make_shared<asio::posix::stream_descriptor>(ioc_, fd);
+    std::weak_ptr<kernel> weak = k;
+    sd->async_wait(asio::posix::stream_descriptor::wait_read, [this, weak, pid, sd](const boost::system::error_code& ec) {
+        if (ec) return;
+        if (auto alive = weak.lock()) on_died(alive, pid, "its process exited");
+    });
+}
+
+void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why) {
+    bool restart_now = false;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = kernels_.find(k->id());
+        if (it == kernels_.end() || it->second.busy_lifecycle || shutting_down_) return;
+        const auto sb = k->sandbox();
+        if (!sb || sb->pid != pid) return;  // an old process of a restarted kernel
+        const auto state = k->state();
+        if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
+            return;
+        asio::post(pool_, [this, id = k->id(), why] {
+            const auto status = launcher_.status(id);
+            spdlog::warn("kernel {}: died ({}{})", id, why, status.oom_killed ? ", OOM-killed by its memory limit" : "");
+        });
+        ++metrics_.kernel_deaths;
+        k->set_state(kernel_state::dead);
+        k->broadcast_status("dead");
+        auto& r = it->second;
+        const auto now = steady::now();
+        std::erase_if(r.restarts, [&](auto t) { return now - t > config_.restart_window; });
+        if (config_.auto_restart && static_cast<int>(r.restarts.size()) < config_.restart_limit) {
+            r.restarts.push_back(now);
+            restart_now = true;
+        }
+    }
+    if (restart_now) do_restart(k, [](std::optional<api_error>) {}, true);
+}
+
+void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
+    asio::post(pool_, [this, k, callback = std::move(callback)] {
+        try {
+            launcher_.signal(k->id(), SIGINT);
+            callback(std::nullopt);
+        } catch (const std::exception& e) {
+            spdlog::warn("kernel {}: interrupt failed: {}", k->id(), e.what());
+            callback(api_error{409, "The kernel is not running"});
+        }
+    });
+}
+
+void kernel_manager::restart(const kernel_ptr& k, done callback) { do_restart(k, std::move(callback), false); }
+
+void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic) {
+    std::map<std::string, std::string> env;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = kernels_.find(k->id());
+        if (it == kernels_.end()) {
+            callback(api_error{404, "No such kernel"});
+            return;
+        }
+        if (it->second.busy_lifecycle) {
+            callback(api_error{409, "The kernel is already restarting or shutting down"});
+            return;
+        }
+        it->second.busy_lifecycle = true;
+        env = it->second.env;
+    }
+    ++metrics_.kernel_restarts;
+    k->set_state(kernel_state::restarting);
+    k->broadcast_status("restarting");
+    const auto spec = spec_for(*k, env);
+    asio::post(pool_, [this, k, spec, automatic, callback = std::move(callback)] {
+        const auto t0 = steady::now();
+        launcher::sandbox_info info;
+        try {
+            launcher_.remove(k->id(), {.keep_workspace = true});
+            info = launcher_.launch(spec);
+        } catch (const std::exception& e) {
+            ++metrics_.sandbox_start_failures;
+            spdlog::error("kernel {}: restart failed: {}", k->id(), e.what());
+            {
+                std::lock_guard lock(mutex_);
+                if (auto it = kernels_.find(k->id()); it != kernels_.end()) it->second.busy_lifecycle = false;
+            }
+            k->set_state(kernel_state::dead);
+            k->broadcast_status("dead");
+            callback(api_error{500, "The kernel could not be restarted"});
+            return;
+        }
+        ++metrics_.sandbox_starts;
+        const auto pid = info.pid;
+        k->connect(std::move(info));
+        watch_process(k, pid);
+        wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
+            {
+                std::lock_guard lock(mutex_);
+                if (auto it = kernels_.find(k->id()); it != kernels_.end()) it->second.busy_lifecycle = false;
+            }
+            if (!ok) k->set_state(kernel_state::idle);
+            metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
+            spdlog::info("kernel {}: {} restart done ({} ms)", k->id(), automatic ? "automatic" : "requested",
+                         std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+            callback(std::nullopt);
+        });
+    });
+}
+
+void kernel_manager::shutdown(const kernel_ptr& k, done callback) {
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = kernels_.find(k->id());
+        if (it == kernels_.end()) {
+            callback(api_error{404, "No such kernel"});
+            return;
+        }
+        kernels_.erase(it);
+    }
+    k->set_state(kernel_state::terminating);
+    k->close("kernel shut down");
+    asio::post(pool_, [this, k, callback = std::move(callback)] {
+        try {
+            launcher_.remove(k->id());
+        } catch (const std::exception& e) {
+            spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+        }
+        {
+            std::lock_guard lock(mutex_);
+            --admitted_;
+        }
+        spdlog::info("kernel {}: shut down", k->id());
+        callback(std::nullopt);
+    });
+}
+
+void kernel_manager::shutdown_all() {
+    std::vector<kernel_ptr> all;
+    {
+        std::lock_guard lock(mutex_);
+        shutting_down_ = true;
+        for (auto& [id, r] : kernels_) all.push_back(r.k);
+    }
+    auto remaining = std::make_shared<std::atomic<std::size_t>>(all.size());
+    std::mutex m;
+    std::condition_variable cv;
+    for (auto& k : all) {
+        shutdown(k, [&, remaining](std::optional<api_error>) {
+            if (--*remaining == 0) {
+                std::lock_guard lock(m);
+                cv.notify_all();
+            }
+        });
+    }
+    std::unique_lock lock(m);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return remaining->load() == 0; });
+}
+
+kernel_ptr kernel_manager::find(const std::string& tenant, const std::string& id) const {
+    std::lock_guard lock(mutex_);
+    const auto it = kernels_.find(id);
+    if (it == kernels_.end() || it->second.k->tenant() != tenant) return nullptr;
+    return it->second.k;
+}
+
+std::vector<kernel_ptr> kernel_manager::list(const std::string& tenant) const {
+    std::lock_guard lock(mutex_);
+    std::vector<kernel_ptr> out;
+    for (const auto& [id, r] : kernels_)
+        if (r.k->tenant() == tenant) out.push_back(r.k);
+    return out;
+}
+
+std::size_t kernel_manager::count() const {
+    std::lock_guard lock(mutex_);
+    return kernels_.size();
+}
+
+void kernel_manager::gauges(std::string& out) const {
+    std::map<std::string, int> by_state;
+    for (auto s : {kernel_state::starting, kernel_state::idle, kernel_state::busy, kernel_state::restarting,
+                   kernel_state::dead, kernel_state::terminating})
+        by_state[std::string(to_string(s))] = 0;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, r] : kernels_) ++by_state[std::string(to_string(r.k->state()))];
+    }
+    out += "# HELP cellgate_kernels kernels by execution state\n# TYPE cellgate_kernels gauge\n";
+    for (const auto& [state, n] : by_state)
+        out += "cellgate_kernels{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+}
+
+}  // namespace cellgate::kernels

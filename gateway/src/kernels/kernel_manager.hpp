@@ -1,0 +1,99 @@
+#pragma once
+
+#include "cellgate/launcher/launcher.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/kernelspecs.hpp"
+#include "metrics/metrics.hpp"
+#include "util/api_error.hpp"
+#include "wire/zmq_reactor.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cellgate::kernels {
+
+struct manager_config {
+    kernel_settings kernel;
+    std::size_t max_kernels = 64;                 // in total, counted at admission
+    bool auto_restart = true;                     // restart a kernel that died
+    int restart_limit = 5;                        // …at most this often per window
+    std::chrono::seconds restart_window{300};
+    std::chrono::seconds heartbeat_interval{3};
+    std::chrono::seconds heartbeat_timeout{30};   // no echo this long: the kernel is dead
+    std::chrono::milliseconds nudge_interval{100};
+    std::chrono::seconds ready_timeout{30};
+    std::size_t launch_threads = 4;
+};
+
+// Starts, restarts, interrupts and stops kernels; owns the registry. Blocking
+// launcher calls run on its own thread pool, never on the network threads.
+// Completion callbacks run on that pool or an io thread: callers post their
+// replies back to their own strand.
+class kernel_manager {
+public:
+    using done_kernel = std::function<void(std::optional<api_error>, kernel_ptr)>;
+    using done = std::function<void(std::optional<api_error>)>;
+
+    kernel_manager(boost::asio::io_context& ioc, launcher::launcher& launcher, wire::zmq_reactor& reactor,
+                   const kernelspec_registry& specs, metrics::registry& metrics, manager_config config);
+    ~kernel_manager();
+
+    void start();  // periodic heartbeats and housekeeping
+
+    // `env` holds only KERNEL_* names (others are refused with 400 by the caller).
+    void start_kernel(const std::string& tenant, const std::string& spec_name,
+                      const std::map<std::string, std::string>& env, done_kernel callback);
+    kernel_ptr find(const std::string& tenant, const std::string& id) const;
+    std::vector<kernel_ptr> list(const std::string& tenant) const;
+    std::size_t count() const;
+
+    void interrupt(const kernel_ptr& k, done callback);
+    void restart(const kernel_ptr& k, done callback);
+    void shutdown(const kernel_ptr& k, done callback);
+    // Stops every kernel; blocks until all are gone.
+    void shutdown_all();
+
+    const kernelspec_registry& specs() const noexcept { return specs_; }
+    const manager_config& config() const noexcept { return config_; }
+
+private:
+    struct record {
+        kernel_ptr k;
+        std::map<std::string, std::string> env;
+        std::vector<steady::time_point> restarts;
+        bool busy_lifecycle = false;  // a restart or shutdown is under way
+    };
+
+    launcher::sandbox_spec spec_for(const kernel& k, const std::map<std::string, std::string>& env) const;
+    void watch_process(const kernel_ptr& k, std::int64_t pid);
+    void wait_ready(const kernel_ptr& k, std::function<void(bool)> then);
+    void on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why);
+    void do_restart(const kernel_ptr& k, done callback, bool automatic);
+    void tick();
+    void gauges(std::string& out) const;
+
+    boost::asio::io_context& ioc_;
+    launcher::launcher& launcher_;
+    wire::zmq_reactor& reactor_;
+    const kernelspec_registry& specs_;
+    metrics::registry& metrics_;
+    const manager_config config_;
+    boost::asio::thread_pool pool_;
+    boost::asio::steady_timer tick_timer_;
+
+    mutable std::mutex mutex_;
+    std::map<std::string, record> kernels_;
+    std::size_t admitted_ = 0;  // kernels plus starts under way
+    bool shutting_down_ = false;
+};
+
+}  // namespace cellgate::kernels

@@ -1,0 +1,73 @@
+#include "kernels/kernelspecs.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+
+namespace cellgate::kernels {
+namespace fs = std::filesystem;
+
+kernelspec default_python_kernelspec() {
+    kernelspec k;
+    k.name = "python3";
+    k.display_name = "Python 3 (cellgate sandbox)";
+    k.argv = {"/opt/cellgate/cellgate-kernel", "-f", "{connection_file}"};
+    return k;
+}
+
+kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::string default_name,
+                                         const launcher::launcher_config& launcher_config)
+    : default_(std::move(default_name)) {
+    for (auto& k : specs) {
+        const fs::path rootfs = launcher_config.image_store / k.image / "current" / "rootfs";
+        const fs::path json_path = rootfs / "usr/local/share/jupyter/kernels" / k.name / "kernel.json";
+        std::ifstream in(json_path);
+        if (in) {
+            const auto j = nlohmann::json::parse(in, nullptr, false);
+            if (j.is_object()) {
+                if (k.display_name.empty()) k.display_name = j.value("display_name", k.name);
+                if (k.argv.empty() && j.contains("argv")) k.argv = j["argv"].get<std::vector<std::string>>();
+                k.language = j.value("language", k.language);
+                k.interrupt_mode = j.value("interrupt_mode", k.interrupt_mode);
+            }
+        }
+        for (const char* logo : {"logo-32x32.png", "logo-64x64.png", "logo-svg.svg"}) {
+            const fs::path p = rootfs / "usr/lib/python3/dist-packages/ipykernel/resources" / logo;
+            std::error_code ec;
+            if (fs::is_regular_file(p, ec)) k.resources[logo] = p;
+        }
+        if (k.display_name.empty()) k.display_name = k.name;
+        specs_[k.name] = std::move(k);
+    }
+    if (specs_.count(default_) == 0 && !specs_.empty()) default_ = specs_.begin()->first;
+}
+
+const kernelspec* kernelspec_registry::find(const std::string& name) const {
+    const auto it = specs_.find(name);
+    return it == specs_.end() ? nullptr : &it->second;
+}
+
+nlohmann::json kernelspec_registry::model(const kernelspec& k) const {
+    nlohmann::json resources = nlohmann::json::object();
+    for (const auto& [file, path] : k.resources) {
+        const auto dot = file.rfind('.');
+        resources[file.substr(0, dot)] = "/kernelspecs/" + k.name + "/" + file;
+    }
+    return {{"name", k.name},
+            {"spec",
+             {{"argv", k.argv},
+              {"display_name", k.display_name},
+              {"language", k.language},
+              {"interrupt_mode", k.interrupt_mode},
+              {"env", nlohmann::json::object()},
+              {"metadata", {{"cellgate", {{"image", k.image}, {"runtime", k.runtime}}}}}}},
+            {"resources", resources}};
+}
+
+nlohmann::json kernelspec_registry::models() const {
+    nlohmann::json specs = nlohmann::json::object();
+    for (const auto& [name, k] : specs_) specs[name] = model(k);
+    return {{"default", default_}, {"kernelspecs", specs}};
+}
+
+}  // namespace cellgate::kernels

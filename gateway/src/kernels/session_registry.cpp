@@ -1,0 +1,65 @@
+#include "kernels/session_registry.hpp"
+
+#include "cellgate/protocol/message.hpp"
+
+namespace cellgate::kernels {
+
+session_record session_registry::add(session_record s) {
+    s.id = protocol::make_uuid();
+    std::lock_guard lock(mutex_);
+    sessions_[s.id] = s;
+    return s;
+}
+
+std::optional<session_record> session_registry::find(const std::string& tenant, const std::string& id) const {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.tenant != tenant) return std::nullopt;
+    return it->second;
+}
+
+std::optional<session_record> session_registry::find_by_path(const std::string& tenant, const std::string& path) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, s] : sessions_)
+        if (s.tenant == tenant && s.path == path) return s;
+    return std::nullopt;
+}
+
+std::vector<session_record> session_registry::list(const std::string& tenant) const {
+    std::lock_guard lock(mutex_);
+    std::vector<session_record> out;
+    for (const auto& [id, s] : sessions_)
+        if (s.tenant == tenant) out.push_back(s);
+    return out;
+}
+
+bool session_registry::update(const session_record& s) {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(s.id);
+    if (it == sessions_.end() || it->second.tenant != s.tenant) return false;
+    it->second = s;
+    return true;
+}
+
+bool session_registry::remove(const std::string& tenant, const std::string& id) {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.tenant != tenant) return false;
+    sessions_.erase(it);
+    return true;
+}
+
+std::vector<session_record> session_registry::for_kernel(const std::string& kernel_id) const {
+    std::lock_guard lock(mutex_);
+    std::vector<session_record> out;
+    for (const auto& [id, s] : sessions_)
+        if (s.kernel_id == kernel_id) out.push_back(s);
+    return out;
+}
+
+void session_registry::remove_for_kernel(const std::string& kernel_id) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(sessions_, [&](const auto& p) { return p.second.kernel_id == kernel_id; });
+}
+
+}  // namespace cellgate::kernels

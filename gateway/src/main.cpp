@@ -1,0 +1,138 @@
+// cellgate: the gateway. Wires the pieces together and runs the shutdown ladder.
+#include "api/api.hpp"
+#include "cellgate/launcher/launcher.hpp"
+#include "config/gateway_config.hpp"
+#include "http/server.hpp"
+#include "kernels/kernel_manager.hpp"
+#include "kernels/kernelspecs.hpp"
+#include "kernels/session_registry.hpp"
+#include "metrics/metrics.hpp"
+#include "wire/zmq_reactor.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace asio = boost::asio;
+using namespace cellgate;
+
+namespace {
+
+std::shared_ptr<asio::ssl::context> make_tls(const config::gateway_config& c) {
+    if (!c.certfile) return nullptr;
+    auto tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+    tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    tls->use_certificate_chain_file(*c.certfile);
+    tls->use_private_key_file(*c.keyfile, asio::ssl::context::pem);
+    return tls;
+}
+
+// Sandboxes left by an earlier gateway process have no owner any more.
+void remove_leftovers(launcher::launcher& l) {
+    for (const auto& s : l.list()) {
+        try {
+            l.remove(s.id);
+            spdlog::info("removed sandbox {} left by an earlier run", s.id);
+        } catch (const std::exception& e) {
+            spdlog::warn("could not remove leftover sandbox {}: {}", s.id, e.what());
+        }
+    }
+    l.reap_orphans();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    config::gateway_config cfg;
+    try {
+        cfg = config::parse_config(argc, argv, std::getenv("CELLGATE_TOKEN"));
+    } catch (const config::config_error& e) {
+        std::cerr << "cellgate: " << e.what() << "\n";
+        return 2;
+    }
+    spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+    bool generated_token = false;
+    if (cfg.tokens.empty()) {
+        cfg.tokens.push_back({http::make_token(), "default", "default"});
+        generated_token = true;
+    }
+
+    try {
+        launcher::launcher launch(cfg.launcher);
+        remove_leftovers(launch);
+
+        wire::zmq_reactor reactor;
+        reactor.start();
+        metrics::registry metrics;
+        kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
+        for (const auto& [name, k] : specs.all()) {
+            try {
+                launcher::sandbox_spec probe;
+                probe.image = k.image;
+                probe.runtime = k.runtime;
+                probe.limits = k.limits;
+                probe.preload = k.preload;
+                launch.validate(probe);
+            } catch (const std::exception& e) {
+                spdlog::error("kernelspec {} cannot start: {}", name, e.what());
+                return 1;
+            }
+        }
+
+        asio::io_context ioc;
+        kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
+        kernels::session_registry sessions;
+        api::services services{manager, sessions, metrics, cfg.launcher.state_dir / "checkpoints", "2.0.0"};
+
+        http::server_context ctx{cfg.server, http::authenticator(cfg.tokens), {}, manager, metrics, {}, {}};
+        api::register_misc_api(ctx.routes, services);
+        api::register_kernels_api(ctx.routes, services);
+        api::register_sessions_api(ctx.routes, services);
+        api::register_contents_api(ctx.routes, services);
+
+        http::server server(ioc, ctx, make_tls(cfg));
+        const auto port = server.listen();
+        if (cfg.port_file) std::ofstream(*cfg.port_file) << port << "\n";
+        const std::string url = std::string(cfg.certfile ? "https" : "http") + "://" + cfg.server.ip + ":" + std::to_string(port) + "/";
+        spdlog::info("cellgate listening on {}", url);
+        if (generated_token) {
+            std::cout << "cellgate: no token given; use this one:\n    " << url << "?token=" << cfg.tokens[0].token
+                      << "\n    Authorization: token " << cfg.tokens[0].token << std::endl;
+        }
+        manager.start();
+
+        asio::signal_set signals(ioc, SIGINT, SIGTERM);
+        std::thread stopper;
+        signals.async_wait([&](const boost::system::error_code&, int sig) {
+            spdlog::info("signal {}: shutting down (stop accepting, close sockets, stop kernels)", sig);
+            server.stop();
+            stopper = std::thread([&] {
+                manager.shutdown_all();
+                ioc.stop();
+            });
+        });
+
+        const int n = cfg.io_threads > 0 ? cfg.io_threads
+                                         : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+        std::vector<std::thread> threads;
+        for (int i = 1; i < n; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+        ioc.run();
+        for (auto& t : threads) t.join();
+        if (stopper.joinable()) stopper.join();
+        reactor.stop();
+        spdlog::info("cellgate stopped");
+    } catch (const std::exception& e) {
+        spdlog::critical("cellgate: {}", e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,69 @@
+#pragma once
+
+// Prometheus text exposition of the gateway's counters, gauges and latency
+// histograms. Thread-safe; hot paths touch only atomics.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cellgate::metrics {
+
+class histogram {
+public:
+    explicit histogram(std::vector<double> bounds);
+    void observe(double value);
+    void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+private:
+    std::vector<double> bounds_;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> buckets_;  // one per bound + +Inf
+    std::atomic<std::uint64_t> count_{0};
+    std::atomic<std::uint64_t> sum_micros_{0};
+};
+
+class registry {
+public:
+    registry();
+
+    std::atomic<std::uint64_t> executions{0};
+    std::atomic<std::uint64_t> sandbox_starts{0};
+    std::atomic<std::uint64_t> sandbox_start_failures{0};
+    std::atomic<std::uint64_t> kernel_restarts{0};
+    std::atomic<std::uint64_t> kernel_deaths{0};
+    std::atomic<std::uint64_t> kernel_messages_dropped{0};
+    std::atomic<std::uint64_t> iopub_rate_limited{0};
+    std::atomic<std::uint64_t> ws_slow_client_closes{0};
+    std::atomic<std::int64_t> ws_connections{0};
+    histogram sandbox_start_seconds;
+
+    // A request took `seconds`; `route` is the route pattern, not the raw path.
+    void observe_request(const std::string& method, const std::string& route, unsigned status,
+                         double seconds);
+
+    // Sources of gauges computed on scrape (kernels by state, pool sizes, …).
+    void add_gauge_source(std::function<void(std::string& out)> source);
+
+    std::string render() const;
+
+private:
+    struct request_key {
+        std::string method, route;
+        unsigned status_class;
+        bool operator<(const request_key& o) const {
+            return std::tie(method, route, status_class) < std::tie(o.method, o.route, o.status_class);
+        }
+    };
+    mutable std::mutex mutex_;
+    std::map<request_key, std::unique_ptr<histogram>> requests_;
+    std::vector<std::function<void(std::string&)>> gauge_sources_;
+};
+
+}  // namespace cellgate::metrics

@@ -1,0 +1,111 @@
+#include "util/encoding.hpp"
+
+#include <array>
+#include <cstdint>
+
+namespace cellgate {
+
+namespace {
+constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+constexpr std::array<int, 256> decode_table() {
+    std::array<int, 256> t{};
+    for (auto& v : t) v = -1;
+    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(alphabet[i])] = i;
+    return t;
+}
+constexpr auto table = decode_table();
+}  // namespace
+
+std::string base64_encode(std::string_view data) {
+    std::string out;
+    out.reserve((data.size() + 2) / 3 * 4);
+    std::size_t i = 0;
+    const auto byte = [&](std::size_t k) { return static_cast<std::uint32_t>(static_cast<unsigned char>(data[k])); };
+    for (; i + 3 <= data.size(); i += 3) {
+        const std::uint32_t v = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
+        out.push_back(alphabet[(v >> 18) & 63]);
+        out.push_back(alphabet[(v >> 12) & 63]);
+        out.push_back(alphabet[(v >> 6) & 63]);
+        out.push_back(alphabet[v & 63]);
+    }
+    if (const auto rest = data.size() - i; rest > 0) {
+        std::uint32_t v = byte(i) << 16;
+        if (rest == 2) v |= byte(i + 1) << 8;
+        out.push_back(alphabet[(v >> 18) & 63]);
+        out.push_back(alphabet[(v >> 12) & 63]);
+        out.push_back(rest == 2 ? alphabet[(v >> 6) & 63] : '=');
+        out.push_back('=');
+    }
+    return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+    std::string out;
+    out.reserve(text.size() / 4 * 3);
+    std::uint32_t acc = 0;
+    int bits = 0, padding = 0, symbols = 0;
+    for (const char c : text) {
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+        if (c == '=') {
+            ++padding;
+            ++symbols;
+            continue;
+        }
+        if (padding > 0) return std::nullopt;  // data after padding
+        const int v = table[static_cast<unsigned char>(c)];
+        if (v < 0) return std::nullopt;
+        ++symbols;
+        acc = (acc << 6) | static_cast<std::uint32_t>(v);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out.push_back(static_cast<char>((acc >> bits) & 0xff));
+        }
+    }
+    if (symbols % 4 != 0 || padding > 2) return std::nullopt;
+    return out;
+}
+
+bool is_valid_utf8(std::string_view s) noexcept {
+    std::size_t i = 0;
+    const auto n = s.size();
+    while (i < n) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        int len = 0;
+        std::uint32_t cp = 0;
+        if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f;
+        else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f;
+        else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07;
+        else return false;
+        if (i + static_cast<std::size_t>(len) > n) return false;
+        for (int k = 1; k < len; ++k) {
+            const auto cc = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+            if ((cc & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (cc & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += static_cast<std::size_t>(len);
+    }
+    return true;
+}
+
+std::string hex_encode(std::string_view data) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(data.size() * 2);
+    for (const char ch : data) {
+        const auto c = static_cast<unsigned char>(ch);
+        out.push_back(digits[c >> 4]);
+        out.push_back(digits[c & 15]);
+    }
+    return out;
+}
+
+}  // namespace cellgate

@@ -1,0 +1,31 @@
+#pragma once
+
+#include "cellgate/protocol/message.hpp"
+#include "ws/ws_codec.hpp"
+
+#include <memory>
+
+namespace cellgate::wire {
+
+// A verified message from a kernel, shared read-only between every client it
+// is fanned out to (parts can be megabytes; they are never copied per client).
+struct kernel_message {
+    ws::channel chan = ws::channel::iopub;
+    protocol::message msg;
+    protocol::header_fields fields;
+
+    std::size_t wire_bytes() const noexcept {
+        std::size_t n = msg.header.size() + msg.parent_header.size() + msg.metadata.size() +
+                        msg.content.size();
+        for (const auto& b : msg.buffers) n += b.size();
+        return n;
+    }
+    ws::outgoing_view view() const noexcept {
+        return {chan,          msg.header,    msg.parent_header, msg.metadata,
+                msg.content,   &msg.buffers,  fields.msg_id,     fields.msg_type};
+    }
+};
+
+using kernel_message_ptr = std::shared_ptr<const kernel_message>;
+
+}  // namespace cellgate::wire

@@ -1,0 +1,266 @@
+#pragma once
+
+// One client's WebSocket on /api/kernels/{id}/channels. Stream-generic (plain
+// TCP or TLS). Everything runs on the connection's strand; the kernel reaches
+// it only through deliver()/kernel_closed(), which post to that strand.
+//
+// Slow clients: outgoing messages wait in a queue of kernel messages that are
+// encoded only when written. If the queue grows past max_ws_queue_bytes the
+// connection is closed with 1013 (try again later) and every unsent message
+// goes back to the session's buffer, so a client that reconnects with the same
+// session_id receives them; nothing is dropped silently.
+
+#include "http/server.hpp"
+#include "kernels/kernel.hpp"
+#include "ws/ws_codec.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <spdlog/spdlog.h>
+
+#include <deque>
+
+namespace cellgate::ws {
+
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+
+inline constexpr const char* v1_subprotocol = "v1.kernel.websocket.jupyter.org";
+
+template <class Stream>
+class channels_session : public kernels::kernel_subscriber,
+                         public http::closable,
+                         public std::enable_shared_from_this<channels_session<Stream>> {
+public:
+    channels_session(Stream&& stream, http::server_context& ctx, kernels::kernel_ptr k, std::string session_id,
+                     bool v1)
+        : ws_(std::move(stream)), ctx_(ctx), kernel_(std::move(k)), session_id_(std::move(session_id)), v1_(v1) {}
+
+    ~channels_session() override = default;
+
+    void run(http::request req) {
+        ws_.set_option(websocket::stream_base::timeout{std::chrono::seconds(30), ctx_.options.ws_idle_timeout, true});
+        ws_.read_message_max(ctx_.options.max_ws_message_bytes);
+        ws_.auto_fragment(false);
+        const bool v1 = v1_;
+        ws_.set_option(websocket::stream_base::decorator([v1](websocket::response_type& res) {
+            res.set(beast::http::field::server, "cellgate");
+            if (v1) res.set(beast::http::field::sec_websocket_protocol, v1_subprotocol);
+        }));
+        ws_.async_accept(req, beast::bind_front_handler(&channels_session::on_accept, this->shared_from_this()));
+    }
+
+    void deliver(wire::kernel_message_ptr m) override {
+        boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), m = std::move(m)]() mutable {
+            self->enqueue_message(std::move(m));
+        });
+    }
+
+    void kernel_closed(const std::string& reason) override {
+        boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), reason] {
+            self->detached_ = true;  // the kernel dropped us already
+            self->close(websocket::close_code::going_away, reason);
+        });
+    }
+
+    void shutdown(const std::string& reason) override {
+        boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), reason] {
+            self->close(websocket::close_code::going_away, reason);
+        });
+    }
+
+private:
+    struct outgoing {
+        wire::kernel_message_ptr msg;  // encoded when written
+        std::string raw;               // or a ready frame (gateway errors)
+        bool binary = false;
+    };
+
+    void on_accept(beast::error_code ec) {
+        if (ec) {
+            spdlog::debug("kernel {}: WebSocket handshake failed: {}", kernel_->id(), ec.message());
+            return;
+        }
+        ++ctx_.metrics.ws_connections;
+        counted_ = true;
+        ctx_.track(this->shared_from_this());
+        const auto r = kernel_->attach(session_id_, this->shared_from_this());
+        set_id_ = r.set_id;
+        spdlog::info("kernel {}: client connected ({} protocol, session {}, {} buffered messages replayed)",
+                     kernel_->id(), v1_ ? "v1" : "json", session_id_.empty() ? "-" : session_id_, r.replayed);
+        do_read();
+    }
+
+    void do_read() {
+        ws_.async_read(read_buffer_, beast::bind_front_handler(&channels_session::on_read, this->shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, std::size_t) {
+        if (ec) {
+            if (ec == websocket::error::message_too_big)
+                spdlog::warn("kernel {}: closed a client connection: message larger than {} bytes (1009)",
+                             kernel_->id(), ctx_.options.max_ws_message_bytes);
+            finish();
+            return;
+        }
+        const auto data = read_buffer_.cdata();
+        const std::string_view frame(static_cast<const char*>(data.data()), data.size());
+        codec_limits limits;
+        limits.max_frame_bytes = ctx_.options.max_ws_message_bytes;
+        decode_result d;
+        if (v1_) {
+            d = ws_.got_binary() ? decode_v1(frame, limits)
+                                 : decode_result{false, "the v1 protocol takes binary frames only", {}};
+        } else {
+            d = ws_.got_binary() ? decode_json_binary(frame, limits) : decode_json_text(frame, limits);
+        }
+        read_buffer_.consume(read_buffer_.size());
+        if (!d.ok) {
+            send_error("bad_message", d.error);
+        } else if (!kernel_->client_send(set_id_, std::move(d.msg))) {
+            send_error("kernel_not_ready", "The kernel is not ready and its queue of waiting messages is full");
+        }
+        if (!closing_) do_read();
+    }
+
+    // A gateway-level error, in the connection's own framing, on channel
+    // "gateway": the message is dropped and the connection stays open.
+    void send_error(const std::string& reason, const std::string& message) {
+        spdlog::info("kernel {}: refused a client message: {}", kernel_->id(), message);
+        auto msg = protocol::make_message("gateway_error", {{"reason", reason}, {"message", message}},
+                                          "cellgate-gateway");
+        const auto header = nlohmann::json::parse(msg.header);
+        const std::string msg_id = header.at("msg_id").get<std::string>();
+        outgoing o;
+        if (v1_) {
+            // encode_v1 takes a channel enum; the gateway channel is spliced by hand.
+            const std::string channel = "gateway";
+            const std::string_view parts[] = {channel, msg.header, msg.parent_header, msg.metadata, msg.content};
+            const std::uint64_t n = 6;
+            std::string frame(8 * (1 + n), '\0');
+            std::uint64_t offset = 8 * (1 + n);
+            auto put = [&frame](std::size_t at, std::uint64_t v) {
+                for (int b = 0; b < 8; ++b) frame[at + static_cast<std::size_t>(b)] = static_cast<char>((v >> (8 * b)) & 0xff);
+            };
+            put(0, n);
+            for (std::size_t i = 0; i < 5; ++i) {
+                put(8 * (i + 1), offset);
+                offset += parts[i].size();
+            }
+            put(8 * 6, offset);
+            for (auto p : parts) frame.append(p);
+            o.raw = std::move(frame);
+            o.binary = true;
+        } else {
+            o.raw = R"({"channel":"gateway","header":)" + msg.header + R"(,"parent_header":{},"metadata":{},"content":)" +
+                    msg.content + R"(,"msg_id":")" + msg_id + R"(","msg_type":"gateway_error","buffers":[]})";
+        }
+        enqueue(std::move(o));
+    }
+
+    void enqueue_message(wire::kernel_message_ptr m) {
+        if (closing_) return;
+        queued_bytes_ += m->wire_bytes();
+        enqueue(outgoing{std::move(m), {}, false});
+        if (queued_bytes_ > ctx_.options.max_ws_queue_bytes) cut_off_slow_client();
+    }
+
+    void enqueue(outgoing o) {
+        if (closing_) return;
+        queue_.push_back(std::move(o));
+        if (!writing_) do_write();
+    }
+
+    void do_write() {
+        if (queue_.empty() || closing_) {
+            writing_ = false;
+            return;
+        }
+        writing_ = true;
+        auto& o = queue_.front();
+        if (o.msg) {
+            if (v1_) {
+                write_buffer_ = encode_v1(o.msg->view());
+                ws_.binary(true);
+            } else {
+                auto e = encode_json(o.msg->view());
+                write_buffer_ = std::move(e.bytes);
+                ws_.binary(e.binary);
+            }
+        } else {
+            write_buffer_ = std::move(o.raw);
+            ws_.binary(o.binary);
+        }
+        ws_.async_write(boost::asio::buffer(write_buffer_),
+                        beast::bind_front_handler(&channels_session::on_write, this->shared_from_this()));
+    }
+
+    void on_write(beast::error_code ec, std::size_t) {
+        if (!queue_.empty()) {
+            if (queue_.front().msg) queued_bytes_ -= queue_.front().msg->wire_bytes();
+            queue_.pop_front();
+        }
+        write_buffer_.clear();
+        write_buffer_.shrink_to_fit();
+        if (ec) {
+            writing_ = false;
+            finish();
+            return;
+        }
+        do_write();
+    }
+
+    void cut_off_slow_client() {
+        ++ctx_.metrics.ws_slow_client_closes;
+        spdlog::warn("kernel {}: client session {} fell {} bytes behind; closing it with 1013, its messages are "
+                     "kept for a reconnect",
+                     kernel_->id(), session_id_.empty() ? "-" : session_id_, queued_bytes_);
+        std::vector<wire::kernel_message_ptr> unsent;
+        for (std::size_t i = writing_ ? 1 : 0; i < queue_.size(); ++i)
+            if (queue_[i].msg) unsent.push_back(queue_[i].msg);
+        if (writing_) queue_.erase(queue_.begin() + 1, queue_.end());
+        else queue_.clear();
+        queued_bytes_ = 0;
+        if (!detached_) {
+            detached_ = true;
+            kernel_->detach(set_id_, std::move(unsent));
+        }
+        close(websocket::close_code::try_again_later, "client too slow: reconnect with the same session_id");
+    }
+
+    void close(websocket::close_code code, const std::string& reason) {
+        if (closing_) return;
+        closing_ = true;
+        ws_.async_close(websocket::close_reason(code, reason.substr(0, 120)),
+                        [self = this->shared_from_this()](beast::error_code) { self->finish(); });
+    }
+
+    void finish() {
+        if (finished_) return;
+        finished_ = true;
+        closing_ = true;
+        if (!detached_ && set_id_ != 0) {
+            detached_ = true;
+            kernel_->detach(set_id_);
+        }
+        if (counted_) --ctx_.metrics.ws_connections;
+        ctx_.untrack(this->shared_from_this());
+        spdlog::info("kernel {}: client disconnected (session {})", kernel_->id(), session_id_.empty() ? "-" : session_id_);
+    }
+
+    websocket::stream<Stream> ws_;
+    http::server_context& ctx_;
+    kernels::kernel_ptr kernel_;
+    std::string session_id_;
+    bool v1_;
+    std::uint64_t set_id_ = 0;
+    beast::flat_buffer read_buffer_;
+    std::deque<outgoing> queue_;
+    std::size_t queued_bytes_ = 0;
+    std::string write_buffer_;
+    bool writing_ = false, closing_ = false, finished_ = false, detached_ = false, counted_ = false;
+};
+
+}  // namespace cellgate::ws
