@@ -12,7 +12,9 @@ packages=(
   runc mmdebstrap e2fsprogs mount util-linux iproute2 procps
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
   python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
-  python3-websocket
+  python3-websocket python3-jupyter-server
+  # client tests: Node.js with npm (the machine's nodesource build or Debian's)
+  nodejs
 )
 
 missing=()
@@ -30,3 +32,5 @@ echo "install-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+# Debian's nodejs ships npm separately; nodesource's includes it.
+command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm >/dev/null

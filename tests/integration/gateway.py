@@ -1,0 +1,166 @@
+"""Runs the real cellgate gateway for a test: its own state dir, port 0 (the
+bound port comes back through --port-file), a fixed token, runc sandboxes and
+the built kernel image. Shared by the Python integration tests and the client
+tests (JupyterLab's services, jupyter_server's gateway client)."""
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("CELLGATE_BUILD_DIR", REPO / "build"))
+GATEWAY = BUILD / "bin" / "cellgate"
+IMAGE_STORE = Path(os.environ.get("CELLGATE_IMAGE_STORE", "/var/cache/cellgate/images"))
+
+
+class Gateway:
+    def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None):
+        self.token = token
+        self.base_dir = Path("/run") / f"cellgate-gw-{uuid.uuid4().hex[:8]}"
+        self.base_dir.mkdir(mode=0o711)
+        self.state_dir = self.base_dir / "state"
+        self.workspace_root = self.base_dir / "workspaces"
+        self.port_file = self.base_dir / "port"
+        self.log_path = self.base_dir / "gateway.log"
+        self.args = [str(GATEWAY), "--ip", "127.0.0.1", "--port", "0", "--port-file", str(self.port_file),
+                     "--token", token, "--state-dir", str(self.state_dir), "--image-store", str(IMAGE_STORE),
+                     "--workspace-root", str(self.workspace_root), *extra_args]
+        self.env = env
+        self.proc = None
+        self.port = None
+
+    def start(self, timeout=30):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.port_file.exists() and self.port_file.read_text().strip():
+                self.port = int(self.port_file.read_text())
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cellgate exited at start: {self.log_text()}")
+            time.sleep(0.02)
+        else:
+            raise RuntimeError("cellgate did not report its port")
+        return self
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self):
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def headers(self):
+        return {"Authorization": f"token {self.token}"}
+
+    def api(self, method, path, **kw):
+        headers = dict(self.headers)
+        headers.update(kw.pop("headers", {}))
+        return requests.request(method, self.url + path, headers=headers, timeout=kw.pop("timeout", 120), **kw)
+
+    def start_kernel(self, name="python3", **body):
+        r = self.api("POST", "/api/kernels", json={"name": name, **body})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None and \
+            requests.get(self.url + "/healthz", timeout=10).status_code == 200
+
+    def log_text(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout=60):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def cleanup(self):
+        """Removes whatever a crashed run left (sandboxes, mounts) and the dirs."""
+        launch = BUILD / "bin" / "cellgate-launch"
+        base = ["--state-dir", str(self.state_dir), "--image-store", str(IMAGE_STORE),
+                "--workspace-root", str(self.workspace_root)]
+        out = subprocess.run([str(launch), *base, "ps", "--json"], capture_output=True, text=True)
+        try:
+            for s in json.loads(out.stdout or "[]"):
+                subprocess.run([str(launch), *base, "rm", s["id"]], capture_output=True)
+        except json.JSONDecodeError:
+            pass
+        subprocess.run([str(launch), *base, "reap", "--workspaces"], capture_output=True)
+        mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout.split()
+        for target in sorted((t for t in mounts if t.startswith(str(self.base_dir))), reverse=True):
+            subprocess.run(["umount", "-l", target])
+        subprocess.run(["rm", "-rf", str(self.base_dir)])
+
+
+class KernelChannel:
+    """A Jupyter client over the gateway's kernel WebSocket (default JSON protocol)."""
+
+    def __init__(self, gateway, kernel_id, session_id=None, subprotocols=None, token_in_query=True):
+        import websocket
+        self.session_id = session_id if session_id is not None else uuid.uuid4().hex
+        q = f"session_id={self.session_id}" if self.session_id else ""
+        if token_in_query:
+            q += ("&" if q else "") + f"token={gateway.token}"
+        self.ws = websocket.create_connection(
+            f"{gateway.ws_url}/api/kernels/{kernel_id}/channels?{q}", subprotocols=subprotocols, timeout=120,
+            header=[] if token_in_query else [f"Authorization: token {gateway.token}"])
+
+    def send(self, msg_type, content, channel="shell"):
+        msg_id = uuid.uuid4().hex
+        self.ws.send(json.dumps({
+            "channel": channel,
+            "header": {"msg_id": msg_id, "msg_type": msg_type, "session": self.session_id or "s",
+                       "username": "test", "version": "5.3", "date": "2026-01-01T00:00:00Z"},
+            "parent_header": {}, "metadata": {}, "content": content}))
+        return msg_id
+
+    def recv(self):
+        import websocket
+        op, data = self.ws.recv_data()
+        if op == websocket.ABNF.OPCODE_TEXT:
+            return json.loads(data)
+        return {"binary": data}
+
+    def execute(self, code, timeout=120):
+        """Runs a cell; returns {'reply': content, 'outputs': [msgs], 'stdout': str}."""
+        msg_id = self.send("execute_request", {"code": code, "silent": False, "store_history": True,
+                                               "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+        result = {"reply": None, "outputs": [], "stdout": "", "stderr": "", "idle": False}
+        self.ws.settimeout(timeout)
+        while result["reply"] is None or not result["idle"]:
+            m = self.recv()
+            if "binary" in m or m.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            t = m["header"]["msg_type"]
+            if m["channel"] == "shell" and t == "execute_reply":
+                result["reply"] = m["content"]
+            elif t == "status":
+                result["idle"] = m["content"]["execution_state"] == "idle"
+            else:
+                result["outputs"].append(m)
+                if t == "stream":
+                    result[m["content"]["name"]] += m["content"]["text"]
+        return result
+
+    def close(self):
+        self.ws.close()
