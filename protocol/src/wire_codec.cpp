@@ -78,7 +78,11 @@ decode_result decode(std::vector<std::string>&& frames, const hmac_signer& signe
                        frames[first + 4]))
         return fail(decode_error::bad_signature, {});
 
-    // 4. JSON parse, then 5. schema.
+    // 4. JSON parse, then 5. schema. The parser stops at a NUL byte, so a part
+    // holding one would pass with trailing junk that later breaks clients.
+    for (std::size_t i = first + 1; i < first + 5; ++i)
+        if (frames[i].find('\0') != std::string::npos)
+            return fail(decode_error::bad_json, "NUL byte in a JSON part");
     decode_result r;
     auto header = nlohmann::json::parse(frames[first + 1], nullptr, false);
     auto parent = nlohmann::json::parse(frames[first + 2], nullptr, false);

@@ -109,6 +109,11 @@ class Gateway:
         mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout.split()
         for target in sorted((t for t in mounts if t.startswith(str(self.base_dir))), reverse=True):
             subprocess.run(["umount", "-l", target])
+        # Keep the log for a post-mortem of a failed run.
+        keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
+        keep.mkdir(parents=True, exist_ok=True)
+        if self.log_path.exists():
+            subprocess.run(["cp", str(self.log_path), str(keep / f"{self.base_dir.name}.log")])
         subprocess.run(["rm", "-rf", str(self.base_dir)])
 
 

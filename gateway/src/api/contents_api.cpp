@@ -72,7 +72,7 @@ located locate(services& s, const request_ptr& req, const std::string& path) {
 bool is_notebook_name(const std::string& name) { return name.size() > 6 && name.ends_with(".ipynb"); }
 
 nlohmann::json base_model(const located& l, const entry_info& e, const std::string& type) {
-    return {{"name", l.rel.empty() ? l.kernel->id() : e.name},
+    return {{"name", e.path.empty() ? l.kernel->id() : e.name},
             {"path", l.full(e.path)},
             {"type", type},
             {"created", iso_from_ns(e.ctime_ns)},
@@ -133,8 +133,10 @@ nlohmann::json model_for(services& s, const located& l, const entry_info& e, boo
 }
 
 nlohmann::json root_model(services& s, const request_ptr& req, bool with_content) {
-    nlohmann::json m = {{"name", ""},          {"path", ""},          {"type", "directory"}, {"created", nullptr},
-                        {"last_modified", nullptr}, {"content", nullptr}, {"format", nullptr},   {"mimetype", nullptr},
+    // The root is virtual (the caller's kernels); clients require string dates.
+    const auto now = kernels::iso8601(std::chrono::system_clock::now());
+    nlohmann::json m = {{"name", ""},          {"path", ""},          {"type", "directory"}, {"created", now},
+                        {"last_modified", now}, {"content", nullptr}, {"format", nullptr},   {"mimetype", nullptr},
                         {"size", nullptr},     {"writable", false},   {"hash", nullptr},     {"hash_algorithm", nullptr}};
     if (with_content) {
         auto list = nlohmann::json::array();

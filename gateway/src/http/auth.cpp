@@ -59,6 +59,7 @@ authenticator::result authenticator::check(const request& req, const std::map<st
 }
 
 bool origin_allowed(const request& req, const std::vector<std::string>& allowed) {
+    if (req.count(bhttp::field::origin) > 1) return false;  // ambiguous: refuse
     const auto origin_field = req[bhttp::field::origin];
     if (origin_field.empty()) return true;
     const std::string origin(origin_field);

@@ -108,6 +108,9 @@ bool kernel::ready() const {
 void kernel::set_state(kernel_state s) {
     std::lock_guard lock(mutex_);
     state_ = s;
+    // From here until the next connect() client messages wait in the queue:
+    // the old sandbox is going and the new one has other keys.
+    if (s == kernel_state::restarting || s == kernel_state::dead || s == kernel_state::terminating) ready_ = false;
 }
 
 kernel_state kernel::state() const {
@@ -185,6 +188,7 @@ kernel::attach_result kernel::attach(const std::string& session_id, std::shared_
             s.subscriber = subscriber;
             r.set_id = set_id;
             r.replayed = s.buffer.size();
+            r.replayed_bytes = s.buffered_bytes;
             for (const auto& m : s.buffer) subscriber->deliver(m);
             if (s.dropped > 0)
                 subscriber->deliver(gateway_notice("[cellgate] " + std::to_string(s.dropped) +

@@ -81,6 +81,7 @@ public:
     struct attach_result {
         std::uint64_t set_id = 0;
         std::size_t replayed = 0;
+        std::size_t replayed_bytes = 0;
     };
     attach_result attach(const std::string& session_id, std::shared_ptr<kernel_subscriber> subscriber);
     // `unsent` holds messages that were queued to the subscriber but never

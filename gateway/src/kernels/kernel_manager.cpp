@@ -229,7 +229,11 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     }
     ++metrics_.kernel_restarts;
     k->set_state(kernel_state::restarting);
-    k->broadcast_status("restarting");
+    reactor_.suspend_kernel(k->id());
+    // Clients hear "restarting" only for automatic restarts: JupyterLab reads it
+    // as "the server restarted the kernel" and reconnects; after a restart it
+    // asked for itself it reconnects anyway (jupyter_server does the same).
+    if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
     asio::post(pool_, [this, k, spec, automatic, callback = std::move(callback)] {
         const auto t0 = steady::now();

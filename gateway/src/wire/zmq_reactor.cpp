@@ -85,6 +85,7 @@ struct zmq_reactor::impl {
         targets.push_back({nullptr, 0, socket_role::iopub, nullptr});
         for (auto& [id, k] : kernels) {
             auto add = [&](zmq::socket_t& s, std::uint64_t set_id, socket_role role) {
+                if (s.handle() == nullptr) return;  // suspended
                 items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
                 targets.push_back({k.get(), set_id, role, &s});
             };
@@ -247,10 +248,30 @@ void zmq_reactor::remove_kernel(const std::string& kernel_id) {
     });
 }
 
+void zmq_reactor::suspend_kernel(const std::string& kernel_id) {
+    post([kernel_id](impl& r) {
+        const auto it = r.kernels.find(kernel_id);
+        if (it == r.kernels.end()) return;
+        auto& k = *it->second;
+        k.iopub.close();
+        k.hb.close();
+        for (auto& [set_id, set] : k.sets) {
+            set.shell.close();
+            set.control.close();
+            set.stdin_.close();
+        }
+        r.dirty = true;
+    });
+}
+
 void zmq_reactor::open_channels(const std::string& kernel_id, std::uint64_t set_id) {
     post([kernel_id, set_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
         if (it == r.kernels.end() || it->second->sets.count(set_id) != 0) return;
+        if (it->second->iopub.handle() == nullptr) {  // suspended: made on the next add_kernel
+            it->second->sets.emplace(set_id, impl::channel_set{});
+            return;
+        }
         it->second->sets.emplace(set_id, r.make_set(*it->second));
         r.dirty = true;
     });
@@ -275,6 +296,10 @@ void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, ws::c
         zmq::socket_t* s = chan == ws::channel::control ? &set->second.control
                            : chan == ws::channel::stdin_ ? &set->second.stdin_
                                                           : &set->second.shell;
+        if (s->handle() == nullptr) {
+            ++r.dropped;
+            return;
+        }
         r.send_frames(*s, protocol::encode(msg, *it->second->signer));
     });
 }
@@ -282,7 +307,7 @@ void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, ws::c
 void zmq_reactor::ping(const std::string& kernel_id) {
     post([kernel_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
-        if (it == r.kernels.end()) return;
+        if (it == r.kernels.end() || it->second->hb.handle() == nullptr) return;
         (void)it->second->hb.send(zmq::str_buffer("ping"), zmq::send_flags::dontwait);
     });
 }

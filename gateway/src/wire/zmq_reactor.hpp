@@ -48,6 +48,11 @@ public:
     void add_kernel(const std::string& kernel_id, const launcher::kernel_endpoints& endpoints,
                     kernel_handlers handlers);
     void remove_kernel(const std::string& kernel_id);
+    // Closes a kernel's sockets but keeps its channel sets, for a restart:
+    // the new sandbox reuses the same ipc paths with a new key, and sockets of
+    // the old one would otherwise reconnect to it and see only bad signatures.
+    // add_kernel() re-creates them.
+    void suspend_kernel(const std::string& kernel_id);
     void open_channels(const std::string& kernel_id, std::uint64_t set_id);
     void close_channels(const std::string& kernel_id, std::uint64_t set_id);
     // Signs and sends; dropped if the kernel or set is gone.

@@ -88,6 +88,8 @@ private:
         ctx_.track(this->shared_from_this());
         const auto r = kernel_->attach(session_id_, this->shared_from_this());
         set_id_ = r.set_id;
+        // The replay arrives as one burst; it does not count as falling behind.
+        replay_credit_ = r.replayed_bytes;
         spdlog::info("kernel {}: client connected ({} protocol, session {}, {} buffered messages replayed)",
                      kernel_->id(), v1_ ? "v1" : "json", session_id_.empty() ? "-" : session_id_, r.replayed);
         do_read();
@@ -164,7 +166,7 @@ private:
         if (closing_) return;
         queued_bytes_ += m->wire_bytes();
         enqueue(outgoing{std::move(m), {}, false});
-        if (queued_bytes_ > ctx_.options.max_ws_queue_bytes) cut_off_slow_client();
+        if (queued_bytes_ > ctx_.options.max_ws_queue_bytes + replay_credit_) cut_off_slow_client();
     }
 
     void enqueue(outgoing o) {
@@ -180,6 +182,12 @@ private:
         }
         writing_ = true;
         auto& o = queue_.front();
+        // The backlog the limit applies to is what waits behind the frame in
+        // flight: one large output is not a slow client.
+        if (o.msg) {
+            queued_bytes_ -= o.msg->wire_bytes();
+            replay_credit_ -= std::min(replay_credit_, o.msg->wire_bytes());
+        }
         if (o.msg) {
             if (v1_) {
                 write_buffer_ = encode_v1(o.msg->view());
@@ -198,10 +206,7 @@ private:
     }
 
     void on_write(beast::error_code ec, std::size_t) {
-        if (!queue_.empty()) {
-            if (queue_.front().msg) queued_bytes_ -= queue_.front().msg->wire_bytes();
-            queue_.pop_front();
-        }
+        if (!queue_.empty()) queue_.pop_front();
         write_buffer_.clear();
         write_buffer_.shrink_to_fit();
         if (ec) {
@@ -220,6 +225,7 @@ private:
         std::vector<wire::kernel_message_ptr> unsent;
         for (std::size_t i = writing_ ? 1 : 0; i < queue_.size(); ++i)
             if (queue_[i].msg) unsent.push_back(queue_[i].msg);
+        // The frame in flight is finished before the close frame goes out.
         if (writing_) queue_.erase(queue_.begin() + 1, queue_.end());
         else queue_.clear();
         queued_bytes_ = 0;
@@ -258,7 +264,8 @@ private:
     std::uint64_t set_id_ = 0;
     beast::flat_buffer read_buffer_;
     std::deque<outgoing> queue_;
-    std::size_t queued_bytes_ = 0;
+    std::size_t queued_bytes_ = 0;   // waiting behind the frame in flight
+    std::size_t replay_credit_ = 0;  // replayed bytes not yet written
     std::string write_buffer_;
     bool writing_ = false, closing_ = false, finished_ = false, detached_ = false, counted_ = false;
 };

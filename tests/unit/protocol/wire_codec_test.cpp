@@ -122,6 +122,14 @@ TEST(wire_codec, signed_but_malformed_json_is_bad_json) {
         << "invalid UTF-8 must not get through";
 }
 
+TEST(wire_codec, a_nul_byte_in_a_signed_part_is_bad_json) {
+    // The JSON parser would stop at the NUL and accept "{}" with junk behind it.
+    const std::string content("{}\0junk", 7);
+    EXPECT_EQ(decode(signed_frames(good_header, "{}", "{}", content), hmac_signer(key)).error, decode_error::bad_json);
+    const std::string header_nul = good_header + std::string("\0", 1);
+    EXPECT_EQ(decode(signed_frames(header_nul, "{}", "{}", "{}"), hmac_signer(key)).error, decode_error::bad_json);
+}
+
 TEST(wire_codec, signed_json_of_the_wrong_shape_is_a_schema_error) {
     EXPECT_EQ(decode(signed_frames("[1,2]", "{}", "{}", "{}"), hmac_signer(key)).error, decode_error::bad_schema);
     EXPECT_EQ(decode(signed_frames(good_header, "{}", "{}", "[]"), hmac_signer(key)).error, decode_error::bad_schema);

@@ -1,0 +1,344 @@
+// Drives a live cellgate gateway with @jupyterlab/services, the client library
+// JupyterLab itself uses, connecting straight to the gateway (no
+// jupyter_server in between).
+//
+//   CELLGATE_URL=http://127.0.0.1:PORT CELLGATE_TOKEN=T CELLGATE_WS_PROTOCOL=v1|json node --test services.test.mjs
+//
+// CELLGATE_WS_PROTOCOL=v1 lets JupyterLab offer its default subprotocol
+// (v1.kernel.websocket.jupyter.org); =json hands it a WebSocket class that
+// drops the offered subprotocols, so the gateway must fall back to the default
+// JSON ("legacy") framing. Either way every WebSocket's negotiated protocol is
+// recorded and checked.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Buffer } from 'node:buffer';
+import services from '@jupyterlab/services';
+import WebSocket from 'ws';
+
+const {
+  ContentsManager,
+  KernelManager,
+  KernelSpecManager,
+  ServerConnection,
+  SessionManager
+} = services;
+
+const BASE_URL = process.env.CELLGATE_URL;
+const TOKEN = process.env.CELLGATE_TOKEN ?? '';
+const MODE = process.env.CELLGATE_WS_PROTOCOL ?? 'v1';
+if (!BASE_URL) throw new Error('set CELLGATE_URL (and CELLGATE_TOKEN)');
+if (MODE !== 'v1' && MODE !== 'json') throw new Error(`CELLGATE_WS_PROTOCOL must be v1 or json, not ${MODE}`);
+const V1 = 'v1.kernel.websocket.jupyter.org';
+const EXPECTED_PROTOCOL = MODE === 'v1' ? V1 : '';
+const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+// Every socket the library opens, with what it offered and what it got.
+const sockets = [];
+
+class RecordingWebSocket extends WebSocket {
+  constructor(url, protocols) {
+    super(url, protocols);
+    const entry = { url: String(url), offered: protocols ?? [], protocol: null };
+    sockets.push(entry);
+    this.addEventListener('open', () => {
+      entry.protocol = this.protocol;
+    });
+  }
+}
+
+// What a client that knows only the JSON protocol does: offer nothing.
+class JsonOnlyWebSocket extends WebSocket {
+  constructor(url, _protocols) {
+    super(url);
+    const entry = { url: String(url), offered: [], protocol: null };
+    sockets.push(entry);
+    this.addEventListener('open', () => {
+      entry.protocol = this.protocol;
+    });
+  }
+}
+
+const serverSettings = ServerConnection.makeSettings({
+  baseUrl: BASE_URL,
+  wsUrl: BASE_URL.replace(/^http/, 'ws'),
+  token: TOKEN,
+  appendToken: true,
+  WebSocket: MODE === 'v1' ? RecordingWebSocket : JsonOnlyWebSocket
+});
+
+const withTimeout = (promise, ms, what) =>
+  Promise.race([
+    promise,
+    new Promise((_, reject) => {
+      const t = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+      t.unref();
+    })
+  ]);
+
+// Runs a cell through the kernel connection; collects the reply and the iopub
+// messages that belong to it.
+async function execute(kernel, code, { timeout = 60000, onIOPub } = {}) {
+  const iopub = [];
+  // stop_on_error: false — ipykernel aborts a request that arrives right after an
+  // error reply (its stop_on_error window), which would make back-to-back cells racy.
+  const future = kernel.requestExecute({ code, store_history: true, stop_on_error: false });
+  future.onIOPub = msg => {
+    iopub.push(msg);
+    if (onIOPub) onIOPub(msg, future);
+  };
+  const reply = await withTimeout(future.done, timeout, `execute ${JSON.stringify(code)}`);
+  const of = type => iopub.filter(m => m.header.msg_type === type);
+  const stdout = of('stream')
+    .filter(m => m.content.name === 'stdout')
+    .map(m => m.content.text)
+    .join('');
+  return { reply, iopub, of, stdout };
+}
+
+function assertProtocols(what) {
+  const opened = sockets.filter(s => s.protocol !== null);
+  assert.ok(opened.length > 0, `no WebSocket opened (${what})`);
+  for (const s of opened) {
+    assert.equal(s.protocol, EXPECTED_PROTOCOL,
+      `${what}: socket ${s.url.replace(/token=[^&]*/, 'token=…')} offered ${JSON.stringify(s.offered)} ` +
+      `and negotiated ${JSON.stringify(s.protocol)}, expected ${JSON.stringify(EXPECTED_PROTOCOL)}`);
+  }
+  if (MODE === 'v1') assert.ok(opened.every(s => s.offered.includes(V1)), 'JupyterLab should offer v1');
+  else assert.ok(opened.every(s => s.offered.length === 0), 'the JSON run must offer no subprotocol');
+}
+
+describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 240000 }, () => {
+  let kernelSpecs;
+  let kernels;
+  let sessions;
+  let contents;
+  let kernel;
+
+  before(async () => {
+    kernelSpecs = new KernelSpecManager({ serverSettings });
+    kernels = new KernelManager({ serverSettings });
+    sessions = new SessionManager({ serverSettings, kernelManager: kernels });
+    contents = new ContentsManager({ serverSettings });
+    await withTimeout(Promise.all([kernelSpecs.ready, kernels.ready, sessions.ready]), 30000, 'managers ready');
+  });
+
+  after(async () => {
+    try {
+      if (kernel && !kernel.isDisposed) await kernel.shutdown().catch(() => {});
+    } finally {
+      // Lumino's Poll.dispose() leaves its pending setTimeout behind (61 s for
+      // kernelspecs), which would keep Node alive; stopping a poll clears it.
+      for (const manager of [sessions, kernels, kernelSpecs]) {
+        for (const poll of [manager?._pollModels, manager?._pollSpecs]) await poll?.stop?.();
+      }
+      sessions?.dispose();
+      kernels?.dispose();
+      kernelSpecs?.dispose();
+      contents?.dispose();
+    }
+  });
+
+  test('kernelspecs list python3 with a display name', async () => {
+    await kernelSpecs.refreshSpecs();
+    const specs = kernelSpecs.specs;
+    assert.ok(specs, 'no kernelspecs');
+    const py = specs.kernelspecs.python3;
+    assert.ok(py, `python3 missing from ${JSON.stringify(Object.keys(specs.kernelspecs))}`);
+    assert.equal(py.name, 'python3');
+    assert.equal(typeof py.display_name, 'string');
+    assert.ok(py.display_name.length > 0, 'empty display_name');
+    assert.ok(specs.default in specs.kernelspecs, `default ${specs.default} is not a listed spec`);
+  });
+
+  test('starts a kernel and connects over the negotiated protocol', async () => {
+    kernel = await withTimeout(kernels.startNew({ name: 'python3' }), 60000, 'start kernel');
+    assert.match(kernel.id, /^\w+-\w+-\w+-\w+-\w+$/);
+    const info = await withTimeout(kernel.info, 60000, 'kernel_info_reply');
+    assert.equal(info.status, 'ok');
+    assert.equal(info.language_info.name, 'python');
+    assert.equal(kernel.connectionStatus, 'connected');
+    await kernels.refreshRunning();
+    assert.ok([...kernels.running()].some(m => m.id === kernel.id), 'kernel missing from GET /api/kernels');
+    assertProtocols('kernel channel');
+  });
+
+  test("print('hello') streams hello to stdout", async () => {
+    const r = await execute(kernel, "print('hello')");
+    assert.equal(r.reply.content.status, 'ok');
+    assert.equal(r.stdout, 'hello\n');
+    const streams = r.of('stream');
+    assert.ok(streams.every(m => m.channel === 'iopub' && m.parent_header.msg_id === r.reply.parent_header.msg_id));
+  });
+
+  test('a Matplotlib plot arrives as display_data image/png', async () => {
+    const r = await execute(kernel, 'import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()');
+    assert.equal(r.reply.content.status, 'ok', JSON.stringify(r.reply.content));
+    const images = r.of('display_data').filter(m => 'image/png' in m.content.data);
+    assert.equal(images.length, 1, `display_data: ${JSON.stringify(r.of('display_data').map(m => Object.keys(m.content.data)))}`);
+    const png = Buffer.from(images[0].content.data['image/png'], 'base64');
+    assert.ok(png.length > 1000, `PNG is only ${png.length} bytes`);
+    assert.deepEqual(png.subarray(0, 8), PNG_MAGIC);
+  });
+
+  test('1/0 gives an error reply and an iopub ZeroDivisionError', async () => {
+    const r = await execute(kernel, '1/0');
+    assert.equal(r.reply.content.status, 'error');
+    assert.equal(r.reply.content.ename, 'ZeroDivisionError');
+    const errors = r.of('error');
+    assert.equal(errors.length, 1);
+    assert.equal(errors[0].content.ename, 'ZeroDivisionError');
+    assert.ok(Array.isArray(errors[0].content.traceback) && errors[0].content.traceback.length > 0, 'empty traceback');
+  });
+
+  test('state persists across cells', async () => {
+    const set = await execute(kernel, 'x = 41');
+    assert.equal(set.reply.content.status, 'ok');
+    const r = await execute(kernel, 'x + 1');
+    assert.equal(r.reply.content.status, 'ok');
+    const results = r.of('execute_result');
+    assert.equal(results.length, 1);
+    assert.equal(results[0].content.data['text/plain'], '42');
+  });
+
+  test('kernel.interrupt() stops time.sleep(30) quickly', async () => {
+    const started = Date.now();
+    let interrupted = null;
+    const r = await execute(kernel, 'import time; time.sleep(30)', {
+      timeout: 20000,
+      onIOPub: msg => {
+        // The cell is running once the kernel echoes execute_input.
+        if (msg.header.msg_type === 'execute_input' && !interrupted) {
+          interrupted = new Promise(resolve => setTimeout(resolve, 300)).then(() => kernel.interrupt());
+        }
+      }
+    });
+    await interrupted;
+    const elapsed = Date.now() - started;
+    assert.equal(r.reply.content.status, 'error', JSON.stringify(r.reply.content));
+    assert.equal(r.reply.content.ename, 'KeyboardInterrupt');
+    assert.ok(elapsed < 10000, `the interrupted cell took ${elapsed} ms`);
+    // The kernel is still usable and kept its state.
+    const after = await execute(kernel, 'x');
+    assert.equal(after.of('execute_result')[0]?.content.data['text/plain'], '41');
+  });
+
+  // Kernel statuses seen while kernel.restart() runs (for the check after).
+  const restartStatuses = [];
+
+  test('kernel.restart() gives a fresh interpreter', async () => {
+    const record = (_, status) => restartStatuses.push(status);
+    kernel.statusChanged.connect(record);
+    try {
+      await withTimeout(kernel.restart(), 60000, 'restart');
+    } finally {
+      // Statuses that the restart caused can trail the REST reply a little.
+      await new Promise(resolve => setTimeout(resolve, 300));
+      kernel.statusChanged.disconnect(record);
+    }
+    await withTimeout(kernel.info, 60000, 'kernel_info after restart');
+    const r = await execute(kernel, 'x');
+    assert.equal(r.reply.content.status, 'error');
+    assert.equal(r.reply.content.ename, 'NameError');
+    assert.equal(r.of('error')[0]?.content.ename, 'NameError');
+    const ok = await execute(kernel, "print('hello')");
+    assert.equal(ok.stdout, 'hello\n');
+    assertProtocols('after restart');
+  });
+
+  // jupyter_server sends iopub "restarting" only when its restarter
+  // auto-restarts a kernel that died, and @jupyterlab/services reads it as
+  // such (status 'autorestarting', state cleared, a second reconnect). A
+  // restart the client asked for must not look like one.
+  test('a requested restart is not reported as an auto-restart', async () => {
+    const statuses = restartStatuses.join(' → ');
+    assert.ok(!restartStatuses.includes('autorestarting'), `statuses: ${statuses}`);
+    assert.ok(!restartStatuses.includes('dead'), `statuses: ${statuses}`);
+  });
+
+  test('contents: the root lists the kernel workspace as a directory', async () => {
+    const root = await contents.get('', { content: true });
+    assert.equal(root.type, 'directory');
+    assert.equal(typeof root.created, 'string');
+    assert.ok(root.content.some(e => e.name === kernel.id && e.type === 'directory'),
+      `kernel ${kernel.id} missing from the contents root: ${JSON.stringify(root.content.map(e => e.name))}`);
+  });
+
+  test('contents: save, get, list and delete text and binary files in the workspace', async () => {
+    const textPath = `${kernel.id}/hello.txt`;
+    const binPath = `${kernel.id}/blob.bin`;
+    const text = 'hello from JupyterLab services\nzweite Zeile – ü\n';
+    const bytes = Buffer.from([0x00, 0xff, 0x01, 0xfe, 0x80, 0x7f, 0x00, 0x00, 0xff, 0x0a, 0x0d]);
+
+    const savedText = await contents.save(textPath, { type: 'file', format: 'text', content: text });
+    assert.equal(savedText.path, textPath);
+    assert.equal(savedText.type, 'file');
+    const savedBin = await contents.save(binPath, { type: 'file', format: 'base64', content: bytes.toString('base64') });
+    assert.equal(savedBin.path, binPath);
+
+    const gotText = await contents.get(textPath, { type: 'file', format: 'text', content: true });
+    assert.equal(gotText.format, 'text');
+    assert.equal(gotText.content, text);
+    const gotBin = await contents.get(binPath, { type: 'file', format: 'base64', content: true });
+    assert.equal(gotBin.format, 'base64');
+    assert.deepEqual(Buffer.from(gotBin.content.replace(/\s/g, ''), 'base64'), bytes);
+    assert.equal(gotBin.size, bytes.length);
+
+    // The kernel sees the same files in its /workspace.
+    const seen = await execute(kernel,
+      "import os; print(sorted(f for f in os.listdir('.') if f in ('hello.txt', 'blob.bin')), open('blob.bin','rb').read() == bytes([0,255,1,254,128,127,0,0,255,10,13]))");
+    assert.equal(seen.stdout, "['blob.bin', 'hello.txt'] True\n");
+
+    const dir = await contents.get(kernel.id, { content: true });
+    assert.equal(dir.type, 'directory');
+    const names = dir.content.map(e => e.name);
+    assert.ok(names.includes('hello.txt') && names.includes('blob.bin'), `listing: ${JSON.stringify(names)}`);
+
+    await contents.delete(textPath);
+    await contents.delete(binPath);
+    const after = await contents.get(kernel.id, { content: true });
+    const left = after.content.map(e => e.name);
+    assert.ok(!left.includes('hello.txt') && !left.includes('blob.bin'), `still listed: ${JSON.stringify(left)}`);
+    await assert.rejects(contents.get(textPath), err => err?.response?.status === 404);
+  });
+
+  test('sessions: create, list, shut down', async () => {
+    const path = `cellgate-${MODE}-test.ipynb`;
+    const session = await withTimeout(
+      sessions.startNew({ path, name: path, type: 'notebook', kernel: { name: 'python3' } }),
+      60000, 'start session');
+    try {
+      assert.equal(session.path, path);
+      assert.equal(session.type, 'notebook');
+      assert.ok(session.kernel, 'session has no kernel');
+      assert.equal(session.kernel.name, 'python3');
+      const r = await execute(session.kernel, 'print(6*7)');
+      assert.equal(r.stdout, '42\n');
+
+      await sessions.refreshRunning();
+      const listed = [...sessions.running()].find(m => m.id === session.id);
+      assert.ok(listed, 'session missing from GET /api/sessions');
+      assert.equal(listed.path, path);
+      assert.equal(listed.kernel?.id, session.kernel.id);
+      // Finding the session by path goes through GET /api/sessions too.
+      assert.equal((await sessions.findByPath(path))?.id, session.id);
+    } catch (e) {
+      await session.shutdown().catch(() => {});
+      throw e;
+    }
+    const sessionKernelId = session.kernel.id;
+    await withTimeout(session.shutdown(), 30000, 'session shutdown');
+    await sessions.refreshRunning();
+    assert.ok(![...sessions.running()].some(m => m.id === session.id), 'session still listed after shutdown');
+    await kernels.refreshRunning();
+    assert.ok(![...kernels.running()].some(m => m.id === sessionKernelId), "the session's kernel outlived the session");
+    assertProtocols('session kernel');
+  });
+
+  test('kernel shutdown removes it from the list', async () => {
+    const id = kernel.id;
+    await withTimeout(kernel.shutdown(), 30000, 'kernel shutdown');
+    await kernels.refreshRunning();
+    assert.ok(![...kernels.running()].some(m => m.id === id), 'kernel still listed after shutdown');
+    assertProtocols('end of suite');
+  });
+});
