@@ -22,6 +22,8 @@ run_suite() {
   fi
 }
 run_suite "unit tests (GoogleTest)" ctest --test-dir build --output-on-failure -j"$(nproc)"
-run_suite "sandbox integration tests (runc + image + ipykernel)" \
+run_suite "sandbox and gateway integration tests (runc + image + ipykernel + cellgate)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
+run_suite "client tests (@jupyterlab/services, jupyter_server --gateway-url)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/clients
 exit $status
