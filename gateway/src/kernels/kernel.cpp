@@ -59,7 +59,7 @@ kernel::~kernel() = default;
 void kernel::connect(launcher::sandbox_info sandbox) {
     std::weak_ptr<kernel> weak = weak_from_this();
     wire::zmq_reactor::kernel_handlers handlers;
-    handlers.on_message = [weak](std::uint64_t set_id, wire::kernel_message_ptr m) {
+    handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<wire::kernel_message> m) {
         if (auto self = weak.lock()) self->on_wire_message(set_id, std::move(m));
     };
     handlers.on_dropped = [weak, this_id = id_](const std::string& reason) {
@@ -128,8 +128,9 @@ steady::time_point kernel::last_heartbeat() const {
     return last_heartbeat_;
 }
 
-wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state) const {
+wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state) {
     auto m = std::make_shared<wire::kernel_message>();
+    m->seq = next_seq_++;
     m->chan = ws::channel::iopub;
     m->msg = protocol::make_message("status", {{"execution_state", execution_state}}, "cellgate-gateway-" + id_);
     const auto header = nlohmann::json::parse(m->msg.header);
@@ -139,8 +140,9 @@ wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_st
     return m;
 }
 
-wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) const {
+wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
     auto m = std::make_shared<wire::kernel_message>();
+    m->seq = next_seq_++;
     m->chan = ws::channel::iopub;
     m->msg = protocol::make_message("stream", {{"name", "stderr"}, {"text", text}}, "cellgate-gateway-" + id_);
     const auto header = nlohmann::json::parse(m->msg.header);
@@ -151,9 +153,8 @@ wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) const {
 }
 
 void kernel::broadcast_status(std::string_view execution_state) {
-    const auto m = synthesize_status(execution_state);
     std::lock_guard lock(mutex_);
-    fan_out_locked(m);
+    fan_out_locked(synthesize_status(execution_state));
 }
 
 void kernel::close(const std::string& reason) {
@@ -222,10 +223,28 @@ void kernel::detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> 
     }
     s.subscriber.reset();
     s.detached_at = steady::now();
-    for (auto m = unsent.rbegin(); m != unsent.rend(); ++m) {
-        s.buffered_bytes += (*m)->wire_bytes();
-        s.buffer.push_front(*m);
+    for (const auto& m : unsent) buffer_locked(s, m);
+}
+
+void kernel::requeue(std::uint64_t set_id, wire::kernel_message_ptr m) {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(set_id);
+    if (it == sessions_.end() || closed_) return;
+    if (auto sub = it->second.subscriber.lock()) {
+        sub->deliver(std::move(m));
+        return;
     }
+    if (!it->second.session_id.empty()) buffer_locked(it->second, m);
+}
+
+// Inserts in arrival order (usually at the end; handed-back messages go
+// before anything that arrived after them) and enforces the bounds.
+void kernel::buffer_locked(client_session& s, const wire::kernel_message_ptr& m) {
+    auto pos = s.buffer.end();
+    while (pos != s.buffer.begin() && (*std::prev(pos))->seq > m->seq) --pos;
+    if (pos != s.buffer.begin() && (*std::prev(pos))->seq == m->seq) return;  // already there
+    s.buffer.insert(pos, m);
+    s.buffered_bytes += m->wire_bytes();
     while (!s.buffer.empty() && (s.buffer.size() > settings_.session_buffer_messages ||
                                  s.buffered_bytes > settings_.session_buffer_bytes)) {
         s.buffered_bytes -= s.buffer.front()->wire_bytes();
@@ -302,9 +321,11 @@ void kernel::gateway_send(ws::channel chan, protocol::message msg) {
     client_send(gateway_set, std::move(m));
 }
 
-void kernel::on_wire_message(std::uint64_t set_id, wire::kernel_message_ptr m) {
+void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_message> arrived) {
     std::lock_guard lock(mutex_);
     if (closed_) return;
+    arrived->seq = next_seq_++;
+    const wire::kernel_message_ptr m = std::move(arrived);
     if (set_id == 0) {
         if (!ready_ && !nudge_msg_id_.empty()) iopub_seen_ = true;
         if (m->fields.msg_type == "status") {
@@ -352,16 +373,8 @@ void kernel::deliver_locked(client_session& s, const wire::kernel_message_ptr& m
         sub->deliver(m);
         return;
     }
-    if (s.session_id.empty()) return;
     // Disconnected: keep it for the reconnect, within bounds (oldest go first).
-    s.buffer.push_back(m);
-    s.buffered_bytes += m->wire_bytes();
-    while (!s.buffer.empty() && (s.buffer.size() > settings_.session_buffer_messages ||
-                                 s.buffered_bytes > settings_.session_buffer_bytes)) {
-        s.buffered_bytes -= s.buffer.front()->wire_bytes();
-        s.buffer.pop_front();
-        ++s.dropped;
-    }
+    if (!s.session_id.empty()) buffer_locked(s, m);
 }
 
 bool kernel::rate_limited_locked(const wire::kernel_message& m) {

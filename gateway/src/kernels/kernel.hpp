@@ -88,6 +88,10 @@ public:
     // written (a slow client being cut off); they go back to the front of the
     // session's buffer so a reconnect loses nothing.
     void detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> unsent = {});
+    // A message that reached a subscriber after it detached (it was already
+    // on its way): back into the session's buffer in arrival order, or to the
+    // session's new subscriber if it has reconnected meanwhile.
+    void requeue(std::uint64_t set_id, wire::kernel_message_ptr m);
     // False when the kernel is not ready and its queue is full.
     bool client_send(std::uint64_t set_id, ws::client_message msg);
     // Observers see every iopub message and every reply on the gateway set.
@@ -119,14 +123,16 @@ private:
         ws::client_message msg;
     };
 
-    void on_wire_message(std::uint64_t set_id, wire::kernel_message_ptr m);
+    void on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_message> m);
+    void buffer_locked(client_session& s, const wire::kernel_message_ptr& m);
     void fan_out_locked(const wire::kernel_message_ptr& m);
     void deliver_locked(client_session& s, const wire::kernel_message_ptr& m);
     bool rate_limited_locked(const wire::kernel_message& m);
     void send_locked(std::uint64_t set_id, ws::client_message msg);
     void flush_pending_locked();
-    wire::kernel_message_ptr synthesize_status(std::string_view execution_state) const;
-    wire::kernel_message_ptr gateway_notice(std::string_view text) const;
+    // Both must be called with the lock held (they take the next sequence number).
+    wire::kernel_message_ptr synthesize_status(std::string_view execution_state);
+    wire::kernel_message_ptr gateway_notice(std::string_view text);
 
     const std::string id_, spec_name_, tenant_;
     wire::zmq_reactor& reactor_;
@@ -152,6 +158,7 @@ private:
     double window_msgs_ = 0, window_bytes_ = 0;
     bool limiting_ = false;
     bool closed_ = false;
+    std::uint64_t next_seq_ = 1;
 };
 
 using kernel_ptr = std::shared_ptr<kernel>;

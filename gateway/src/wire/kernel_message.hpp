@@ -13,6 +13,10 @@ struct kernel_message {
     ws::channel chan = ws::channel::iopub;
     protocol::message msg;
     protocol::header_fields fields;
+    // Order of arrival at its kernel, set once under the kernel's lock before
+    // the message is shared; buffers keep it sorted so nothing is reordered
+    // when undelivered messages are handed back.
+    std::uint64_t seq = 0;
 
     std::size_t wire_bytes() const noexcept {
         std::size_t n = msg.header.size() + msg.parent_header.size() + msg.metadata.size() +

@@ -28,7 +28,7 @@ public:
     struct kernel_handlers {
         // Called on the reactor thread; must be quick (post elsewhere).
         // set_id is 0 for iopub, else the channel set that received it.
-        std::function<void(std::uint64_t set_id, kernel_message_ptr)> on_message;
+        std::function<void(std::uint64_t set_id, std::shared_ptr<kernel_message>)> on_message;
         std::function<void(const std::string& reason)> on_dropped;
         std::function<void()> on_heartbeat;
     };

@@ -61,6 +61,7 @@ public:
     void kernel_closed(const std::string& reason) override {
         boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), reason] {
             self->detached_ = true;  // the kernel dropped us already
+            self->kernel_gone_ = true;
             self->close(websocket::close_code::going_away, reason);
         });
     }
@@ -163,6 +164,12 @@ private:
     }
 
     void enqueue_message(wire::kernel_message_ptr m) {
+        if (detached_ && !kernel_gone_) {
+            // Posted before we let go of the session: it belongs to the
+            // session's buffer (or its next connection), not to the floor.
+            kernel_->requeue(set_id_, std::move(m));
+            return;
+        }
         if (closing_) return;
         queued_bytes_ += m->wire_bytes();
         enqueue(outgoing{std::move(m), {}, false});
@@ -206,14 +213,14 @@ private:
     }
 
     void on_write(beast::error_code ec, std::size_t) {
-        if (!queue_.empty()) queue_.pop_front();
         write_buffer_.clear();
         write_buffer_.shrink_to_fit();
         if (ec) {
+            finish();  // the frame that failed and the rest go back to the session's buffer
             writing_ = false;
-            finish();
             return;
         }
+        if (!queue_.empty()) queue_.pop_front();
         do_write();
     }
 
@@ -222,18 +229,23 @@ private:
         spdlog::warn("kernel {}: client session {} fell {} bytes behind; closing it with 1013, its messages are "
                      "kept for a reconnect",
                      kernel_->id(), session_id_.empty() ? "-" : session_id_, queued_bytes_);
-        std::vector<wire::kernel_message_ptr> unsent;
-        for (std::size_t i = writing_ ? 1 : 0; i < queue_.size(); ++i)
-            if (queue_[i].msg) unsent.push_back(queue_[i].msg);
-        // The frame in flight is finished before the close frame goes out.
-        if (writing_) queue_.erase(queue_.begin() + 1, queue_.end());
-        else queue_.clear();
-        queued_bytes_ = 0;
-        if (!detached_) {
-            detached_ = true;
-            kernel_->detach(set_id_, std::move(unsent));
-        }
+        release_session(false);
         close(websocket::close_code::try_again_later, "client too slow: reconnect with the same session_id");
+    }
+
+    // Lets go of the kernel session, handing every message not yet written
+    // back to its buffer. The frame in flight stays ours when it will still be
+    // written (a close waits for it); after a failed write it goes back too.
+    void release_session(bool include_in_flight) {
+        if (detached_ || set_id_ == 0) return;
+        std::vector<wire::kernel_message_ptr> unsent;
+        const std::size_t first = writing_ && !include_in_flight ? 1 : 0;
+        for (std::size_t i = first; i < queue_.size(); ++i)
+            if (queue_[i].msg) unsent.push_back(queue_[i].msg);
+        queue_.erase(queue_.begin() + static_cast<long>(std::min(first, queue_.size())), queue_.end());
+        queued_bytes_ = 0;
+        detached_ = true;
+        kernel_->detach(set_id_, std::move(unsent));
     }
 
     void close(websocket::close_code code, const std::string& reason) {
@@ -247,10 +259,7 @@ private:
         if (finished_) return;
         finished_ = true;
         closing_ = true;
-        if (!detached_ && set_id_ != 0) {
-            detached_ = true;
-            kernel_->detach(set_id_);
-        }
+        release_session(true);
         if (counted_) --ctx_.metrics.ws_connections;
         ctx_.untrack(this->shared_from_this());
         spdlog::info("kernel {}: client disconnected (session {})", kernel_->id(), session_id_.empty() ? "-" : session_id_);
@@ -268,6 +277,7 @@ private:
     std::size_t replay_credit_ = 0;  // replayed bytes not yet written
     std::string write_buffer_;
     bool writing_ = false, closing_ = false, finished_ = false, detached_ = false, counted_ = false;
+    bool kernel_gone_ = false;
 };
 
 }  // namespace cellgate::ws
