@@ -29,7 +29,7 @@ struct manager_config {
     std::chrono::seconds restart_window{300};
     std::chrono::seconds heartbeat_interval{3};
     std::chrono::seconds heartbeat_timeout{30};   // no echo this long: the kernel is dead
-    std::chrono::milliseconds nudge_interval{100};
+    std::chrono::milliseconds nudge_interval{20};
     std::chrono::seconds ready_timeout{30};
     std::size_t launch_threads = 4;
 };

