@@ -1,4 +1,5 @@
 // cellgate: the gateway. Wires the pieces together and runs the shutdown ladder.
+#include "agent/agent_service.hpp"
 #include "api/api.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "config/gateway_config.hpp"
@@ -91,13 +92,23 @@ int main(int argc, char** argv) {
         asio::io_context ioc;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
-        api::services services{manager, sessions, metrics, cfg.launcher.state_dir / "checkpoints", "2.0.0"};
+        for (const auto& t : cfg.tokens)
+            if (t.max_sessions > 0) manager.set_tenant_quota(t.tenant, t.max_sessions);
+        const auto checkpoints = cfg.launcher.state_dir / "checkpoints";
+        manager.on_removed([&sessions, checkpoints](const std::string& kernel_id) {
+            sessions.remove_for_kernel(kernel_id);
+            std::error_code ec;
+            std::filesystem::remove_all(checkpoints / kernel_id, ec);
+        });
+        agent::agent_service agents(ioc, manager, cfg.agent);
+        api::services services{manager, sessions, metrics, checkpoints, "2.0.0"};
 
         http::server_context ctx{cfg.server, http::authenticator(cfg.tokens), {}, manager, metrics, {}, {}};
         api::register_misc_api(ctx.routes, services);
         api::register_kernels_api(ctx.routes, services);
         api::register_sessions_api(ctx.routes, services);
         api::register_contents_api(ctx.routes, services);
+        api::register_agent_api(ctx.routes, services, agents);
 
         http::server server(ioc, ctx, make_tls(cfg));
         const auto port = server.listen();

@@ -26,6 +26,10 @@ void register_misc_api(http::router& r, services& s);       // /api, /api/status
 void register_kernels_api(http::router& r, services& s);    // kernelspecs, kernels
 void register_sessions_api(http::router& r, services& s);   // /api/sessions
 void register_contents_api(http::router& r, services& s);   // /api/contents, /files
+}  // namespace cellgate::api
+namespace cellgate::agent { class agent_service; }
+namespace cellgate::api {
+void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);

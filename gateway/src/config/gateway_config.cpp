@@ -35,6 +35,25 @@ double to_double(const std::string& key, const std::string& v) {
     }
 }
 
+// A tokens file: [{"token": …, "tenant": …, "name"?: …, "max_sessions"?: n}, …].
+void load_tokens_file(gateway_config& c, const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw config_error("cannot read the tokens file " + path);
+    const auto j = json::parse(in, nullptr, false);
+    if (!j.is_array()) throw config_error("the tokens file " + path + " must hold a JSON array");
+    for (const auto& t : j) {
+        if (!t.is_object() || !t.contains("token") || !t["token"].is_string() || t["token"].get<std::string>().size() < 8 ||
+            !t.contains("tenant") || !t["tenant"].is_string() || t["tenant"].get<std::string>().empty())
+            throw config_error("each entry of " + path + " needs a \"token\" (8+ characters) and a \"tenant\"");
+        http::token_entry e;
+        e.token = t["token"].get<std::string>();
+        e.tenant = t["tenant"].get<std::string>();
+        e.name = t.value("name", e.tenant);
+        e.max_sessions = t.value("max_sessions", std::size_t{0});
+        c.tokens.push_back(std::move(e));
+    }
+}
+
 // One setter per option; the same names serve the command line (--ip) and
 // the config file ({"ip": …}).
 using setter = std::function<void(gateway_config&, const std::string&)>;
@@ -70,6 +89,18 @@ const std::map<std::string, setter>& setters() {
         {"log_level", [](auto& c, const auto& v) { c.log_level = v; }},
         {"io_threads", [](auto& c, const auto& v) { c.io_threads = static_cast<int>(to_u64("io_threads", v)); }},
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
+        {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
+        {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
+        {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.default_policy.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
+        {"exec_timeout", [](auto& c, const auto& v) { c.agent.defaults.exec_timeout = std::chrono::seconds(to_u64("exec_timeout", v)); }},
+        {"max_exec_timeout", [](auto& c, const auto& v) { c.agent.maxima.exec_timeout = std::chrono::seconds(to_u64("max_exec_timeout", v)); }},
+        {"idle_timeout", [](auto& c, const auto& v) { c.agent.defaults.idle_timeout = std::chrono::seconds(to_u64("idle_timeout", v)); }},
+        {"max_idle_timeout", [](auto& c, const auto& v) { c.agent.maxima.idle_timeout = std::chrono::seconds(to_u64("max_idle_timeout", v)); }},
+        {"lifetime", [](auto& c, const auto& v) { c.agent.defaults.lifetime = std::chrono::seconds(to_u64("lifetime", v)); }},
+        {"max_lifetime", [](auto& c, const auto& v) { c.agent.maxima.lifetime = std::chrono::seconds(to_u64("max_lifetime", v)); }},
+        {"output_limit", [](auto& c, const auto& v) { c.agent.defaults.output_limit_bytes = to_u64("output_limit", v); }},
+        {"max_output_limit", [](auto& c, const auto& v) { c.agent.maxima.output_limit_bytes = to_u64("max_output_limit", v); }},
+        {"upload_limit", [](auto& c, const auto& v) { c.agent.defaults.upload_limit_bytes = to_u64("upload_limit", v); }},
     };
     return table;
 }

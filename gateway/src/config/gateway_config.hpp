@@ -1,5 +1,6 @@
 #pragma once
 
+#include "agent/agent_service.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
 #include "http/server.hpp"
@@ -20,6 +21,7 @@ struct gateway_config {
     std::optional<std::string> certfile, keyfile;
     launcher::launcher_config launcher;
     kernels::manager_config manager;
+    agent::agent_limits agent;
     std::vector<kernels::kernelspec> kernelspecs;
     std::string default_kernelspec = "python3";
     std::string log_level = "info";

@@ -327,51 +327,70 @@ void discard_created(int parent_fd, const std::string& name, bool directory) noe
     ::unlinkat(parent_fd, name.c_str(), directory ? AT_REMOVEDIR : 0);
 }
 
-// Writes or appends to a regular file, creating it (exclusively, so a planted
-// symlink is never created through) when absent.
-entry_info put_file(int root_fd, std::string_view path, std::string_view data, bool append,
-                    std::uint32_t uid, std::uint32_t gid) {
+// Opens a regular file for writing, creating it (exclusively, so a planted
+// symlink is never created through) when absent; truncates an existing one
+// unless appending. The result is a checked, owned regular file.
+struct opened_file {
+    unique_fd fd;
+    unique_fd parent_fd;
+    std::string name;
+    std::string rel;
+    bool created = false;
+};
+
+opened_file open_for_put(int root_fd, std::string_view path, bool append, std::uint32_t uid, std::uint32_t gid) {
     const std::string_view action = append ? "append to" : "write";
-    const std::string rel = contents_store::check_path(path);
-    const auto [parent, name] = split_last(rel);
-    if (name.empty()) fail(error_kind::conflict, action, rel, "is the workspace root");
-    const auto parent_fd = open_dir_path(root_fd, parent, action, rel);
+    opened_file f;
+    f.rel = contents_store::check_path(path);
+    const auto [parent, name] = split_last(f.rel);
+    if (name.empty()) fail(error_kind::conflict, action, f.rel, "is the workspace root");
+    f.name = name;
+    f.parent_fd = open_dir_path(root_fd, parent, action, f.rel);
 
     const int mode_flags = O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0);
-    unique_fd fd;
-    bool created = false;
     // The kernel may delete the file between our create and open attempts;
     // a few rounds settle that without looping forever.
-    for (int attempt = 0; attempt < 4 && fd.get() < 0; ++attempt) {
-        int raw = openat2_raw(parent_fd.get(), name.c_str(),
-                              open_flags(mode_flags | O_CREAT | O_EXCL), new_file_mode);
+    for (int attempt = 0; attempt < 4 && f.fd.get() < 0; ++attempt) {
+        int raw = openat2_raw(f.parent_fd.get(), f.name.c_str(), open_flags(mode_flags | O_CREAT | O_EXCL), new_file_mode);
         if (raw >= 0) {
-            created = true;
-            fd = unique_fd(raw);
+            f.created = true;
+            f.fd = unique_fd(raw);
             break;
         }
-        if (errno != EEXIST) fail_errno(errno, action, rel);
-        raw = openat2_raw(parent_fd.get(), name.c_str(), open_flags(mode_flags), 0);
+        if (errno != EEXIST) fail_errno(errno, action, f.rel);
+        raw = openat2_raw(f.parent_fd.get(), f.name.c_str(), open_flags(mode_flags), 0);
         if (raw >= 0) {
-            fd = unique_fd(raw);
+            f.fd = unique_fd(raw);
             break;
         }
-        if (errno != ENOENT) fail_errno(errno, action, rel);
+        if (errno != ENOENT) fail_errno(errno, action, f.rel);
     }
-    if (fd.get() < 0) fail(error_kind::conflict, action, rel, "the file keeps changing");
-
+    if (f.fd.get() < 0) fail(error_kind::conflict, action, f.rel, "the file keeps changing");
     try {
         struct stat st {};
-        fstat_or_fail(fd.get(), st, action, rel);
-        require_regular(st, action, rel);
-        if (created) give_to_owner(fd.get(), uid, gid, action, rel);
+        fstat_or_fail(f.fd.get(), st, action, f.rel);
+        require_regular(st, action, f.rel);
+        if (f.created) give_to_owner(f.fd.get(), uid, gid, action, f.rel);
         // Truncating only after fstat: O_TRUNC at open time would act on
         // whatever the name turned out to be.
-        if (!append && !created && ::ftruncate(fd.get(), 0) != 0) fail_errno(errno, action, rel);
-        write_all(fd.get(), data, action, rel);
-        return info_from_fd(fd.get(), rel, action);
+        if (!append && !f.created && ::ftruncate(f.fd.get(), 0) != 0) fail_errno(errno, action, f.rel);
     } catch (const contents_error&) {
-        if (created) discard_created(parent_fd.get(), name, false);
+        if (f.created) discard_created(f.parent_fd.get(), f.name, false);
+        throw;
+    }
+    return f;
+}
+
+// Writes or appends to a regular file (see open_for_put).
+entry_info put_file(int root_fd, std::string_view path, std::string_view data, bool append,
+                    std::uint32_t uid, std::uint32_t gid) {
+    auto f = open_for_put(root_fd, path, append, uid, gid);
+    const std::string_view action = append ? "append to" : "write";
+    try {
+        write_all(f.fd.get(), data, action, f.rel);
+        return info_from_fd(f.fd.get(), f.rel, action);
+    } catch (const contents_error&) {
+        if (f.created) discard_created(f.parent_fd.get(), f.name, false);
         throw;
     }
 }
@@ -699,6 +718,14 @@ entry_info contents_store::copy(std::string_view from, std::string_view to) {
         discard_created(parent_fd.get(), to_name, false);
         throw;
     }
+}
+
+int contents_store::open_for_write(std::string_view path, bool& created) {
+    auto f = open_for_put(root_fd_, path, false, uid_, gid_);
+    created = f.created;
+    const int flags = ::fcntl(f.fd.get(), F_GETFL);
+    if (flags >= 0) ::fcntl(f.fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+    return f.fd.release();
 }
 
 int contents_store::open_for_read(std::string_view path, std::uint64_t& size_out) const {

@@ -89,6 +89,10 @@ public:
     // Copies a regular file; conflict when `to` exists.
     entry_info copy(std::string_view from, std::string_view to);
 
+    // For streamed uploads: creates (or truncates) a regular file the same way
+    // write() does and returns an fd the caller owns (O_WRONLY|O_CLOEXEC).
+    int open_for_write(std::string_view path, bool& created);
+
     // Streams a regular file: opens it safely and returns an fd the caller
     // owns (O_RDONLY|O_CLOEXEC), with its size. Throws like read().
     int open_for_read(std::string_view path, std::uint64_t& size_out) const;

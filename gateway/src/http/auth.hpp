@@ -12,6 +12,7 @@ struct token_entry {
     std::string token;
     std::string tenant = "default";
     std::string name = "default";
+    std::size_t max_sessions = 0;  // 0: the server's per-tenant default
 };
 
 // Token authentication: `Authorization: token <t>`, `Authorization: Bearer <t>`

@@ -25,6 +25,18 @@ struct identity {
 
 // A response as handlers build it; the server turns it into Beast messages.
 // With file_fd >= 0 the body is streamed from that file (the server closes it).
+// A streamed response body (Server-Sent Events): the handler writes chunks
+// as they come, from any thread, and closes it at the end. The connection
+// closes after the stream.
+class stream_sink {
+public:
+    virtual ~stream_sink() = default;
+    virtual void write(std::string chunk) = 0;
+    virtual void close() = 0;
+    // Called once if the client goes away before close().
+    virtual void on_disconnect(std::function<void()> callback) = 0;
+};
+
 struct response {
     unsigned status = 200;
     std::string content_type = "application/json";
@@ -32,6 +44,9 @@ struct response {
     std::vector<std::pair<std::string, std::string>> headers;
     int file_fd = -1;
     std::uint64_t file_size = 0;
+    // When set, the headers go out with chunked encoding and this is called
+    // with the sink for the body.
+    std::function<void(std::shared_ptr<stream_sink>)> stream;
 };
 
 response json_response(unsigned status, const nlohmann::json& body);
@@ -63,6 +78,20 @@ using request_ptr = std::shared_ptr<request_context>;
 // A handler replies exactly once, from any thread.
 using reply_fn = std::function<void(response)>;
 using handler_fn = std::function<void(const request_ptr&, reply_fn)>;
+
+// A route whose request body streams straight into a file instead of
+// memory. `prepare` runs once the headers are in (auth done): it returns the
+// destination, or throws api_exception. `finish` runs after the body, with
+// how it went, and replies.
+struct upload_target {
+    int fd = -1;                 // the server owns it from here
+    std::uint64_t max_bytes = 0;
+    std::function<void()> discard;  // removes the partial file after a failure
+};
+struct upload_handler {
+    std::function<upload_target(const request_ptr&)> prepare;
+    std::function<void(const request_ptr&, std::uint64_t bytes, reply_fn)> finish;
+};
 
 // URL helpers, strict: bad escapes and NUL are errors (nullopt).
 std::optional<std::string> url_decode(std::string_view in, bool plus_is_space = false);

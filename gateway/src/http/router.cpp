@@ -18,8 +18,13 @@ std::vector<std::string_view> split(std::string_view path) {
 
 }  // namespace
 
+void router::add_upload(bhttp::verb method, std::string pattern, upload_handler handler) {
+    add(method, std::move(pattern), nullptr);
+    routes_.back().upload = std::move(handler);
+}
+
 void router::add(bhttp::verb method, std::string pattern, handler_fn handler) {
-    route r{method, pattern, {}, std::move(handler)};
+    route r{method, pattern, {}, std::move(handler), std::nullopt};
     for (auto s : split(pattern)) r.segments.emplace_back(s);
     routes_.push_back(std::move(r));
 }
@@ -73,6 +78,7 @@ router::match router::find(bhttp::verb method, std::string_view raw_path) const 
             continue;
         }
         result.handler = &r.handler;
+        if (r.upload) result.upload = &*r.upload;
         result.params = std::move(params);
         result.pattern = r.pattern;
         result.status = 200;

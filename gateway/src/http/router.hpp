@@ -15,9 +15,11 @@ namespace cellgate::http {
 class router {
 public:
     void add(bhttp::verb method, std::string pattern, handler_fn handler);
+    void add_upload(bhttp::verb method, std::string pattern, upload_handler handler);
 
     struct match {
         const handler_fn* handler = nullptr;
+        const upload_handler* upload = nullptr;
         std::map<std::string, std::string> params;
         std::string pattern;
         unsigned status = 200;  // 404 (no such path) or 405 (wrong method) when handler is null
@@ -34,6 +36,7 @@ private:
         std::string pattern;
         std::vector<std::string> segments;
         handler_fn handler;
+        std::optional<upload_handler> upload;
     };
     std::vector<route> routes_;
 };

@@ -13,6 +13,9 @@
 
 #include <unistd.h>
 
+#include <array>
+#include <deque>
+#include <limits>
 #include <variant>
 
 namespace cellgate::http {
@@ -79,12 +82,46 @@ private:
     }
 
     void do_read() {
-        parser_.emplace();
-        parser_->body_limit(ctx_.options.max_body_bytes);
-        parser_->header_limit(static_cast<std::uint32_t>(ctx_.options.max_header_bytes));
+        header_parser_.emplace();
+        header_parser_->header_limit(static_cast<std::uint32_t>(ctx_.options.max_header_bytes));
+        header_parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
         beast::get_lowest_layer(stream_).expires_after(ctx_.options.request_timeout);
-        bhttp::async_read(stream_, buffer_, *parser_,
-                          beast::bind_front_handler(&http_session::on_read, this->shared_from_this()));
+        bhttp::async_read_header(stream_, buffer_, *header_parser_,
+                                 beast::bind_front_handler(&http_session::on_header, this->shared_from_this()));
+    }
+
+    // Headers first: an upload route streams its body into a file; anything
+    // else reads the body into memory, up to max_body_bytes.
+    void on_header(beast::error_code ec, std::size_t) {
+        if (ec == bhttp::error::end_of_stream) return do_close();
+        if (ec == bhttp::error::header_limit) return send(error_response(431, "Request headers too large"), false, {});
+        if (ec) return;  // timeout, reset, malformed: nothing to answer
+        const auto& h = header_parser_->get();
+        const auto target = std::string_view(h.target().data(), h.target().size());
+        const auto m = ctx_.routes.find(h.method(), target.substr(0, target.find('?')));
+        if (m.upload != nullptr && !websocket::is_upgrade(h)) return start_upload(*m.upload, m);
+        const bool expect = expects_continue(h);
+        const unsigned version = h.version();
+        parser_.emplace(std::move(*header_parser_));
+        parser_->body_limit(ctx_.options.max_body_bytes);
+        continue_then(expect, version, [self = this->shared_from_this()] {
+            bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
+                              beast::bind_front_handler(&http_session::on_read, self));
+        });
+    }
+
+    // Answers "Expect: 100-continue" (curl sends it for large bodies) before
+    // reading the body.
+    static bool expects_continue(const bhttp::request_header<>& h) {
+        return beast::iequals(h[bhttp::field::expect], "100-continue");
+    }
+
+    void continue_then(bool expect, unsigned version, std::function<void()> next) {
+        if (!expect) return next();
+        auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, version);
+        bhttp::async_write(stream_, *cont, [cont, next = std::move(next)](beast::error_code e, std::size_t) {
+            if (!e) next();
+        });
     }
 
     void on_read(beast::error_code ec, std::size_t) {
@@ -94,9 +131,73 @@ private:
                                                 std::to_string(ctx_.options.max_body_bytes) + " bytes"),
                         false, {});
         }
-        if (ec == bhttp::error::header_limit) return send(error_response(431, "Request headers too large"), false, {});
-        if (ec) return;  // timeout, reset, malformed: nothing to answer
+        if (ec) return;
         handle(parser_->release());
+    }
+
+    void start_upload(const upload_handler& up, const router::match& m) {
+        started_ = clock::now();
+        auto ctx = std::make_shared<request_context>();
+        ctx->req = request(header_parser_->get().base());
+        const auto target = std::string_view(ctx->req.target().data(), ctx->req.target().size());
+        const auto q = target.find('?');
+        if (q != std::string_view::npos) ctx->query = parse_query(target.substr(q + 1));
+        ctx->path = std::string(target.substr(0, q));
+        ctx->route = m.pattern;
+        ctx->params = m.params;
+        ctx->remote = remote_;
+        const auto a = ctx_.auth.check(ctx->req, ctx->query);
+        if (a.status == authenticator::outcome::missing)
+            return send(error_response(401, "Authentication required: send 'Authorization: token <token>'"), false, ctx);
+        if (a.status == authenticator::outcome::wrong) return send(error_response(403, "Invalid token"), false, ctx);
+        ctx->who = a.who;
+        upload_target t;
+        try {
+            t = up.prepare(ctx);
+        } catch (const api_exception& e) {
+            return send(error_response(e.status(), e.what()), false, ctx);
+        } catch (const std::exception& e) {
+            spdlog::error("upload {}: {}", ctx->route, e.what());
+            return send(error_response(500, "Internal error"), false, ctx);
+        }
+        const bool expect = expects_continue(header_parser_->get());
+        const unsigned version = header_parser_->get().version();
+        upload_parser_.emplace(std::move(*header_parser_));
+        upload_parser_->body_limit(t.max_bytes);
+        beast::error_code ec;
+        beast::file f;
+        f.native_handle(t.fd);
+        upload_parser_->get().body().reset(std::move(f), ec);
+        const bool keep_alive = ctx->req.keep_alive();
+        beast::get_lowest_layer(stream_).expires_after(std::chrono::minutes(30));
+        auto self = this->shared_from_this();
+        auto after = [self, ctx, keep_alive, &up, discard = t.discard, max = t.max_bytes](beast::error_code e, std::size_t) {
+            self->upload_parser_->get().body().close();
+            if (e) {
+                if (discard) discard();
+                if (e == bhttp::error::body_limit)
+                    return self->send(error_response(413, "The upload is larger than " + std::to_string(max) + " bytes"), false, ctx);
+                if (e == beast::errc::no_space_on_device || e == beast::errc::file_too_large)
+                    return self->send(error_response(507, "The workspace is full"), false, ctx);
+                if (e == bhttp::error::end_of_stream || e == beast::error::timeout) return;  // the client went away
+                spdlog::warn("upload {}: {}", ctx->path.substr(0, 200), e.message());
+                return self->send(error_response(400, "The upload failed: " + e.message()), false, ctx);
+            }
+            const auto bytes = self->upload_parser_->content_length().value_or(0);
+            reply_fn reply = [self, ctx, keep_alive](response r) {
+                asio::post(self->stream_.get_executor(), [self, ctx, keep_alive, r = std::move(r)]() mutable {
+                    self->send(std::move(r), keep_alive, ctx);
+                });
+            };
+            try {
+                up.finish(ctx, bytes, std::move(reply));
+            } catch (const api_exception& ex) {
+                self->send(error_response(ex.status(), ex.what()), keep_alive, ctx);
+            }
+        };
+        continue_then(expect, version, [self, after] {
+            bhttp::async_read(self->stream_, self->buffer_, *self->upload_parser_, after);
+        });
     }
 
     void handle(request req) {
@@ -201,6 +302,7 @@ private:
         if (ctx && r.status >= 400)
             spdlog::info("{} {} → {}", std::string(bhttp::to_string(ctx->req.method())), ctx->path.substr(0, 200), r.status);
         const unsigned version = ctx ? ctx->req.version() : 11;
+        if (r.stream) return start_stream(std::move(r), version, ctx);
         if (r.file_fd >= 0) {
             auto res = std::make_shared<bhttp::response<bhttp::file_body>>(static_cast<bhttp::status>(r.status), version);
             finish_headers(*res, r, ctx);
@@ -219,6 +321,97 @@ private:
             res->keep_alive(keep_alive);
             write(res, keep_alive);
         }
+    }
+
+    // Server-Sent Events and other streamed bodies: headers with chunked
+    // encoding, then chunks in order from a queue only the strand touches; a
+    // one-byte read watches for the client going away.
+    class chunk_sink : public stream_sink, public std::enable_shared_from_this<chunk_sink> {
+    public:
+        explicit chunk_sink(std::shared_ptr<http_session> s) : session_(std::move(s)) {}
+        void write(std::string chunk) override {
+            if (chunk.empty()) return;
+            asio::post(session_->stream_.get_executor(), [self = this->shared_from_this(), c = std::move(chunk)]() mutable {
+                self->queue_.push_back(std::move(c));
+                self->pump();
+            });
+        }
+        void close() override {
+            asio::post(session_->stream_.get_executor(), [self = this->shared_from_this()] {
+                self->closing_ = true;
+                self->pump();
+            });
+        }
+        void on_disconnect(std::function<void()> callback) override {
+            asio::post(session_->stream_.get_executor(), [self = this->shared_from_this(), cb = std::move(callback)]() mutable {
+                if (self->gone_) return cb();
+                self->on_gone_ = std::move(cb);
+            });
+        }
+        void watch() {
+            session_->stream_.async_read_some(asio::buffer(probe_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                if (!ec) return self->watch();  // a client should send nothing now; ignore it
+                self->gone();
+            });
+        }
+
+    private:
+        void gone() {
+            if (gone_) return;
+            gone_ = true;
+            queue_.clear();
+            if (on_gone_ && !finished_) std::exchange(on_gone_, nullptr)();
+        }
+        void pump() {
+            if (writing_ || gone_) return;
+            if (queue_.empty()) {
+                if (closing_ && !finished_) {
+                    finished_ = true;
+                    writing_ = true;
+                    asio::async_write(session_->stream_, bhttp::make_chunk_last(),
+                                      [self = this->shared_from_this()](beast::error_code, std::size_t) {
+                                          self->session_->do_close();
+                                      });
+                }
+                return;
+            }
+            writing_ = true;
+            current_ = std::move(queue_.front());
+            queue_.pop_front();
+            asio::async_write(session_->stream_, bhttp::make_chunk(asio::buffer(current_)),
+                              [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                                  self->writing_ = false;
+                                  if (ec) return self->gone();
+                                  self->pump();
+                              });
+        }
+        std::shared_ptr<http_session> session_;
+        std::deque<std::string> queue_;
+        std::string current_;
+        std::array<char, 1> probe_{};
+        std::function<void()> on_gone_;
+        bool writing_ = false, closing_ = false, finished_ = false, gone_ = false;
+    };
+
+    void start_stream(response r, unsigned version, const request_ptr& ctx) {
+        auto res = std::make_shared<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(r.status), version);
+        finish_headers(*res, r, ctx);
+        res->chunked(true);
+        res->keep_alive(false);
+        auto serializer = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
+        beast::get_lowest_layer(stream_).expires_never();
+        bhttp::async_write_header(stream_, *serializer,
+                                  [self = this->shared_from_this(), res, serializer, start = std::move(r.stream)](
+                                      beast::error_code ec, std::size_t) {
+                                      auto sink = std::make_shared<chunk_sink>(self);
+                                      if (ec) {
+                                          sink->close();
+                                          start(sink);
+                                          return;
+                                      }
+                                      sink->watch();
+                                      start(sink);
+                                  });
     }
 
     template <class Message>
@@ -249,7 +442,9 @@ private:
     Stream stream_;
     server_context& ctx_;
     beast::flat_buffer buffer_;
+    std::optional<bhttp::request_parser<bhttp::empty_body>> header_parser_;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+    std::optional<bhttp::request_parser<bhttp::file_body>> upload_parser_;
     clock::time_point started_;
 };
 

@@ -419,6 +419,12 @@ nlohmann::json kernel::model() const {
             {"connections", connections}};
 }
 
+void kernel::touch() {
+    std::lock_guard lock(mutex_);
+    last_activity_ = std::chrono::system_clock::now();
+    last_activity_wall_ = steady::now();
+}
+
 steady::time_point kernel::last_activity() const {
     std::lock_guard lock(mutex_);
     return last_activity_wall_;

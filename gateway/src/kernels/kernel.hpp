@@ -41,6 +41,17 @@ struct kernel_settings {
 
 using steady = std::chrono::steady_clock;
 
+// Limits a session lives by (server defaults, per-request overrides capped by
+// server maxima). Zero means "none".
+struct kernel_policy {
+    std::chrono::seconds exec_timeout{300};
+    std::chrono::seconds idle_timeout{0};
+    std::chrono::seconds lifetime{0};
+    std::size_t output_limit_bytes = 1u << 20;
+    std::size_t result_limit_bytes = 32u << 20;
+    std::uint64_t upload_limit_bytes = 256u << 20;
+};
+
 // One kernel: its sandbox, its state, and the client sessions attached to it.
 // Thread-safe: the reactor thread delivers kernel messages, HTTP/WebSocket
 // threads attach, detach and send, the manager changes the lifecycle.
@@ -55,6 +66,12 @@ public:
     const std::string& id() const noexcept { return id_; }
     const std::string& spec_name() const noexcept { return spec_name_; }
     const std::string& tenant() const noexcept { return tenant_; }
+    const kernel_policy& policy() const noexcept { return policy_; }
+    void set_policy(const kernel_policy& p) { policy_ = p; }
+    std::chrono::system_clock::time_point created() const noexcept { return created_; }
+    steady::time_point created_steady() const noexcept { return created_steady_; }
+    // Counts as activity for idle culling (executions, file operations).
+    void touch();
 
     // --- lifecycle, called by the manager
     // Binds (or re-binds after a restart) the ZMQ sockets to this sandbox and
@@ -135,6 +152,9 @@ private:
     wire::kernel_message_ptr gateway_notice(std::string_view text);
 
     const std::string id_, spec_name_, tenant_;
+    kernel_policy policy_;
+    const std::chrono::system_clock::time_point created_ = std::chrono::system_clock::now();
+    const steady::time_point created_steady_ = steady::now();
     wire::zmq_reactor& reactor_;
     const kernel_settings settings_;
     metrics::registry& metrics_;

@@ -32,11 +32,23 @@ void kernel_manager::start() { tick(); }
 void kernel_manager::tick() {
     const auto now = steady::now();
     std::vector<std::pair<kernel_ptr, std::int64_t>> silent;
+    std::vector<std::pair<kernel_ptr, std::string>> cull;
     {
         std::lock_guard lock(mutex_);
         for (auto& [id, r] : kernels_) {
             const auto state = r.k->state();
             r.k->expire_sessions(now);
+            const auto& p = r.k->policy();
+            if (p.lifetime.count() > 0 && now - r.k->created_steady() > p.lifetime) {
+                cull.emplace_back(r.k, "session expired: its lifetime of " + std::to_string(p.lifetime.count()) + " s is over");
+                continue;
+            }
+            // Busy kernels are working, not idle; reconnects and pings never count.
+            if (p.idle_timeout.count() > 0 && state != kernel_state::busy && !r.busy_lifecycle &&
+                now - r.k->last_activity() > p.idle_timeout) {
+                cull.emplace_back(r.k, "session culled: idle for " + std::to_string(p.idle_timeout.count()) + " s");
+                continue;
+            }
             if (state == kernel_state::restarting || state == kernel_state::terminating ||
                 state == kernel_state::dead || r.busy_lifecycle || !r.k->ready())
                 continue;
@@ -48,6 +60,10 @@ void kernel_manager::tick() {
         }
     }
     for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
+    for (auto& [k, reason] : cull) {
+        spdlog::info("kernel {}: {}", k->id(), reason);
+        shutdown(k, [](std::optional<api_error>) {}, reason);
+    }
     tick_timer_.expires_after(config_.heartbeat_interval);
     tick_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec) tick();
@@ -68,8 +84,40 @@ launcher::sandbox_spec kernel_manager::spec_for(const kernel& k, const std::map<
     return spec;
 }
 
+void kernel_manager::on_removed(std::function<void(const std::string&)> listener) {
+    std::lock_guard lock(mutex_);
+    removal_listeners_.push_back(std::move(listener));
+}
+
+void kernel_manager::set_tenant_quota(const std::string& tenant, std::size_t max_kernels) {
+    std::lock_guard lock(mutex_);
+    tenant_quota_[tenant] = max_kernels;
+}
+
+bool kernel_manager::admit_locked(const std::string& tenant, std::string& why) {
+    if (admitted_ >= config_.max_kernels) {
+        why = "Session limit reached (" + std::to_string(config_.max_kernels) + " in total)";
+        return false;
+    }
+    std::size_t quota = config_.max_kernels_per_tenant;
+    if (const auto it = tenant_quota_.find(tenant); it != tenant_quota_.end() && it->second > 0) quota = it->second;
+    if (quota > 0 && admitted_by_tenant_[tenant] >= quota) {
+        why = "Session limit reached for this token (" + std::to_string(quota) + ")";
+        return false;
+    }
+    ++admitted_;
+    ++admitted_by_tenant_[tenant];
+    return true;
+}
+
+void kernel_manager::release_locked(const std::string& tenant) {
+    --admitted_;
+    if (auto it = admitted_by_tenant_.find(tenant); it != admitted_by_tenant_.end() && it->second > 0) --it->second;
+}
+
 void kernel_manager::start_kernel(const std::string& tenant, const std::string& spec_name,
-                                  const std::map<std::string, std::string>& env, done_kernel callback) {
+                                  const std::map<std::string, std::string>& env, done_kernel callback,
+                                  std::optional<kernel_policy> policy) {
     if (specs_.find(spec_name) == nullptr) {
         callback(api_error{404, "No such kernel spec: '" + spec_name + "'"}, nullptr);
         return;
@@ -80,13 +128,15 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
             callback(api_error{503, "The gateway is shutting down"}, nullptr);
             return;
         }
-        if (admitted_ >= config_.max_kernels) {
-            callback(api_error{429, "Kernel limit reached (" + std::to_string(config_.max_kernels) + ")"}, nullptr);
+        // Counted now, so concurrent starts cannot race past the limits.
+        std::string why;
+        if (!admit_locked(tenant, why)) {
+            callback(api_error{429, why}, nullptr);
             return;
         }
-        ++admitted_;  // counted now, so concurrent starts cannot race past the limit
     }
     auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
+    k->set_policy(policy.value_or(config_.default_policy));
     const auto spec = spec_for(*k, env);
     asio::post(pool_, [this, k, spec, env, callback = std::move(callback)] {
         const auto t0 = steady::now();
@@ -95,13 +145,13 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
             info = launcher_.launch(spec);
         } catch (const launcher::spec_error& e) {
             ++metrics_.sandbox_start_failures;
-            { std::lock_guard lock(mutex_); --admitted_; }
+            { std::lock_guard lock(mutex_); release_locked(k->tenant()); }
             spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
             callback(api_error{400, e.what()}, nullptr);
             return;
         } catch (const std::exception& e) {
             ++metrics_.sandbox_start_failures;
-            { std::lock_guard lock(mutex_); --admitted_; }
+            { std::lock_guard lock(mutex_); release_locked(k->tenant()); }
             spdlog::error("kernel {}: sandbox start failed: {}", k->id(), e.what());
             callback(api_error{500, "The kernel's sandbox could not be started"}, nullptr);
             return;
@@ -271,7 +321,7 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     });
 }
 
-void kernel_manager::shutdown(const kernel_ptr& k, done callback) {
+void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::string& reason) {
     {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
@@ -282,18 +332,21 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback) {
         kernels_.erase(it);
     }
     k->set_state(kernel_state::terminating);
-    k->close("kernel shut down");
-    asio::post(pool_, [this, k, callback = std::move(callback)] {
+    k->close(reason);
+    asio::post(pool_, [this, k, reason, callback = std::move(callback)] {
         try {
             launcher_.remove(k->id());
         } catch (const std::exception& e) {
             spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
         }
+        std::vector<std::function<void(const std::string&)>> listeners;
         {
             std::lock_guard lock(mutex_);
-            --admitted_;
+            release_locked(k->tenant());
+            listeners = removal_listeners_;
         }
-        spdlog::info("kernel {}: shut down", k->id());
+        for (const auto& l : listeners) l(k->id());
+        spdlog::info("kernel {}: shut down ({})", k->id(), reason);
         callback(std::nullopt);
     });
 }

@@ -24,6 +24,8 @@ namespace cellgate::kernels {
 struct manager_config {
     kernel_settings kernel;
     std::size_t max_kernels = 64;                 // in total, counted at admission
+    std::size_t max_kernels_per_tenant = 0;       // 0: only the total applies
+    kernel_policy default_policy;                 // for kernels started through /api
     bool auto_restart = true;                     // restart a kernel that died
     int restart_limit = 5;                        // …at most this often per window
     std::chrono::seconds restart_window{300};
@@ -51,14 +53,19 @@ public:
 
     // `env` holds only KERNEL_* names (others are refused with 400 by the caller).
     void start_kernel(const std::string& tenant, const std::string& spec_name,
-                      const std::map<std::string, std::string>& env, done_kernel callback);
+                      const std::map<std::string, std::string>& env, done_kernel callback,
+                      std::optional<kernel_policy> policy = std::nullopt);
+    // Called (on the launch pool) after a kernel is gone for good, however it went.
+    void on_removed(std::function<void(const std::string& kernel_id)> listener);
+    // A tenant's own cap on kernels (from the tokens file); 0 = the default.
+    void set_tenant_quota(const std::string& tenant, std::size_t max_kernels);
     kernel_ptr find(const std::string& tenant, const std::string& id) const;
     std::vector<kernel_ptr> list(const std::string& tenant) const;
     std::size_t count() const;
 
     void interrupt(const kernel_ptr& k, done callback);
     void restart(const kernel_ptr& k, done callback);
-    void shutdown(const kernel_ptr& k, done callback);
+    void shutdown(const kernel_ptr& k, done callback, const std::string& reason = "kernel shut down");
     // Stops every kernel; blocks until all are gone.
     void shutdown_all();
 
@@ -93,7 +100,12 @@ private:
     mutable std::mutex mutex_;
     std::map<std::string, record> kernels_;
     std::size_t admitted_ = 0;  // kernels plus starts under way
+    std::map<std::string, std::size_t> admitted_by_tenant_;
+    std::map<std::string, std::size_t> tenant_quota_;
+    bool admit_locked(const std::string& tenant, std::string& why);
+    void release_locked(const std::string& tenant);
     bool shutting_down_ = false;
+    std::vector<std::function<void(const std::string&)>> removal_listeners_;
 };
 
 }  // namespace cellgate::kernels

@@ -1,0 +1,70 @@
+#include "agent/agent_service.hpp"
+
+namespace cellgate::agent {
+
+agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits)
+    : ioc_(ioc), manager_(manager), limits_(limits) {
+    // Executions waiting on a session that goes away finish at once.
+    manager_.on_removed([this](const std::string& kernel_id) {
+        std::deque<std::shared_ptr<execution>> orphans;
+        {
+            std::lock_guard lock(mutex_);
+            const auto it = queues_.find(kernel_id);
+            if (it == queues_.end()) return;
+            orphans.swap(it->second.pending);
+        }
+        for (auto& e : orphans) e->kernel_closed("the session ended before this execution started");
+    });
+}
+
+std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, execution_options options,
+                                                 execution::event_fn on_event, execution::done_fn on_done) {
+    const std::string id = k->id();
+    auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
+                                         [this, id, on_done = std::move(on_done)](nlohmann::json result) {
+                                             on_done(std::move(result));
+                                             done(id);
+                                         });
+    std::lock_guard lock(mutex_);
+    auto& q = queues_[id];
+    q.pending.push_back(e);
+    if (!q.running) start_next_locked(id);
+    return e;
+}
+
+void agent_service::start_next_locked(const std::string& kernel_id) {
+    auto& q = queues_[kernel_id];
+    if (q.pending.empty()) {
+        queues_.erase(kernel_id);
+        return;
+    }
+    q.running = std::move(q.pending.front());
+    q.pending.pop_front();
+    q.running->start();
+}
+
+void agent_service::done(const std::string& kernel_id) {
+    std::lock_guard lock(mutex_);
+    const auto it = queues_.find(kernel_id);
+    if (it == queues_.end()) return;
+    it->second.running.reset();
+    start_next_locked(kernel_id);
+}
+
+void agent_service::cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e) {
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = queues_.find(kernel_id);
+        if (it != queues_.end()) {
+            auto& pending = it->second.pending;
+            const auto pos = std::find(pending.begin(), pending.end(), e);
+            if (pos != pending.end()) {
+                pending.erase(pos);
+                return;
+            }
+        }
+    }
+    e->cancel();
+}
+
+}  // namespace cellgate::agent

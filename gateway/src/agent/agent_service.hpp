@@ -1,0 +1,51 @@
+#pragma once
+
+#include "agent/execution.hpp"
+#include "kernels/kernel_manager.hpp"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace cellgate::agent {
+
+// Server defaults and maxima for agent sessions; a request may lower or raise
+// a limit up to the maximum.
+struct agent_limits {
+    kernels::kernel_policy defaults{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
+                                    1u << 20, 32u << 20, 256u << 20};
+    kernels::kernel_policy maxima{std::chrono::seconds(3600), std::chrono::seconds(86400),
+                                  std::chrono::seconds(7 * 86400), 64u << 20, 256u << 20, 4ull << 30};
+};
+
+// Runs agent executions one at a time per session, in arrival order.
+class agent_service {
+public:
+    agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits);
+
+    std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
+                                      execution::event_fn on_event, execution::done_fn on_done);
+    // The client went away: a queued execution is dropped, a running one interrupted.
+    void cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e);
+
+    const agent_limits& limits() const noexcept { return limits_; }
+    kernels::kernel_manager& kernels() noexcept { return manager_; }
+    boost::asio::io_context& io() noexcept { return ioc_; }
+
+private:
+    struct session_queue {
+        std::deque<std::shared_ptr<execution>> pending;
+        std::shared_ptr<execution> running;
+    };
+    void start_next_locked(const std::string& kernel_id);
+    void done(const std::string& kernel_id);
+
+    boost::asio::io_context& ioc_;
+    kernels::kernel_manager& manager_;
+    agent_limits limits_;
+    std::mutex mutex_;
+    std::map<std::string, session_queue> queues_;
+};
+
+}  // namespace cellgate::agent

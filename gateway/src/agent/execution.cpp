@@ -1,0 +1,288 @@
+#include "agent/execution.hpp"
+
+#include "cellgate/protocol/message.hpp"
+#include "util/encoding.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+namespace cellgate::agent {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::array<std::string_view, 8> kept_mime_types = {
+    "text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg", "image/svg+xml",
+    "application/json"};
+
+std::string url_encode_path(const std::string& path) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char ch : path) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+            out.push_back(ch);
+        } else {
+            out.push_back('%');
+            out.push_back(digits[c >> 4]);
+            out.push_back(digits[c & 15]);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string strip_ansi(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '[') {
+            i += 2;
+            while (i < text.size() && !(text[i] >= '@' && text[i] <= '~')) ++i;  // parameters, then the final byte
+            continue;
+        }
+        out.push_back(text[i]);
+    }
+    return out;
+}
+
+execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, kernels::kernel_ptr k,
+                     execution_options options, event_fn on_event, done_fn on_done)
+    : strand_(asio::make_strand(ioc)), manager_(manager), kernel_(std::move(k)), options_(std::move(options)),
+      on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_) {}
+
+void execution::start() {
+    asio::post(strand_, [self = shared_from_this()] {
+        self->started_ = std::chrono::steady_clock::now();
+        if (const auto sb = self->kernel_->sandbox()) {
+            try {
+                contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                               sb->host_uid_base + sb->spec.gid);
+                self->before_ = workspace_snapshot::take(store);
+            } catch (const std::exception& e) {
+                spdlog::warn("kernel {}: workspace snapshot failed: {}", self->kernel_->id(), e.what());
+            }
+        }
+        self->kernel_->add_observer(self);
+        self->kernel_->touch();
+        auto msg = protocol::make_message("execute_request",
+                                          {{"code", self->options_.code},
+                                           {"silent", false},
+                                           {"store_history", true},
+                                           {"user_expressions", json::object()},
+                                           {"allow_stdin", false},
+                                           {"stop_on_error", true}},
+                                          "cellgate-agent-" + self->kernel_->id());
+        self->msg_id_ = json::parse(msg.header).at("msg_id").get<std::string>();
+        self->kernel_->gateway_send(ws::channel::shell, std::move(msg));
+        self->timer_.expires_after(self->options_.timeout);
+        self->timer_.async_wait([self](const boost::system::error_code& ec) {
+            if (!ec) self->on_timeout();
+        });
+    });
+}
+
+void execution::cancel() {
+    asio::post(strand_, [self = shared_from_this()] {
+        if (self->finished_) return;
+        self->cancelled_ = true;
+        self->manager_.interrupt(self->kernel_, [](std::optional<api_error>) {});
+    });
+}
+
+void execution::deliver(wire::kernel_message_ptr m) {
+    asio::post(strand_, [self = shared_from_this(), m = std::move(m)] { self->handle(*m); });
+}
+
+void execution::kernel_closed(const std::string& reason) {
+    asio::post(strand_, [self = shared_from_this(), reason] {
+        if (self->finished_) return;
+        self->kernel_died_ = true;
+        self->append_text("stderr", "[cellgate: " + reason + "]\n");
+        self->finish();
+    });
+}
+
+void execution::handle(const wire::kernel_message& m) {
+    if (finished_) return;
+    const auto& type = m.fields.msg_type;
+    if (m.fields.parent_msg_id.empty() && type == "status") {
+        // A status the gateway made up for the whole kernel: it died.
+        const auto content = json::parse(m.msg.content, nullptr, false);
+        if (content.is_object() && content.value("execution_state", "") == "dead" && !timed_out_) {
+            kernel_died_ = true;
+            append_text("stderr", "[cellgate: the kernel died during this execution; it is being restarted]\n");
+            finish();
+        }
+        return;
+    }
+    if (m.fields.parent_msg_id != msg_id_) return;
+    const auto content = json::parse(m.msg.content, nullptr, false);
+    if (!content.is_object()) return;
+    if (type == "stream") {
+        append_text(content.value("name", "stdout") == "stderr" ? "stderr" : "stdout", content.value("text", ""));
+    } else if (type == "display_data" || type == "execute_result") {
+        json data = json::object();
+        if (const auto it = content.find("data"); it != content.end() && it->is_object())
+            for (const auto mime : kept_mime_types)
+                if (const auto d = it->find(std::string(mime)); d != it->end()) data[std::string(mime)] = *d;
+        const auto size = data.dump().size();
+        if (result_bytes_ + size > options_.result_limit_bytes) {
+            results_truncated_ = true;
+            return;
+        }
+        result_bytes_ += size;
+        json r = {{"type", type},
+                  {"data", data},
+                  {"metadata", content.value("metadata", json::object())},
+                  {"is_main_result", type == "execute_result"}};
+        if (type == "execute_result") {
+            r["execution_count"] = content.value("execution_count", json(nullptr));
+            emit("result", {{"data", data}, {"metadata", r["metadata"]}, {"execution_count", r["execution_count"]}});
+        } else {
+            emit("display", {{"data", data}, {"metadata", r["metadata"]}});
+        }
+        results_.push_back(std::move(r));
+    } else if (type == "error") {
+        std::string tb;
+        json traceback = content.value("traceback", json::array());
+        for (const auto& line : traceback)
+            if (line.is_string()) tb += line.get<std::string>() + "\n";
+        error_ = {{"ename", content.value("ename", "")},
+                  {"evalue", content.value("evalue", "")},
+                  {"traceback", traceback},
+                  {"traceback_text", strip_ansi(tb)}};
+        emit("error", error_);
+    } else if (type == "execute_reply") {
+        replied_ = true;
+        reply_status_ = content.value("status", "");
+        execution_count_ = content.value("execution_count", json(nullptr));
+        maybe_finish();
+    } else if (type == "status") {
+        if (content.value("execution_state", "") == "idle") {
+            idle_ = true;
+            maybe_finish();
+        }
+    }
+}
+
+void execution::append_text(const std::string& stream, const std::string& text) {
+    auto& target = stream == "stderr" ? stderr_ : stdout_;
+    auto& truncated = stream == "stderr" ? stderr_truncated_ : stdout_truncated_;
+    if (stdout_truncated_ || stderr_truncated_) return;  // the limit is shared and already reached
+    std::string piece = text;
+    if (text_bytes_ + piece.size() > options_.output_limit_bytes) {
+        piece.resize(options_.output_limit_bytes - text_bytes_);
+        // Never cut a UTF-8 sequence in half.
+        while (!piece.empty() && (static_cast<unsigned char>(piece.back()) & 0xc0) == 0x80) piece.pop_back();
+        if (!piece.empty() && (static_cast<unsigned char>(piece.back()) & 0x80)) piece.pop_back();
+        piece += "\n[cellgate: output truncated after " + std::to_string(options_.output_limit_bytes) + " bytes]\n";
+        truncated = true;
+    }
+    text_bytes_ += piece.size();
+    target += piece;
+    emit(stream, {{"text", piece}});
+}
+
+void execution::on_timeout() {
+    if (finished_) return;
+    timed_out_ = true;
+    spdlog::info("kernel {}: execution {} timed out after {} ms; interrupting", kernel_->id(), msg_id_,
+                 options_.timeout.count());
+    manager_.interrupt(kernel_, [](std::optional<api_error>) {});
+    timer_.expires_after(options_.interrupt_grace);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || self->finished_) return;
+        // Still not idle: the cell ignores SIGINT (or is stuck in C code). Kill and restart.
+        spdlog::warn("kernel {}: not idle {} ms after the interrupt; restarting it", self->kernel_->id(),
+                     self->options_.interrupt_grace.count());
+        self->kernel_restarted_ = true;
+        self->manager_.restart(self->kernel_, [self](std::optional<api_error>) {
+            asio::post(self->strand_, [self] { self->finish(); });
+        });
+    });
+}
+
+void execution::maybe_finish() {
+    if (replied_ && idle_) finish();
+}
+
+json execution::collect_files() {
+    json files = json::array();
+    if (!before_) return files;
+    const auto sb = kernel_->sandbox();
+    if (!sb) return files;
+    try {
+        contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                       sb->host_uid_base + sb->spec.gid);
+        const auto after = workspace_snapshot::take(store);
+        std::size_t inline_bytes = 0;
+        for (const auto& c : diff(*before_, after)) {
+            json f = {{"path", c.path},
+                      {"size", c.size},
+                      {"mime_type", std::string(contents::mime_type_for(c.path))},
+                      {"change", c.change},
+                      {"url", options_.files_url_prefix + url_encode_path(c.path)}};
+            if (options_.inline_files) {
+                if (inline_bytes + c.size <= options_.inline_files_limit_bytes) {
+                    try {
+                        f["content_base64"] = base64_encode(store.read(c.path, options_.inline_files_limit_bytes));
+                        inline_bytes += c.size;
+                    } catch (const contents::contents_error&) {
+                        f["content_base64"] = nullptr;
+                    }
+                } else {
+                    f["content_base64"] = nullptr;  // over the limit: listed, not inlined
+                }
+            }
+            files.push_back(std::move(f));
+        }
+    } catch (const std::exception& e) {
+        spdlog::warn("kernel {}: listing changed files failed: {}", kernel_->id(), e.what());
+    }
+    return files;
+}
+
+void execution::finish() {
+    if (finished_) return;
+    finished_ = true;
+    timer_.cancel();
+    std::string status = "ok";
+    if (kernel_died_) status = "kernel_died";
+    else if (timed_out_) status = "timeout";
+    else if (error_.is_object() && error_.value("ename", "") == "KeyboardInterrupt") status = "interrupted";
+    else if (error_.is_object() || reply_status_ == "error" || reply_status_ == "aborted") status = "error";
+    auto files = collect_files();
+    const bool files_complete = true;
+    if (!files.empty()) emit("files", {{"files", files}});
+    json result = {{"status", status},
+                   {"execution_count", execution_count_},
+                   {"stdout", stdout_},
+                   {"stderr", stderr_},
+                   {"results", results_},
+                   {"error", error_},
+                   {"files", files},
+                   {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - started_)
+                                       .count()},
+                   {"truncated",
+                    {{"stdout", stdout_truncated_},
+                     {"stderr", stderr_truncated_},
+                     {"results", results_truncated_},
+                     {"files", !files_complete}}},
+                   {"kernel_restarted", kernel_restarted_}};
+    kernel_->touch();
+    emit("end", result);
+    if (on_done_) std::exchange(on_done_, nullptr)(std::move(result));
+}
+
+void execution::emit(const std::string& event, const json& data) {
+    if (on_event_ && !cancelled_) on_event_(event, data);
+}
+
+}  // namespace cellgate::agent

@@ -1,0 +1,87 @@
+#pragma once
+
+#include "agent/workspace_snapshot.hpp"
+#include "kernels/kernel_manager.hpp"
+#include "kernels/kernel_subscriber.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace cellgate::agent {
+
+struct execution_options {
+    std::string code;
+    std::chrono::milliseconds timeout{300000};
+    std::chrono::milliseconds interrupt_grace{3000};  // after the interrupt, before a kill and restart
+    std::size_t output_limit_bytes = 1u << 20;        // stdout + stderr
+    std::size_t result_limit_bytes = 32u << 20;       // display data
+    std::string files_url_prefix;                     // "/v1/sessions/<id>/files/"
+    bool inline_files = false;                        // one-shot: file contents in the result
+    std::size_t inline_files_limit_bytes = 32u << 20;
+};
+
+// One cell run for the agent API: sends execute_request on the gateway's own
+// channel set and collects what the kernel publishes for it into one result
+// (status, stdout, stderr, rich results, error, changed files, timing), with
+// an optional live event for each piece (for Server-Sent Events). Runs on its
+// own strand; the kernel only posts to it.
+class execution : public kernels::kernel_subscriber, public std::enable_shared_from_this<execution> {
+public:
+    using event_fn = std::function<void(const std::string& event, const nlohmann::json& data)>;
+    using done_fn = std::function<void(nlohmann::json result)>;
+
+    execution(boost::asio::io_context& ioc, kernels::kernel_manager& manager, kernels::kernel_ptr k,
+              execution_options options, event_fn on_event, done_fn on_done);
+
+    void start();
+    // The client went away: interrupt the cell (the result is discarded).
+    void cancel();
+    bool finished() const noexcept { return finished_; }
+
+    void deliver(wire::kernel_message_ptr m) override;
+    void kernel_closed(const std::string& reason) override;
+
+private:
+    void handle(const wire::kernel_message& m);
+    void on_timeout();
+    void append_text(const std::string& stream, const std::string& text);
+    void maybe_finish();
+    void finish();
+    nlohmann::json collect_files();
+    void emit(const std::string& event, const nlohmann::json& data);
+
+    boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+    kernels::kernel_manager& manager_;
+    kernels::kernel_ptr kernel_;
+    execution_options options_;
+    event_fn on_event_;
+    done_fn on_done_;
+    boost::asio::steady_timer timer_;
+
+    std::string msg_id_;
+    std::optional<workspace_snapshot> before_;
+    std::chrono::steady_clock::time_point started_;
+    std::string stdout_, stderr_;
+    std::size_t text_bytes_ = 0;
+    bool stdout_truncated_ = false, stderr_truncated_ = false, results_truncated_ = false;
+    std::size_t result_bytes_ = 0;
+    nlohmann::json results_ = nlohmann::json::array();
+    nlohmann::json error_ = nullptr;
+    std::string reply_status_;
+    nlohmann::json execution_count_ = nullptr;
+    bool replied_ = false, idle_ = false, timed_out_ = false, kernel_died_ = false, kernel_restarted_ = false;
+    bool finished_ = false, cancelled_ = false;
+};
+
+// Removes ANSI colour and cursor sequences (for traceback_text).
+std::string strip_ansi(std::string_view text);
+
+}  // namespace cellgate::agent

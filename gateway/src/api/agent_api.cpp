@@ -1,0 +1,397 @@
+// The agent API (/v1): sessions, execute (JSON or Server-Sent Events), files,
+// and one-shot execution. See docs/agent-api.md for the contract.
+#include "agent/agent_service.hpp"
+#include "api/api.hpp"
+#include "contents/contents_store.hpp"
+#include "util/api_error.hpp"
+#include "util/encoding.hpp"
+#include "util/multipart.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace cellgate::api {
+
+using namespace http;
+using nlohmann::json;
+using contents::contents_error;
+using contents::contents_store;
+
+namespace {
+
+unsigned status_of(contents::error_kind k) {
+    switch (k) {
+    case contents::error_kind::bad_path: return 400;
+    case contents::error_kind::not_found: return 404;
+    case contents::error_kind::conflict: return 409;
+    case contents::error_kind::too_large: return 413;
+    case contents::error_kind::no_space: return 507;
+    case contents::error_kind::forbidden: return 403;
+    case contents::error_kind::io: return 500;
+    }
+    return 500;
+}
+
+template <class Fn>
+auto guarded(Fn fn) {
+    try {
+        return fn();
+    } catch (const contents_error& e) {
+        throw api_exception(status_of(e.kind()), e.what());
+    }
+}
+
+std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) {
+    const auto sb = k->sandbox();
+    if (!sb) throw api_exception(409, "The session's workspace is not ready");
+    return guarded([&] {
+        return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                                sb->host_uid_base + sb->spec.gid);
+    });
+}
+
+std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
+
+std::string url_path(const std::string& path) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char ch : path) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') out.push_back(ch);
+        else {
+            out.push_back('%');
+            out.push_back(digits[c >> 4]);
+            out.push_back(digits[c & 15]);
+        }
+    }
+    return out;
+}
+
+// A positive whole number of seconds or bytes from the request, capped.
+template <class T>
+T requested(const json& body, const char* key, T fallback, T maximum) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_number() || it->get<double>() <= 0)
+        throw api_exception(400, std::string("'") + key + "' must be a positive number");
+    const double v = it->get<double>();
+    return v >= static_cast<double>(maximum) ? maximum : static_cast<T>(v);
+}
+
+kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& l) {
+    kernels::kernel_policy p = l.defaults;
+    using secs = std::chrono::seconds;
+    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(l.defaults.exec_timeout.count()),
+                                          static_cast<long>(l.maxima.exec_timeout.count())));
+    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(l.defaults.idle_timeout.count()),
+                                          static_cast<long>(l.maxima.idle_timeout.count())));
+    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(l.defaults.lifetime.count()),
+                                      static_cast<long>(l.maxima.lifetime.count())));
+    p.output_limit_bytes = requested<std::size_t>(body, "output_limit_bytes", l.defaults.output_limit_bytes,
+                                                  l.maxima.output_limit_bytes);
+    return p;
+}
+
+json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
+    const auto model = k.model();
+    const auto& p = k.policy();
+    json limits = {{"timeout_s", p.exec_timeout.count()},
+                   {"idle_timeout_s", p.idle_timeout.count()},
+                   {"lifetime_s", p.lifetime.count()},
+                   {"output_limit_bytes", p.output_limit_bytes},
+                   {"upload_limit_bytes", p.upload_limit_bytes}};
+    if (spec != nullptr) {
+        limits["memory_bytes"] = spec->limits.memory_bytes;
+        limits["cpu_millis"] = spec->limits.cpu_millis;
+        limits["pids"] = spec->limits.pids;
+        limits["workspace_bytes"] = spec->limits.workspace_bytes;
+    }
+    return {{"id", k.id()},
+            {"kernel", k.spec_name()},
+            {"state", model["execution_state"]},
+            {"created", kernels::iso8601(k.created())},
+            {"last_activity", model["last_activity"]},
+            {"expires_at", p.lifetime.count() > 0 ? json(kernels::iso8601(k.created() + p.lifetime)) : json(nullptr)},
+            {"limits", limits}};
+}
+
+std::string sse_event(const std::string& event, const json& data) {
+    return "event: " + event + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+bool wants_sse(const request_ptr& req) {
+    const auto accept = req->req[bhttp::field::accept];
+    return std::string_view(accept.data(), accept.size()).find("text/event-stream") != std::string_view::npos;
+}
+
+// Runs one execution and replies with JSON, or streams it as SSE with
+// keepalives; a streaming client that disconnects gets its cell interrupted.
+void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, agent::execution_options opts,
+                   const request_ptr& req, reply_fn reply, std::function<void(json&)> decorate = {}) {
+    if (!wants_sse(req)) {
+        agents.submit(k, std::move(opts), {}, [reply, decorate](json result) {
+            if (decorate) decorate(result);
+            reply(json_response(200, result));
+        });
+        return;
+    }
+    response res;
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("X-Accel-Buffering", "no");
+    res.stream = [&agents, k, opts = std::move(opts), decorate](std::shared_ptr<stream_sink> sink) mutable {
+        auto keepalive = std::make_shared<boost::asio::steady_timer>(agents.io());
+        auto tick = std::make_shared<std::function<void()>>();
+        *tick = [keepalive, sink, weak = std::weak_ptr(tick)] {
+            keepalive->expires_after(std::chrono::seconds(15));
+            keepalive->async_wait([sink, weak](const boost::system::error_code& ec) {
+                if (ec) return;
+                sink->write(": keepalive\n\n");
+                if (auto t = weak.lock()) (*t)();
+            });
+        };
+        (*tick)();
+        auto e = agents.submit(
+            k, std::move(opts),
+            [sink](const std::string& event, const json& data) {
+                if (event != "end") sink->write(sse_event(event, data));
+            },
+            [sink, keepalive, tick, decorate](json result) {
+                if (decorate) decorate(result);
+                sink->write(sse_event("end", result));
+                sink->close();
+                keepalive->cancel();
+                *tick = nullptr;
+            });
+        sink->on_disconnect([&agents, k, e] {
+            spdlog::info("kernel {}: the streaming client went away; interrupting its execution", k->id());
+            agents.cancel(k->id(), e);
+        });
+    };
+    reply(std::move(res));
+}
+
+agent::execution_options options_for(const kernels::kernel& k, const json& body, const agent::agent_limits& l) {
+    agent::execution_options o;
+    const auto code = body.find("code");
+    if (code == body.end() || !code->is_string()) throw api_exception(400, "'code' (a string) is required");
+    o.code = code->get<std::string>();
+    const auto& p = k.policy();
+    o.timeout = std::chrono::seconds(
+        requested<long>(body, "timeout_s", static_cast<long>(p.exec_timeout.count()),
+                        static_cast<long>(std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
+    o.output_limit_bytes = p.output_limit_bytes;
+    o.result_limit_bytes = p.result_limit_bytes;
+    o.files_url_prefix = files_url(k.id());
+    return o;
+}
+
+json file_entry(const std::string& session_id, const contents::entry_info& e) {
+    const bool dir = e.type == contents::entry_type::directory;
+    return {{"name", e.name},
+            {"path", e.path},
+            {"type", dir ? "directory" : "file"},
+            {"size", dir ? json(nullptr) : json(e.size)},
+            {"mime_type", dir ? json(nullptr) : json(std::string(contents::mime_type_for(e.name)))},
+            {"modified", kernels::iso8601(std::chrono::system_clock::time_point(
+                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                 std::chrono::nanoseconds(e.mtime_ns))))},
+            {"url", files_url(session_id) + url_path(e.path)}};
+}
+
+}  // namespace
+
+void register_agent_api(router& r, services& s, agent::agent_service& agents) {
+    r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
+        const auto body = req->json_body();
+        auto name = body.value("kernel", std::string());
+        if (body.contains("kernel") && !body["kernel"].is_string()) throw api_exception(400, "'kernel' must be a string");
+        if (name.empty()) name = s.kernels.specs().default_name();
+        const auto policy = policy_from(body, agents.limits());
+        s.kernels.start_kernel(
+            req->who.tenant, name, kernel_env_from(body),
+            [&s, reply](std::optional<api_error> e, kernels::kernel_ptr k) {
+                if (e) return reply(error_response(e->status, e->message));
+                auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
+                res.headers.emplace_back("Location", "/v1/sessions/" + k->id());
+                reply(std::move(res));
+            },
+            policy);
+    });
+    r.add(bhttp::verb::get, "/v1/sessions", [&s](const request_ptr& req, reply_fn reply) {
+        json list = json::array();
+        for (const auto& k : s.kernels.list(req->who.tenant))
+            list.push_back(session_model(*k, s.kernels.specs().find(k->spec_name())));
+        reply(json_response(200, {{"sessions", list}}));
+    });
+    r.add(bhttp::verb::get, "/v1/sessions/{id}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        reply(json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
+    });
+    r.add(bhttp::verb::delete_, "/v1/sessions/{id}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        s.sessions.remove_for_kernel(k->id());
+        s.kernels.shutdown(k, [reply](std::optional<api_error> e) {
+            reply(e ? error_response(e->status, e->message) : empty_response(204));
+        }, "session deleted");
+    });
+
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto body = req->json_body(false);
+        run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
+    });
+
+    // Files.
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto store = store_of(k);
+        const auto dir = req->query_value("path").value_or("");
+        k->touch();
+        const auto entries = guarded([&] { return store->list(contents_store::check_path(dir)); });
+        json list = json::array();
+        for (const auto& e : entries) list.push_back(file_entry(k->id(), e));
+        reply(json_response(200, {{"path", dir}, {"entries", list}}));
+    });
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/files", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto ct = req->req[bhttp::field::content_type];
+        const auto boundary = multipart_boundary(std::string_view(ct.data(), ct.size()));
+        if (!boundary) throw api_exception(415, "Expected multipart/form-data with a boundary");
+        const auto parts = parse_multipart(req->req.body(), *boundary);
+        if (!parts) throw api_exception(400, "The multipart body is malformed");
+        std::string dir;
+        for (const auto& p : *parts)
+            if (!p.filename && p.name == "path") dir = std::string(p.data);
+        const auto store = store_of(k);
+        k->touch();
+        json saved = json::array();
+        for (const auto& p : *parts) {
+            if (!p.filename) continue;
+            const std::string base = std::filesystem::path(*p.filename).filename().string();  // never a path from the client's disk
+            if (base.empty() || base == "." || base == "..") throw api_exception(400, "A file part has no usable filename");
+            const auto path = guarded([&] { return contents_store::check_path(dir.empty() ? base : dir + "/" + base); });
+            if (p.data.size() > k->policy().upload_limit_bytes) throw api_exception(413, "A file is larger than the upload limit");
+            const auto info = guarded([&] {
+                store->make_parents(path);
+                return store->write(path, p.data);
+            });
+            saved.push_back(file_entry(k->id(), info));
+        }
+        if (saved.empty()) throw api_exception(400, "No file parts in the form");
+        reply(json_response(201, {{"files", saved}}));
+    });
+    r.add_upload(bhttp::verb::put, "/v1/sessions/{id}/files/{path*}",
+                 {[&s](const request_ptr& req) {
+                      const auto k = kernel_or_404(s, req, req->param("id"));
+                      auto store = store_of(k);
+                      const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
+                      if (path.empty()) throw api_exception(400, "A file path is required");
+                      k->touch();
+                      bool created = false;
+                      const int fd = guarded([&] {
+                          store->make_parents(path);
+                          return store->open_for_write(path, created);
+                      });
+                      req->params["created"] = created ? "1" : "0";
+                      upload_target t;
+                      t.fd = fd;
+                      t.max_bytes = k->policy().upload_limit_bytes;
+                      t.discard = [k, path] {
+                          try {
+                              store_of(k)->remove(path);
+                          } catch (...) {
+                          }
+                      };
+                      return t;
+                  },
+                  [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
+                      const auto k = kernel_or_404(s, req, req->param("id"));
+                      const auto path = contents_store::check_path(req->param("path"));
+                      const auto info = guarded([&] { return store_of(k)->stat(path); });
+                      reply(json_response(req->params["created"] == "1" ? 201 : 200,
+                                          {{"path", info.path},
+                                           {"size", info.size},
+                                           {"mime_type", std::string(contents::mime_type_for(info.name))},
+                                           {"url", files_url(k->id()) + url_path(info.path)}}));
+                  }});
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto store = store_of(k);
+        const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
+        k->touch();
+        std::uint64_t size = 0;
+        const int fd = guarded([&] { return store->open_for_read(path, size); });
+        response res;
+        const auto name = std::filesystem::path(path).filename().string();
+        res.content_type = std::string(contents::mime_type_for(name));
+        res.file_fd = fd;
+        res.file_size = size;
+        res.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'");
+        if (req->query.count("download") != 0 && req->query_value("download") != "0")
+            res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "\"");
+        reply(std::move(res));
+    });
+    r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
+        if (path.empty()) throw api_exception(400, "Delete the session to remove its whole workspace");
+        k->touch();
+        guarded([&] {
+            store_of(k)->remove(path, true);
+            return 0;
+        });
+        reply(empty_response(204));
+    });
+
+    // One-shot: a fresh sandbox, the files, the code, the result with every
+    // produced file inline, and the sandbox gone again.
+    r.add(bhttp::verb::post, "/v1/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
+        const auto body = req->json_body(false);
+        if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
+        std::vector<std::pair<std::string, std::string>> files;
+        if (const auto it = body.find("files"); it != body.end() && !it->is_null()) {
+            if (!it->is_array()) throw api_exception(400, "'files' must be an array of {path, content_base64}");
+            for (const auto& f : *it) {
+                if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content_base64") ||
+                    !f["content_base64"].is_string())
+                    throw api_exception(400, "each file needs 'path' and 'content_base64' strings");
+                auto data = base64_decode(f["content_base64"].get<std::string>());
+                if (!data) throw api_exception(400, "'content_base64' of " + f["path"].get<std::string>().substr(0, 100) + " is not base64");
+                files.emplace_back(guarded([&] { return contents_store::check_path(f["path"].get<std::string>()); }),
+                                   std::move(*data));
+            }
+        }
+        auto policy = policy_from(body, agents.limits());
+        policy.idle_timeout = std::chrono::seconds(0);
+        s.kernels.start_kernel(
+            req->who.tenant, s.kernels.specs().default_name(), kernel_env_from(body),
+            [&s, &agents, req, body, files = std::move(files), reply](std::optional<api_error> e, kernels::kernel_ptr k) {
+                if (e) return reply(error_response(e->status, e->message));
+                auto finish = [&s, k](std::function<void()> then) {
+                    s.kernels.shutdown(k, [then](std::optional<api_error>) { then(); }, "one-shot execution finished");
+                };
+                try {
+                    const auto store = store_of(k);
+                    for (const auto& [path, data] : files) guarded([&] {
+                            store->make_parents(path);
+                            return store->write(path, data);
+                        });
+                    auto opts = options_for(*k, body, agents.limits());
+                    opts.inline_files = true;
+                    opts.inline_files_limit_bytes = k->policy().result_limit_bytes;
+                    opts.files_url_prefix.clear();
+                    agents.submit(k, std::move(opts), {}, [reply, finish](json result) {
+                        for (auto& f : result["files"]) f.erase("url");  // the sandbox is gone
+                        finish([reply, result] { reply(json_response(200, result)); });
+                    });
+                } catch (const api_exception& ex) {
+                    finish([reply, status = ex.status(), msg = std::string(ex.what())] { reply(error_response(status, msg)); });
+                }
+            },
+            policy);
+    });
+}
+
+}  // namespace cellgate::api
