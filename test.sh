@@ -26,4 +26,6 @@ run_suite "sandbox and gateway integration tests (runc + image + ipykernel + cel
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
 run_suite "client tests (@jupyterlab/services, jupyter_server --gateway-url)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/clients
+run_suite "Python SDK, CLI, tool adapter and notebooks" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/sdk
 exit $status

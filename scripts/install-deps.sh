@@ -12,7 +12,7 @@ packages=(
   runc mmdebstrap e2fsprogs mount util-linux iproute2 procps
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
   python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
-  python3-websocket python3-jupyter-server
+  python3-websocket python3-jupyter-server python3-nbformat python3-openpyxl python3-jsonschema
   # client tests: Node.js with npm (the machine's nodesource build or Debian's)
   nodejs
 )

@@ -4,8 +4,6 @@ runc sandboxes, the built kernel image) and the SDK from clients/python.
 When CELLGATE_REQUIRE_SANDBOX=1 (CI sets it), a missing prerequisite fails
 the run instead of skipping it.
 """
-import sys
-
 import pytest
 
 from sdk_support import Gateway, require
@@ -14,16 +12,6 @@ from sdk_support import Gateway, require
 @pytest.fixture(scope="session")
 def gateway():
     """One running cellgate for the whole run, with its own state dir and token."""
-    import os
-    if os.environ.get("DEV_MOCK"):  # DEV-ONLY-REMOVE
-        sys.path.insert(0, "/tmp/sdkwork")
-        import mock_v1
-        srv, gw, url = mock_v1.start()
-        class M: pass
-        m = M(); m.url = url; m.token = gw.token; m.log_text = gw.log_text
-        yield m
-        gw.stop(); gw.cleanup()
-        return
     require()
     gw = Gateway()
     try:

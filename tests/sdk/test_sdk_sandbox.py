@@ -185,6 +185,27 @@ def test_timeout_while_streaming(sandbox):
     assert chunks[0] == "tick\n"
 
 
+def test_a_callback_that_raises_disconnects_and_interrupts_the_cell(gateway):
+    with Sandbox(gateway.url, gateway.token) as sb:
+        def stop(_text):
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            sb.run_code("import time\nprint('go', flush=True)\ntime.sleep(30)\nopen('late.txt', 'w').write('x')",
+                        on_stdout=stop)
+        started = time.monotonic()
+        after = sb.run_code("import os\nos.path.exists('late.txt')")
+        assert after.status == "ok" and after.text == "False", after.raw
+        assert time.monotonic() - started < 25
+
+
+def test_kernel_death_is_reported_and_the_session_recovers(gateway):
+    with Sandbox(gateway.url, gateway.token) as sb:
+        ex = sb.run_code("import os\nos.kill(os.getpid(), 9)")
+        assert ex.status == "kernel_died" and not ex.ok
+        assert sb.run_code("'back'").text == "'back'"
+
+
 def test_output_limit_truncates_with_flag_and_marker(gateway):
     limit = 20_000
     with Sandbox(gateway.url, gateway.token, output_limit=limit) as sb:
@@ -201,6 +222,18 @@ def test_output_limit_truncates_with_flag_and_marker(gateway):
         # A small output on the same session is not truncated.
         small = sb.run_code("print('ok')")
         assert small.logs.stdout == "ok\n" and not small.truncated
+
+
+def test_output_limit_is_shared_and_flags_the_stream_that_lost_output(gateway):
+    """stdout + stderr share one cap: stderr written after stdout used it up is
+    lost, and its flag must say so (a caller reading truncated.stderr == False
+    would take the empty stderr as complete)."""
+    with Sandbox(gateway.url, gateway.token, output_limit=10_000) as sb:
+        ex = sb.run_code("import sys\nprint('o' * 50_000)\nsys.stdout.flush()\nprint('late error', file=sys.stderr)")
+        assert ex.truncated.stdout
+        assert len((ex.logs.stdout + ex.logs.stderr).split("\n[cellgate: output truncated")[0].encode()) <= 10_000
+        assert "late error" not in ex.logs.stderr
+        assert ex.truncated.stderr, ex.raw["truncated"]
 
 
 # --- files -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import socket
 import ssl
 import urllib.parse
 
-from .errors import CellgateError, ConnectionFailed, NotFound, SessionNotFound, TooManySessions
+from .errors import CellgateError, ConnectionFailed, NotFound, TooManySessions
 
 USER_AGENT = "cellgate-python"
 CHUNK = 64 * 1024

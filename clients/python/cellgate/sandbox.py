@@ -24,13 +24,17 @@ def _seconds(value):
 
 
 def _read_source(data):
-    """(body, length) for an upload: bytes, str/PathLike (a local file) or a binary file object."""
+    """(body, length, file to close) for an upload: bytes, str/PathLike (a
+    local file) or a file object (binary, or text sent as UTF-8)."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = bytes(data)
         return data, len(data), None
     if isinstance(data, (str, os.PathLike)):
         f = open(data, "rb")
         return f, os.fstat(f.fileno()).st_size, f
+    if isinstance(data, io.TextIOBase):
+        content = data.read().encode()
+        return content, len(content), None
     if hasattr(data, "read"):
         try:
             start = data.tell()

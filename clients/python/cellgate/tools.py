@@ -13,7 +13,6 @@
 timeouts) or the gateway's: it reports them to the model in ``text`` with
 ``is_error`` set, which is what a model needs to fix its code.
 """
-import base64
 import copy
 import json
 

@@ -76,7 +76,10 @@ void execution::start() {
                                            {"store_history", true},
                                            {"user_expressions", json::object()},
                                            {"allow_stdin", false},
-                                           {"stop_on_error", true}},
+                                           // Executions are serialised here: there is never a queue
+                                           // for an error to abort, and with stop_on_error ipykernel
+                                           // would abort the next request if it came quickly.
+                                           {"stop_on_error", false}},
                                           "cellgate-agent-" + self->kernel_->id());
         self->msg_id_ = json::parse(msg.header).at("msg_id").get<std::string>();
         self->kernel_->gateway_send(ws::channel::shell, std::move(msg));
@@ -174,7 +177,10 @@ void execution::handle(const wire::kernel_message& m) {
 void execution::append_text(const std::string& stream, const std::string& text) {
     auto& target = stream == "stderr" ? stderr_ : stdout_;
     auto& truncated = stream == "stderr" ? stderr_truncated_ : stdout_truncated_;
-    if (stdout_truncated_ || stderr_truncated_) return;  // the limit is shared and already reached
+    if (stdout_truncated_ || stderr_truncated_) {
+        truncated = true;  // the limit is shared and already reached: this stream lost text too
+        return;
+    }
     std::string piece = text;
     if (text_bytes_ + piece.size() > options_.output_limit_bytes) {
         piece.resize(options_.output_limit_bytes - text_bytes_);
@@ -221,6 +227,7 @@ json execution::collect_files() {
         contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
                                        sb->host_uid_base + sb->spec.gid);
         const auto after = workspace_snapshot::take(store);
+        files_truncated_ = !after.complete || !before_->complete;
         std::size_t inline_bytes = 0;
         for (const auto& c : diff(*before_, after)) {
             json f = {{"path", c.path},
@@ -256,9 +263,16 @@ void execution::finish() {
     if (kernel_died_) status = "kernel_died";
     else if (timed_out_) status = "timeout";
     else if (error_.is_object() && error_.value("ename", "") == "KeyboardInterrupt") status = "interrupted";
-    else if (error_.is_object() || reply_status_ == "error" || reply_status_ == "aborted") status = "error";
+    else if (error_.is_object() || reply_status_ == "error") status = "error";
+    else if (reply_status_ == "aborted") {
+        status = "error";
+        error_ = {{"ename", "Aborted"},
+                  {"evalue", "the kernel aborted this request"},
+                  {"traceback", json::array()},
+                  {"traceback_text", ""}};
+    }
     auto files = collect_files();
-    const bool files_complete = true;
+    const bool files_complete = !files_truncated_;
     if (!files.empty()) emit("files", {{"files", files}});
     json result = {{"status", status},
                    {"execution_count", execution_count_},

@@ -78,7 +78,7 @@ private:
     std::string reply_status_;
     nlohmann::json execution_count_ = nullptr;
     bool replied_ = false, idle_ = false, timed_out_ = false, kernel_died_ = false, kernel_restarted_ = false;
-    bool finished_ = false, cancelled_ = false;
+    bool finished_ = false, cancelled_ = false, files_truncated_ = false;
 };
 
 // Removes ANSI colour and cursor sequences (for traceback_text).

@@ -45,7 +45,7 @@ auto guarded(Fn fn) {
 
 std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) {
     const auto sb = k->sandbox();
-    if (!sb) throw api_exception(409, "The session's workspace is not ready");
+    if (!sb) throw api_exception(409, "The session's workspace is not ready");  // between two sandboxes of a restart
     return guarded([&] {
         return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
                                                 sb->host_uid_base + sb->spec.gid);
@@ -92,6 +92,16 @@ kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& 
     p.output_limit_bytes = requested<std::size_t>(body, "output_limit_bytes", l.defaults.output_limit_bytes,
                                                   l.maxima.output_limit_bytes);
     return p;
+}
+
+// The agent API is strict about env (the Jupyter API drops other names, as
+// gateway clients send some): only KERNEL_* names, else 400.
+std::map<std::string, std::string> strict_env(const json& body) {
+    if (const auto it = body.find("env"); it != body.end() && it->is_object())
+        for (const auto& [name, value] : it->items())
+            if (name.rfind("KERNEL_", 0) != 0)
+                throw api_exception(400, "env takes KERNEL_* names only; '" + name.substr(0, 64) + "' is not one");
+    return kernel_env_from(body);
 }
 
 json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
@@ -205,12 +215,13 @@ json file_entry(const std::string& session_id, const contents::entry_info& e) {
 void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
-        auto name = body.value("kernel", std::string());
-        if (body.contains("kernel") && !body["kernel"].is_string()) throw api_exception(400, "'kernel' must be a string");
+        if (body.contains("kernel") && !body["kernel"].is_string() && !body["kernel"].is_null())
+            throw api_exception(400, "'kernel' must be a string");
+        auto name = body.contains("kernel") && body["kernel"].is_string() ? body["kernel"].get<std::string>() : std::string();
         if (name.empty()) name = s.kernels.specs().default_name();
         const auto policy = policy_from(body, agents.limits());
         s.kernels.start_kernel(
-            req->who.tenant, name, kernel_env_from(body),
+            req->who.tenant, name, strict_env(body),
             [&s, reply](std::optional<api_error> e, kernels::kernel_ptr k) {
                 if (e) return reply(error_response(e->status, e->message));
                 auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
@@ -237,6 +248,19 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         }, "session deleted");
     });
 
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/interrupt", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        s.kernels.interrupt(k, [reply](std::optional<api_error> e) {
+            reply(e ? error_response(e->status, e->message) : empty_response(204));
+        });
+    });
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/restart", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        s.kernels.restart(k, [&s, k, reply](std::optional<api_error> e) {
+            reply(e ? error_response(e->status, e->message)
+                    : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
+        });
+    });
     r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto body = req->json_body(false);
@@ -366,7 +390,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         auto policy = policy_from(body, agents.limits());
         policy.idle_timeout = std::chrono::seconds(0);
         s.kernels.start_kernel(
-            req->who.tenant, s.kernels.specs().default_name(), kernel_env_from(body),
+            req->who.tenant, s.kernels.specs().default_name(), strict_env(body),
             [&s, &agents, req, body, files = std::move(files), reply](std::optional<api_error> e, kernels::kernel_ptr k) {
                 if (e) return reply(error_response(e->status, e->message));
                 auto finish = [&s, k](std::function<void()> then) {

@@ -11,7 +11,7 @@ using namespace http;
 
 kernels::kernel_ptr kernel_or_404(services& s, const request_ptr& req, const std::string& id) {
     auto k = s.kernels.find(req->who.tenant, id);
-    if (!k) throw api_exception(404, "No such kernel: " + id.substr(0, 64));
+    if (!k) throw api_exception(404, "No such session or kernel: " + id.substr(0, 64));
     return k;
 }
 

@@ -100,6 +100,12 @@ private:
         const auto target = std::string_view(h.target().data(), h.target().size());
         const auto m = ctx_.routes.find(h.method(), target.substr(0, target.find('?')));
         if (m.upload != nullptr && !websocket::is_upgrade(h)) return start_upload(*m.upload, m);
+        // A declared length is checked here: the limit set on the body parser
+        // below applies only to bodies whose length was not known up front.
+        if (header_parser_->content_length() && *header_parser_->content_length() > ctx_.options.max_body_bytes)
+            return send(error_response(413, "The request body is larger than " +
+                                                std::to_string(ctx_.options.max_body_bytes) + " bytes"),
+                        false, {});
         const bool expect = expects_continue(h);
         const unsigned version = h.version();
         parser_.emplace(std::move(*header_parser_));
@@ -151,9 +157,16 @@ private:
             return send(error_response(401, "Authentication required: send 'Authorization: token <token>'"), false, ctx);
         if (a.status == authenticator::outcome::wrong) return send(error_response(403, "Invalid token"), false, ctx);
         ctx->who = a.who;
+        const auto declared = header_parser_->content_length();
         upload_target t;
         try {
             t = up.prepare(ctx);
+            if (declared && *declared > t.max_bytes) {
+                ::close(t.fd);
+                if (t.discard) t.discard();
+                return send(error_response(413, "The upload is larger than " + std::to_string(t.max_bytes) + " bytes"),
+                            false, ctx);
+            }
         } catch (const api_exception& e) {
             return send(error_response(e.status(), e.what()), false, ctx);
         } catch (const std::exception& e) {
@@ -256,6 +269,10 @@ private:
             (*m.handler)(ctx, std::move(reply));
         } catch (const api_exception& e) {
             send(error_response(e.status(), e.what()), keep_alive, ctx);
+        } catch (const nlohmann::json::exception& e) {
+            // Reading a request body's field as the wrong type.
+            spdlog::info("{} {}: {}", std::string(bhttp::to_string(ctx->req.method())), ctx->route, e.what());
+            send(error_response(400, "A field in the request body has the wrong type"), keep_alive, ctx);
         } catch (const std::exception& e) {
             spdlog::error("{} {}: handler failed: {}", std::string(bhttp::to_string(ctx->req.method())), ctx->route, e.what());
             send(error_response(500, "Internal error"), keep_alive, ctx);

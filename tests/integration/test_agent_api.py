@@ -1,0 +1,366 @@
+"""The agent API (/v1) end to end: sessions and their policies, execute as
+JSON and as Server-Sent Events, files, one-shot runs, tenants and quotas."""
+import base64
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+import websocket
+
+from gateway import Gateway, KernelChannel
+
+TENANT_A = "token-a-" + uuid.uuid4().hex
+TENANT_B = "token-b-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    d = tmp_path_factory.mktemp("agent")
+    tokens = d / "tokens.json"
+    tokens.write_text(json.dumps([{"token": TENANT_A, "tenant": "alpha"},
+                                  {"token": TENANT_B, "tenant": "beta", "max_sessions": 2}]))
+    config = d / "config.json"
+    config.write_text(json.dumps({"kernelspecs": {"python3": {"limits": {"workspace_bytes": 16 << 20}}}}))
+    g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--upload-limit", str(4 << 20),
+                "--max-kernels", "12").start()
+    yield g
+    g.stop()
+    g.cleanup()
+
+
+def api(gw, method, path, token=None, **kw):
+    headers = {"Authorization": f"Bearer {token or gw.token}"}
+    headers.update(kw.pop("headers", {}))
+    return requests.request(method, gw.url + path, headers=headers, timeout=kw.pop("timeout", 120), **kw)
+
+
+@pytest.fixture
+def session(gw):
+    r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 30})
+    assert r.status_code == 201, r.text
+    s = r.json()
+    yield s
+    api(gw, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def run(gw, sid, code, token=None, **extra):
+    r = api(gw, "POST", f"/v1/sessions/{sid}/execute", token=token, json={"code": code, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sse(gw, sid, code, token=None, **extra):
+    """Runs a cell as Server-Sent Events; returns [(event, data), …]."""
+    events = []
+    with api(gw, "POST", f"/v1/sessions/{sid}/execute", token=token, json={"code": code, **extra},
+             headers={"Accept": "text/event-stream"}, stream=True) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"] == "text/event-stream"
+        event = None
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line[6:])))
+    return events
+
+
+# --- sessions --------------------------------------------------------------------------
+
+def test_a_session_model_reports_its_limits_and_caps_requests(gw):
+    r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 10**9, "idle_timeout_s": 90, "output_limit_bytes": 2048})
+    assert r.status_code == 201
+    s = r.json()
+    try:
+        assert r.headers["Location"] == f"/v1/sessions/{s['id']}"
+        assert s["limits"]["timeout_s"] == 3600, "capped by the server maximum"
+        assert s["limits"]["idle_timeout_s"] == 90 and s["limits"]["output_limit_bytes"] == 2048
+        assert s["limits"]["workspace_bytes"] == 16 << 20 and s["limits"]["memory_bytes"] > 0
+        assert s["expires_at"] > s["created"]
+        assert api(gw, "GET", f"/v1/sessions/{s['id']}").json()["id"] == s["id"]
+        assert s["id"] in [x["id"] for x in api(gw, "GET", "/v1/sessions").json()["sessions"]]
+        # The same session is a kernel on the Jupyter API (debuggable from JupyterLab).
+        assert api(gw, "GET", f"/api/kernels/{s['id']}").status_code == 200
+    finally:
+        assert api(gw, "DELETE", f"/v1/sessions/{s['id']}").status_code == 204
+    assert api(gw, "GET", f"/v1/sessions/{s['id']}").status_code == 404
+    for bad in ({"timeout_s": -1}, {"idle_timeout_s": "soon"}, {"kernel": 3}, {"env": ["x"]}):
+        r = api(gw, "POST", "/v1/sessions", json=bad)
+        assert r.status_code == 400 and set(r.json()) == {"reason", "message"}, (bad, r.text)
+    assert api(gw, "POST", "/v1/sessions", json={"kernel": "ruby"}).status_code == 404
+
+
+# --- execute ---------------------------------------------------------------------------
+
+def test_execute_returns_one_clean_result(gw, session):
+    sid = session["id"]
+    r = run(gw, sid, "import sys\nprint('out'); print('err', file=sys.stderr)\n"
+                     "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()\n"
+                     "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay(df)\n"
+                     "open('/workspace/report.txt', 'w').write('done')\n6 * 7")
+    assert r["status"] == "ok" and r["error"] is None
+    assert r["stdout"] == "out\n" and r["stderr"] == "err\n"
+    kinds = [list(x["data"]) for x in r["results"]]
+    assert any("image/png" in k for k in kinds), kinds
+    assert any("text/html" in k for k in kinds), "a DataFrame arrives as an HTML table"
+    main = [x for x in r["results"] if x["is_main_result"]]
+    assert len(main) == 1 and main[0]["data"]["text/plain"] == "42"
+    png = base64.b64decode([x for x in r["results"] if "image/png" in x["data"]][0]["data"]["image/png"])
+    assert png.startswith(b"\x89PNG")
+    assert [f["path"] for f in r["files"]] == ["report.txt"]
+    f = r["files"][0]
+    assert f["change"] == "created" and f["size"] == 4 and f["mime_type"] == "text/plain"
+    assert api(gw, "GET", f["url"]).content == b"done"
+    assert r["truncated"] == {"stdout": False, "stderr": False, "results": False, "files": False}
+    assert r["duration_ms"] >= 0 and isinstance(r["execution_count"], int)
+    again = run(gw, sid, "open('/workspace/report.txt', 'a').write('!'); df.shape")
+    assert again["execution_count"] == r["execution_count"] + 1
+    assert [(x["path"], x["change"]) for x in again["files"]] == [("report.txt", "modified")]
+    assert again["results"][0]["data"]["text/plain"] == "(2, 1)", "state persists"
+
+
+def test_an_error_comes_with_its_traceback_with_and_without_colours(gw, session):
+    r = run(gw, session["id"], "def f():\n    return 1 / 0\nf()")
+    assert r["status"] == "error"
+    e = r["error"]
+    assert e["ename"] == "ZeroDivisionError" and "division by zero" in e["evalue"]
+    assert any("\x1b[" in line for line in e["traceback"])
+    assert "\x1b[" not in e["traceback_text"] and "return 1 / 0" in e["traceback_text"]
+
+
+def test_a_timeout_interrupts_and_keeps_the_output_so_far(gw, session):
+    sid = session["id"]
+    run(gw, sid, "kept = 'still here'")
+    r = run(gw, sid, "print('before'); import time; time.sleep(60)", timeout_s=2)
+    assert r["status"] == "timeout" and r["kernel_restarted"] is False
+    assert r["stdout"] == "before\n"
+    assert 1500 <= r["duration_ms"] < 20000
+    assert run(gw, sid, "print(kept)")["stdout"] == "still here\n", "an interrupt keeps the state"
+
+
+def test_a_cell_that_ignores_the_interrupt_is_killed_and_the_kernel_restarted(gw, session):
+    sid = session["id"]
+    run(gw, sid, "open('/workspace/survives.txt', 'w').write('x'); lost = 1")
+    r = run(gw, sid, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('stubborn')\n"
+                     "time.sleep(120)", timeout_s=2)
+    assert r["status"] == "timeout" and r["kernel_restarted"] is True
+    assert r["stdout"] == "stubborn\n"
+    after = run(gw, sid, "import os\nprint('lost' in dir(), os.path.exists('/workspace/survives.txt'))")
+    assert after["status"] == "ok" and after["stdout"] == "False True\n", "state is lost, files stay"
+
+
+def test_output_past_the_limit_is_truncated_with_a_marker(gw):
+    s = api(gw, "POST", "/v1/sessions", json={"output_limit_bytes": 10000}).json()
+    try:
+        r = run(gw, s["id"], "print('A' * 6000)\nprint('B' * 6000)\nprint('C' * 6000)\n'value'")
+        assert r["status"] == "ok" and r["truncated"]["stdout"] is True
+        assert r["stdout"].startswith("A" * 6000 + "\n" + "B" * 3000)
+        assert r["stdout"].endswith("\n[cellgate: output truncated after 10000 bytes]\n")
+        assert "C" not in r["stdout"]
+        assert r["results"][0]["data"]["text/plain"] == "'value'"
+    finally:
+        api(gw, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_dying_kernel_is_reported_as_kernel_died(gw, session):
+    r = run(gw, session["id"], "print('bye', flush=True); import os; os._exit(3)")
+    assert r["status"] == "kernel_died"
+    deadline = time.time() + 60
+    while time.time() < deadline:  # restarted automatically
+        if api(gw, "GET", f"/v1/sessions/{session['id']}").json()["state"] == "idle":
+            break
+        time.sleep(0.3)
+    assert run(gw, session["id"], "1 + 1")["status"] == "ok"
+
+
+def test_executions_on_one_session_run_one_at_a_time_in_order(gw, session):
+    sid = session["id"]
+    results = {}
+
+    def go(name, code):
+        results[name] = run(gw, sid, code)
+
+    first = threading.Thread(target=go, args=("first", "import time; time.sleep(1); order = ['first']"))
+    first.start()
+    time.sleep(0.2)
+    second = threading.Thread(target=go, args=("second", "order.append('second'); order"))
+    second.start()
+    first.join()
+    second.join()
+    assert results["second"]["status"] == "ok", results["second"]
+    assert results["second"]["results"][0]["data"]["text/plain"] == "['first', 'second']"
+    assert results["second"]["execution_count"] == results["first"]["execution_count"] + 1
+
+
+def test_streaming_delivers_ordered_events_ending_with_the_full_result(gw, session):
+    events = sse(gw, session["id"], "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.2)\n"
+                                    "open('/workspace/s.txt', 'w').write('s')\n'end value'")
+    names = [e for e, _ in events]
+    assert names[:3] == ["stdout", "stdout", "stdout"] and names[-1] == "end"
+    assert names.index("result") < names.index("files") < names.index("end")
+    assert "".join(d["text"] for e, d in events if e == "stdout") == "0\n1\n2\n"
+    end = events[-1][1]
+    assert end["status"] == "ok" and end["stdout"] == "0\n1\n2\n"
+    assert end["results"][0]["data"]["text/plain"] == "'end value'"
+    assert [f["path"] for f in end["files"]] == ["s.txt"]
+    errors = sse(gw, session["id"], "raise ValueError('streamed')")
+    assert [e for e, _ in errors][-2:] == ["error", "end"] and errors[-1][1]["status"] == "error"
+
+
+def test_a_streaming_client_that_disconnects_has_its_cell_interrupted(gw, session):
+    sid = session["id"]
+    r = api(gw, "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time; time.sleep(60)"},
+            headers={"Accept": "text/event-stream"}, stream=True)
+    assert r.status_code == 200
+    time.sleep(1.0)
+    r.close()  # gone mid-run
+    t0 = time.time()
+    follow = run(gw, sid, "print('free again')")
+    assert follow["stdout"] == "free again\n"
+    assert time.time() - t0 < 20, "the sleeping cell was interrupted, not waited out"
+
+
+# --- files -------------------------------------------------------------------------------
+
+def test_files_put_get_list_delete_and_multipart(gw, session):
+    sid = session["id"]
+    blob = bytes(range(256)) * 1000
+    r = api(gw, "PUT", f"/v1/sessions/{sid}/files/in/data.bin", data=blob)
+    assert r.status_code == 201 and r.json()["size"] == len(blob) and r.json()["path"] == "in/data.bin"
+    assert api(gw, "PUT", f"/v1/sessions/{sid}/files/in/data.bin", data=blob).status_code == 200
+    got = api(gw, "GET", f"/v1/sessions/{sid}/files/in/data.bin")
+    assert got.content == blob and got.headers["Content-Type"] == "application/octet-stream"
+    assert run(gw, sid, "print(len(open('/workspace/in/data.bin','rb').read()))")["stdout"] == f"{len(blob)}\n"
+    listing = api(gw, "GET", f"/v1/sessions/{sid}/files?path=in").json()
+    assert [(e["name"], e["type"], e["size"]) for e in listing["entries"]] == [("data.bin", "file", len(blob))]
+    root = api(gw, "GET", f"/v1/sessions/{sid}/files").json()
+    assert ("in", "directory") in [(e["name"], e["type"]) for e in root["entries"]]
+    r = api(gw, "POST", f"/v1/sessions/{sid}/files", files=[("file", ("a.csv", b"x,y\n1,2\n", "text/csv")),
+                                                             ("file", ("b.txt", b"bee", "text/plain"))],
+            data={"path": "up"})
+    assert r.status_code == 201 and sorted(f["path"] for f in r.json()["files"]) == ["up/a.csv", "up/b.txt"]
+    assert api(gw, "GET", f"/v1/sessions/{sid}/files/up/a.csv").content == b"x,y\n1,2\n"
+    assert "attachment" in api(gw, "GET", f"/v1/sessions/{sid}/files/up/b.txt?download=1").headers["Content-Disposition"]
+    assert api(gw, "DELETE", f"/v1/sessions/{sid}/files/up").status_code == 204
+    assert api(gw, "GET", f"/v1/sessions/{sid}/files/up/a.csv").status_code == 404
+
+
+def test_file_limits_and_escapes(gw, session):
+    sid = session["id"]
+    r = api(gw, "PUT", f"/v1/sessions/{sid}/files/big.bin", data=b"x" * (5 << 20))
+    assert r.status_code == 413, r.text
+    assert api(gw, "GET", f"/v1/sessions/{sid}/files/big.bin").status_code == 404, "a refused upload leaves nothing"
+    # A workspace of 16 MiB: the fourth 4 MiB upload cannot fit.
+    codes = [api(gw, "PUT", f"/v1/sessions/{sid}/files/fill{i}.bin", data=b"\0" * ((4 << 20) - 1)).status_code
+             for i in range(5)]
+    assert 507 in codes and codes[0] == 201, codes
+    assert gw.alive()
+    for path in ("../escape.txt", "%2e%2e/escape.txt", "a/../../b", "/etc/passwd"):
+        r = api(gw, "PUT", f"/v1/sessions/{sid}/files/{path}", data=b"x")
+        assert r.status_code in (400, 403, 404), (path, r.status_code)
+    run(gw, sid, "import os; os.symlink('/etc/passwd', '/workspace/pw')")
+    assert api(gw, "GET", f"/v1/sessions/{sid}/files/pw").status_code == 403
+    assert api(gw, "PUT", f"/v1/sessions/{sid}/files/pw", data=b"pwned").status_code == 403
+    assert "pwned" not in Path("/etc/passwd").read_text()
+
+
+# --- one-shot ----------------------------------------------------------------------------
+
+def test_one_shot_execute_takes_files_and_returns_produced_files_inline(gw):
+    before = {s["id"] for s in api(gw, "GET", "/v1/sessions").json()["sessions"]}
+    csv = b"city,temp\nOslo,3\nLima,19\n"
+    r = api(gw, "POST", "/v1/execute", json={
+        "code": "import pandas as pd\ndf = pd.read_csv('data/cities.csv')\n"
+                "df.to_csv('out/hot.csv', index=False) if __import__('os').makedirs('out', exist_ok=True) is None else None\n"
+                "print(df.temp.max())",
+        "files": [{"path": "data/cities.csv", "content_base64": base64.b64encode(csv).decode()}]})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["status"] == "ok" and out["stdout"] == "19\n"
+    produced = {f["path"]: f for f in out["files"]}
+    assert base64.b64decode(produced["out/hot.csv"]["content_base64"]) == csv
+    assert "url" not in produced["out/hot.csv"]
+    assert {s["id"] for s in api(gw, "GET", "/v1/sessions").json()["sessions"]} == before, "nothing persists"
+    bad = api(gw, "POST", "/v1/execute", json={"code": "1", "files": [{"path": "../x", "content_base64": ""}]})
+    assert bad.status_code == 400
+
+
+# --- policies ----------------------------------------------------------------------------
+
+def test_an_idle_session_is_culled_and_its_sockets_closed_with_a_reason(gw):
+    s = api(gw, "POST", "/v1/sessions", json={"idle_timeout_s": 3}).json()
+    ws = websocket.create_connection(f"{gw.ws_url}/api/kernels/{s['id']}/channels?token={gw.token}", timeout=30)
+    reason = None
+    # Reconnects are not activity: keep opening fresh sockets while waiting.
+    deadline = time.time() + 20
+    while time.time() < deadline and api(gw, "GET", f"/v1/sessions/{s['id']}").status_code == 200:
+        try:
+            extra = websocket.create_connection(f"{gw.ws_url}/api/kernels/{s['id']}/channels?token={gw.token}", timeout=5)
+            extra.ping()
+            extra.close()
+        except websocket.WebSocketException:
+            pass
+        time.sleep(0.5)
+    assert api(gw, "GET", f"/v1/sessions/{s['id']}").status_code == 404
+    try:
+        while True:
+            op, data = ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_CLOSE:
+                reason = data[2:].decode()
+                break
+    except websocket.WebSocketConnectionClosedException:
+        pass
+    assert reason is not None and "idle" in reason
+    assert api(gw, "POST", f"/v1/sessions/{s['id']}/execute", json={"code": "1"}).status_code == 404
+
+
+def test_a_session_expires_at_the_end_of_its_lifetime_even_when_busy(gw):
+    s = api(gw, "POST", "/v1/sessions", json={"lifetime_s": 3}).json()
+    r = run(gw, s["id"], "import time; time.sleep(30)", timeout_s=25)
+    assert r["status"] == "kernel_died"
+    assert api(gw, "GET", f"/v1/sessions/{s['id']}").status_code == 404
+
+
+def test_tenants_see_only_their_own_sessions(gw):
+    a = api(gw, "POST", "/v1/sessions", token=TENANT_A).json()
+    try:
+        for path in (f"/v1/sessions/{a['id']}", f"/api/kernels/{a['id']}", f"/v1/sessions/{a['id']}/files",
+                     f"/api/contents/{a['id']}"):
+            r = api(gw, "GET", path, token=TENANT_B)
+            assert r.status_code == 404, (path, r.status_code)
+        assert api(gw, "POST", f"/v1/sessions/{a['id']}/execute", token=TENANT_B, json={"code": "1"}).status_code == 404
+        assert api(gw, "DELETE", f"/v1/sessions/{a['id']}", token=TENANT_B).status_code == 404
+        assert a["id"] not in [x["id"] for x in api(gw, "GET", "/v1/sessions", token=TENANT_B).json()["sessions"]]
+        assert a["id"] not in [x["id"] for x in api(gw, "GET", "/api/kernels", token=TENANT_B).json()]
+        with pytest.raises(websocket.WebSocketBadStatusException) as e:
+            websocket.create_connection(f"{gw.ws_url}/api/kernels/{a['id']}/channels?token={TENANT_B}", timeout=10)
+        assert e.value.status_code == 404
+        assert run(gw, a["id"], "print('mine')", token=TENANT_A)["stdout"] == "mine\n"
+    finally:
+        api(gw, "DELETE", f"/v1/sessions/{a['id']}", token=TENANT_A)
+
+
+def test_quotas_are_counted_at_admission_so_concurrent_requests_cannot_race_past_them(gw):
+    results = []
+
+    def create():
+        results.append(api(gw, "POST", "/v1/sessions", token=TENANT_B))
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in results)
+    try:
+        assert codes == [201, 201, 429, 429, 429, 429], codes
+        refused = [r for r in results if r.status_code == 429][0].json()
+        assert "limit" in refused["message"].lower()
+    finally:
+        for r in results:
+            if r.status_code == 201:
+                api(gw, "DELETE", f"/v1/sessions/{r.json()['id']}", token=TENANT_B)
+    assert api(gw, "POST", "/v1/sessions", token=TENANT_B).status_code == 201, "freed slots can be used again"
