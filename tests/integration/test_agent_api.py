@@ -364,3 +364,180 @@ def test_quotas_are_counted_at_admission_so_concurrent_requests_cannot_race_past
             if r.status_code == 201:
                 api(gw, "DELETE", f"/v1/sessions/{r.json()['id']}", token=TENANT_B)
     assert api(gw, "POST", "/v1/sessions", token=TENANT_B).status_code == 201, "freed slots can be used again"
+
+
+# --- with the default limits ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def roomy():
+    g = Gateway("--max-kernels", "6").start()
+    yield g
+    g.stop()
+    g.cleanup()
+
+
+def sandboxes_of(g):
+    import subprocess
+    from gateway import BUILD, IMAGE_STORE
+    out = subprocess.run([str(BUILD / "bin" / "cellgate-launch"), "--state-dir", str(g.state_dir), "--image-store",
+                          str(IMAGE_STORE), "--workspace-root", str(g.workspace_root), "ps", "--json"],
+                         capture_output=True, text=True, check=True)
+    return {s["id"] for s in json.loads(out.stdout)}
+
+
+def test_a_saved_plot_is_listed_and_downloads_byte_identical(roomy):
+    s = api(roomy, "POST", "/v1/sessions").json()
+    try:
+        r = run(roomy, s["id"], "import matplotlib.pyplot as plt, hashlib\nplt.plot([3, 1, 2])\n"
+                                "plt.savefig('chart.png')\nplt.show()\n"
+                                "print(hashlib.sha256(open('chart.png','rb').read()).hexdigest())")
+        assert r["status"] == "ok"
+        assert any("image/png" in x["data"] for x in r["results"])
+        chart = [f for f in r["files"] if f["path"] == "chart.png"]
+        assert len(chart) == 1 and chart[0]["mime_type"] == "image/png"
+        import hashlib
+        body = api(roomy, "GET", chart[0]["url"]).content
+        assert hashlib.sha256(body).hexdigest() == r["stdout"].strip()
+        assert len(body) == chart[0]["size"]
+    finally:
+        api(roomy, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_50_mb_upload_round_trips_byte_identical(roomy):
+    import hashlib, os
+    s = api(roomy, "POST", "/v1/sessions").json()
+    try:
+        blob = os.urandom(50 << 20)
+        r = api(roomy, "PUT", f"/v1/sessions/{s['id']}/files/big/data.bin", data=blob,
+                headers={"Expect": "100-continue"})
+        assert r.status_code == 201 and r.json()["size"] == len(blob), r.text
+        inside = run(roomy, s["id"], "import hashlib\nprint(hashlib.sha256(open('big/data.bin','rb').read()).hexdigest())")
+        assert inside["stdout"].strip() == hashlib.sha256(blob).hexdigest()
+        back = api(roomy, "GET", f"/v1/sessions/{s['id']}/files/big/data.bin")
+        assert back.status_code == 200 and back.content == blob
+    finally:
+        api(roomy, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_busy_loop_times_out_within_timeout_plus_grace(roomy):
+    s = api(roomy, "POST", "/v1/sessions").json()
+    try:
+        t0 = time.time()
+        r = run(roomy, s["id"], "while True: pass", timeout_s=3)
+        elapsed = time.time() - t0
+        assert r["status"] == "timeout"
+        assert elapsed < 3 + 3 + 5, elapsed
+        assert run(roomy, s["id"], "1+1")["results"][0]["data"]["text/plain"] == "2"
+    finally:
+        api(roomy, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_200_mb_print_is_truncated_and_the_gateway_stays_responsive(roomy):
+    s = api(roomy, "POST", "/v1/sessions").json()
+    try:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(run(roomy, s["id"], "print('y' * 200_000_000)\n'after'",
+                                                              timeout_s=120)))
+        t.start()
+        # Meanwhile the gateway answers promptly.
+        worst = 0.0
+        while t.is_alive():
+            t0 = time.time()
+            assert requests.get(roomy.url + "/healthz", timeout=10).status_code == 200
+            worst = max(worst, time.time() - t0)
+            time.sleep(0.2)
+        t.join()
+        assert result["status"] == "ok"
+        assert result["truncated"]["stdout"] is True
+        assert result["stdout"].startswith("y" * 1000)
+        assert result["stdout"].endswith("[cellgate: output truncated after 1048576 bytes]\n")
+        assert len(result["stdout"]) < (1 << 20) + 100
+        assert result["results"][0]["data"]["text/plain"] == "'after'"
+        assert worst < 2.0, f"a health check took {worst:.2f} s during the flood"
+    finally:
+        api(roomy, "DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_the_admission_cap_holds_under_20_concurrent_creates(roomy):
+    results = []
+    lock = threading.Lock()
+
+    def create():
+        r = api(roomy, "POST", "/v1/sessions")
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=create) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        codes = [r.status_code for r in results]
+        assert codes.count(201) == 6 and codes.count(429) == 14, sorted(codes)
+        assert len(sandboxes_of(roomy)) == 6
+    finally:
+        for r in results:
+            if r.status_code == 201:
+                api(roomy, "DELETE", f"/v1/sessions/{r.json()['id']}")
+    assert sandboxes_of(roomy) == set()
+
+
+def test_idle_culling_removes_the_sandbox_too(roomy):
+    s = api(roomy, "POST", "/v1/sessions", json={"idle_timeout_s": 2}).json()
+    assert s["id"] in sandboxes_of(roomy)
+    deadline = time.time() + 20
+    while time.time() < deadline and s["id"] in sandboxes_of(roomy):
+        time.sleep(0.5)
+    assert s["id"] not in sandboxes_of(roomy)
+    assert api(roomy, "GET", f"/v1/sessions/{s['id']}").status_code == 404
+
+
+def test_the_one_shot_endpoint_leaves_no_sandbox_behind(roomy):
+    before = sandboxes_of(roomy)
+    r = api(roomy, "POST", "/v1/execute", json={"code": "open('x.txt','w').write('x'); 1"})
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert sandboxes_of(roomy) == before
+
+
+def test_bad_input_gets_clear_4xx_json(roomy):
+    s = api(roomy, "POST", "/v1/sessions").json()
+    sid = s["id"]
+    try:
+        cases = [
+            ("POST", f"/v1/sessions/{sid}/execute", {"json": {}}, 400),
+            ("POST", f"/v1/sessions/{sid}/execute", {"json": {"code": 42}}, 400),
+            ("POST", f"/v1/sessions/{sid}/execute", {"json": {"code": "1", "timeout_s": "soon"}}, 400),
+            ("POST", f"/v1/sessions/{sid}/execute", {"data": b"{broken", "headers": {"Content-Type": "application/json"}}, 400),
+            ("POST", f"/v1/sessions/{uuid.uuid4()}/execute", {"json": {"code": "1"}}, 404),
+            ("GET", f"/v1/sessions/{uuid.uuid4()}/files/x", {}, 404),
+            ("PUT", f"/v1/sessions/{sid}/files/%2e%2e/x", {"data": b"x"}, 400),
+            ("PUT", f"/v1/sessions/{sid}/files//etc/x", {"data": b"x"}, 400),
+            ("GET", f"/v1/sessions/{sid}/files?path=../..", {}, 400),
+            ("POST", f"/v1/sessions/{sid}/files", {"data": b"not multipart", "headers": {"Content-Type": "text/plain"}}, 415),
+            ("POST", "/v1/sessions", {"json": {"env": {"LD_PRELOAD": "x"}}}, 400),
+            ("POST", "/v1/execute", {"json": {"code": "1", "files": "nope"}}, 400),
+            ("POST", "/v1/execute", {"json": {"code": "1", "files": [{"path": "a", "content_base64": "!!"}]}}, 400),
+        ]
+        for method, path, kw, status in cases:
+            headers = kw.pop("headers", {})
+            r = api(roomy, method, path, headers=headers, **kw)
+            assert r.status_code == status, (method, path, r.status_code, r.text)
+            body = r.json()
+            assert set(body) == {"reason", "message"} and body["message"], body
+        assert roomy.alive()
+    finally:
+        api(roomy, "DELETE", f"/v1/sessions/{sid}")
+
+
+def test_a_second_tenant_cannot_read_the_first_tenants_files(gw):
+    a = api(gw, "POST", "/v1/sessions", token=TENANT_A).json()
+    try:
+        assert api(gw, "PUT", f"/v1/sessions/{a['id']}/files/secret.txt", token=TENANT_A, data=b"alpha's").status_code == 201
+        for method in ("GET", "DELETE"):
+            assert api(gw, method, f"/v1/sessions/{a['id']}/files/secret.txt", token=TENANT_B).status_code == 404
+        assert api(gw, "PUT", f"/v1/sessions/{a['id']}/files/x.txt", token=TENANT_B, data=b"x").status_code == 404
+        assert api(gw, "GET", f"/files/{a['id']}/secret.txt", token=TENANT_B).status_code == 404
+        assert api(gw, "GET", f"/v1/sessions/{a['id']}/files/secret.txt", token=TENANT_A).content == b"alpha's"
+    finally:
+        api(gw, "DELETE", f"/v1/sessions/{a['id']}", token=TENANT_A)
