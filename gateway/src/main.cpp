@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
         api::register_sessions_api(ctx.routes, services);
         api::register_contents_api(ctx.routes, services);
         api::register_agent_api(ctx.routes, services, agents);
+        const api::web_options web{cfg.static_dir, cfg.output_scripts};
+        api::register_static_api(ctx.routes, web);
 
         http::server server(ioc, ctx, make_tls(cfg));
         const auto port = server.listen();

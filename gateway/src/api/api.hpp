@@ -31,6 +31,13 @@ namespace cellgate::agent { class agent_service; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
 
+// The chat page: compiled-in assets, or files from static_dir when it is set.
+struct web_options {
+    std::filesystem::path static_dir;  // holds web/ and js/ (clients/ of a checkout)
+    bool output_scripts = false;       // let HTML outputs run scripts in their sandboxed frames
+};
+void register_static_api(http::router& r, const web_options& web);  // /, /static/…
+
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
 

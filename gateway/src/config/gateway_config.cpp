@@ -90,6 +90,8 @@ const std::map<std::string, setter>& setters() {
         {"io_threads", [](auto& c, const auto& v) { c.io_threads = static_cast<int>(to_u64("io_threads", v)); }},
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
+        {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
+        {"output_scripts", [](auto& c, const auto& v) { c.output_scripts = v == "true" || v == "1" || v == "yes"; }},
         {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
         {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.default_policy.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
         {"exec_timeout", [](auto& c, const auto& v) { c.agent.defaults.exec_timeout = std::chrono::seconds(to_u64("exec_timeout", v)); }},

@@ -26,6 +26,8 @@ struct gateway_config {
     std::string default_kernelspec = "python3";
     std::string log_level = "info";
     int io_threads = 0;  // 0: one per core, at least 2
+    std::string static_dir;       // serve the chat page from here (development)
+    bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 
 class config_error : public std::runtime_error {

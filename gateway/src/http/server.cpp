@@ -56,7 +56,8 @@ void add_cors(const request& req, const server_options& o, bhttp::response_heade
 }
 
 bool public_route(const std::string& pattern) {
-    return pattern == "/api" || pattern == "/healthz" || pattern == "/" || pattern.rfind("/static/", 0) == 0;
+    return pattern == "/api" || pattern == "/healthz" || pattern == "/" || pattern.rfind("/static/", 0) == 0 ||
+           pattern == "/static-config.json";
 }
 
 template <class Stream>

@@ -1,0 +1,20 @@
+# Run as a script (cmake -P) at build time: writes OUTPUT, a C++ file holding
+# every file of the ';'-separated INPUTS as a static table of
+# cellgate::assets::asset {name, data, size}; names are relative to BASE.
+string(REPLACE "|" ";" inputs "${INPUTS}")
+set(body "// Generated from clients/web and clients/js by cmake/embed_files.cmake. Do not edit.\n#include \"http/static_assets.hpp\"\n\nnamespace cellgate::assets {\nnamespace {\n")
+set(table "")
+set(i 0)
+foreach(f IN LISTS inputs)
+  file(READ "${f}" hex HEX)
+  string(LENGTH "${hex}" hex_len)
+  math(EXPR size "${hex_len} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," bytes "${hex}")
+  file(RELATIVE_PATH name "${BASE}" "${f}")
+  string(APPEND body "const char data_${i}[] = {${bytes} 0};\n")
+  string(APPEND table "    {\"${name}\", data_${i}, ${size}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "}  // namespace\n\nconst std::vector<asset>& all() {\n  static const std::vector<asset> table = {\n${table}  };\n  return table;\n}\n\n}  // namespace cellgate::assets\n")
+file(WRITE "${OUTPUT}.tmp" "${body}")
+file(COPY_FILE "${OUTPUT}.tmp" "${OUTPUT}" ONLY_IF_DIFFERENT)
