@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <filesystem>
 #include <sstream>
 
@@ -89,6 +90,25 @@ std::vector<std::string> remove_cgroup(const std::string& cgroups_path) {
         if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) left.push_back(dir);
     }
     return left;
+}
+
+bool write_cpu_shares(const std::string& cgroups_path, std::uint32_t shares) {
+    std::error_code ec;
+    const fs::path rel = fs::path(cgroups_path).relative_path();
+    fs::path file;
+    std::string value;
+    if (fs::exists(cgroup_root / "cgroup.controllers", ec)) {
+        file = cgroup_root / rel / "cpu.weight";
+        // The kernel's own mapping from shares (2…262144) to weight (1…10000).
+        value = std::to_string(1 + ((static_cast<std::uint64_t>(shares) - 2) * 9999) / 262142);
+    } else {
+        file = cgroup_root / "cpu" / rel / "cpu.shares";
+        value = std::to_string(shares);
+    }
+    std::ofstream out(file);
+    out << value;
+    out.flush();
+    return static_cast<bool>(out);
 }
 
 std::vector<std::string> cgroup_children(const std::string& parent) {

@@ -20,6 +20,8 @@ cgroup_usage read_cgroup(const std::string& cgroups_path);
 std::vector<std::string> cgroup_dirs(const std::string& cgroups_path);
 // Removes them (they must be empty of tasks); returns what could not be removed.
 std::vector<std::string> remove_cgroup(const std::string& cgroups_path);
+// Writes a relative CPU weight (v1 cpu.shares; v2 cpu.weight, converted).
+bool write_cpu_shares(const std::string& cgroups_path, std::uint32_t shares);
 // Child names under `parent` ("/cellgate") in any hierarchy.
 std::vector<std::string> cgroup_children(const std::string& parent);
 

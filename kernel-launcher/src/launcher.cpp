@@ -216,15 +216,14 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     finish_step("workspace");
 
     // The kernel's sockets and connection file; the dir is the kernel's until
-    // its sockets are bound, then it is locked (see below). The kernel's copy
-    // of the connection file stays writable by it: ipykernel rewrites it in
-    // place after binding, possibly after the lock (the host never reads it).
+    // its sockets are bound, then it is locked (see below). The image's entry
+    // point keeps ipykernel from rewriting the file (which would race the lock).
     const fs::path kernel_dir = dir / "kernel";
     make_dir("prepare-run-dir", kernel_dir, 0700);
     change_owner("prepare-run-dir", kernel_dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, 0700);
     const std::string key = protocol::make_kernel_key();
     write_file("write-connection-file", kernel_dir / "connection.json",
-               connection_json("/run/kernel/k", key).dump(), 0600, ws.host_id_base + spec.uid,
+               connection_json("/run/kernel/k", key).dump(), 0400, ws.host_id_base + spec.uid,
                ws.host_id_base + spec.gid);
     info.endpoints.key = key;
     info.endpoints.connection_file = (dir / "connection.json").string();
@@ -338,6 +337,13 @@ void launcher::signal(const std::string& id, int sig) {
     }
     ::close(pidfd);
     if (rc != 0) throw launch_error("signal", "sandbox '" + id + "' is not running", err);
+}
+
+void launcher::set_cpu_shares(const std::string& id, std::uint32_t shares) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    if (shares < 2 || shares > 262144) throw spec_error("cpu_shares must be 2…262144");
+    if (!write_cpu_shares(cgroup_path_of(id), shares))
+        throw launch_error("set-cpu-shares", "cannot write the cgroup of sandbox '" + id + "'", errno);
 }
 
 sandbox_status launcher::status(const std::string& id) {

@@ -42,7 +42,8 @@ json resources(const sandbox_limits& l) {
          {{"limit", l.memory_bytes}, {"swap", l.memory_bytes}, {"disableOOMKiller", false}}},
         {"pids", {{"limit", l.pids}}},
         {"cpu",
-         {{"period", cpu_period_us},
+         {{"shares", l.cpu_shares},
+          {"period", cpu_period_us},
           {"quota", static_cast<std::int64_t>(l.cpu_millis) * cpu_period_us / 1000}}},
     };
 }

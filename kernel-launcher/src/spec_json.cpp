@@ -49,13 +49,13 @@ void to_json(json& j, const sandbox_limits& l) {
     j = json{{"memory_bytes", l.memory_bytes}, {"pids", l.pids},
              {"cpu_millis", l.cpu_millis},     {"workspace_bytes", l.workspace_bytes},
              {"tmp_bytes", l.tmp_bytes},       {"nofile", l.nofile},
-             {"fsize_bytes", l.fsize_bytes}};
+             {"fsize_bytes", l.fsize_bytes},    {"cpu_shares", l.cpu_shares}};
 }
 
 void from_json(const json& j, sandbox_limits& l) {
     require_object(j, "limits",
                    {"memory_bytes", "pids", "cpu_millis", "workspace_bytes", "tmp_bytes", "nofile",
-                    "fsize_bytes"});
+                    "fsize_bytes", "cpu_shares"});
     read_unsigned(j, "memory_bytes", l.memory_bytes);
     read_unsigned(j, "pids", l.pids);
     read_unsigned(j, "cpu_millis", l.cpu_millis);
@@ -63,6 +63,7 @@ void from_json(const json& j, sandbox_limits& l) {
     read_unsigned(j, "tmp_bytes", l.tmp_bytes);
     read_unsigned(j, "nofile", l.nofile);
     read_unsigned(j, "fsize_bytes", l.fsize_bytes);
+    read_unsigned(j, "cpu_shares", l.cpu_shares);
 }
 
 void to_json(json& j, const sandbox_spec& s) {

@@ -107,6 +107,7 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                                max.workspace_bytes, true);
     check_range<std::uint64_t>("/tmp size", l.tmp_bytes, 1ull << 20, max.tmp_bytes, true);
     check_range<std::uint32_t>("nofile limit", l.nofile, 64, max.nofile, false);
+    check_range<std::uint32_t>("cpu_shares", l.cpu_shares, 2, 262144, false);
     if (l.fsize_bytes != 0)
         check_range<std::uint64_t>("fsize limit", l.fsize_bytes, 1ull << 20, max.fsize_bytes, true);
 

@@ -29,7 +29,11 @@ class Gateway:
         self.log_path = self.base_dir / "gateway.log"
         self.args = [str(GATEWAY), "--ip", "127.0.0.1", "--port", "0", "--port-file", str(self.port_file),
                      "--token", token, "--state-dir", str(self.state_dir), "--image-store", str(IMAGE_STORE),
-                     "--workspace-root", str(self.workspace_root), *extra_args]
+                     "--workspace-root", str(self.workspace_root),
+                # No warm pool unless a test asks for one (it would start
+                # sandboxes in the background of every test).
+                *([] if any(a == "--pool-size" for a in extra_args) else ["--pool-size", "0"]),
+                *extra_args]
         self.env = env
         self.proc = None
         self.port = None

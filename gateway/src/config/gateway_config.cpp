@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 
 namespace cellgate::config {
 
@@ -91,6 +92,14 @@ const std::map<std::string, setter>& setters() {
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
         {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
+        {"pool_size", [](auto& c, const auto& v) { c.pool_size = to_u64("pool_size", v); }},
+        {"pool_concurrency", [](auto& c, const auto& v) { c.manager.pool_concurrency = std::max<std::uint64_t>(1, to_u64("pool_concurrency", v)); }},
+        {"pool_preload", [](auto& c, const auto& v) {
+             c.manager.pool_preload.clear();
+             std::stringstream in(v);
+             for (std::string m; std::getline(in, m, ',');)
+                 if (!m.empty()) c.manager.pool_preload.push_back(m);
+         }},
         {"output_scripts", [](auto& c, const auto& v) { c.output_scripts = v == "true" || v == "1" || v == "yes"; }},
         {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
         {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.default_policy.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
@@ -198,6 +207,7 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
     (void)file_tokens;
     if (c.tokens.empty() && env_token != nullptr && *env_token != '\0') c.tokens.push_back({env_token, "default", "default"});
     if (c.certfile.has_value() != c.keyfile.has_value()) throw config_error("--certfile and --keyfile go together");
+    if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
     return c;
 }
 
@@ -206,6 +216,8 @@ std::string usage() {
            "                [--certfile F --keyfile F] [--allow-origin ORIGIN]... [--config FILE.json]\n"
            "                [--state-dir D] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
+           "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-sessions-per-tenant N]\n"
+           "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--upload-limit BYTES]\n"
            "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"
            "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits}}.";
 }

@@ -26,6 +26,7 @@ struct gateway_config {
     std::string default_kernelspec = "python3";
     std::string log_level = "info";
     int io_threads = 0;  // 0: one per core, at least 2
+    std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     std::string static_dir;       // serve the chat page from here (development)
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };

@@ -159,6 +159,7 @@ void kernel::broadcast_status(std::string_view execution_state) {
 
 void kernel::close(const std::string& reason) {
     std::vector<std::shared_ptr<kernel_subscriber>> subscribers;
+    std::map<std::string, std::function<void(const nlohmann::json&)>> waiters;
     {
         std::lock_guard lock(mutex_);
         if (closed_) return;
@@ -170,7 +171,9 @@ void kernel::close(const std::string& reason) {
         sessions_.clear();
         observers_.clear();
         pending_.clear();
+        waiters.swap(silent_waiters_);
     }
+    for (auto& [id, done] : waiters) done(nullptr);
     reactor_.remove_kernel(id_);
     for (auto& sub : subscribers) sub->kernel_closed(reason);
 }
@@ -322,8 +325,17 @@ void kernel::gateway_send(ws::channel chan, protocol::message msg) {
 }
 
 void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_message> arrived) {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (closed_) return;
+    if (set_id == gateway_set && arrived->fields.msg_type == "execute_reply") {
+        if (const auto w = silent_waiters_.find(arrived->fields.parent_msg_id); w != silent_waiters_.end()) {
+            auto done = std::move(w->second);
+            silent_waiters_.erase(w);
+            lock.unlock();  // the callback may call back into this kernel
+            done(nlohmann::json::parse(arrived->msg.content, nullptr, false));
+            return;
+        }
+    }
     arrived->seq = next_seq_++;
     const wire::kernel_message_ptr m = std::move(arrived);
     if (set_id == 0) {
@@ -417,6 +429,27 @@ nlohmann::json kernel::model() const {
             {"last_activity", iso8601(last_activity_)},
             {"execution_state", to_string(state_)},
             {"connections", connections}};
+}
+
+void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done) {
+    auto msg = protocol::make_message("execute_request",
+                                      {{"code", code},
+                                       {"silent", true},
+                                       {"store_history", false},
+                                       {"user_expressions", nlohmann::json::object()},
+                                       {"allow_stdin", false},
+                                       {"stop_on_error", false}},
+                                      "cellgate-gateway-" + id_);
+    const auto msg_id = nlohmann::json::parse(msg.header).at("msg_id").get<std::string>();
+    {
+        std::lock_guard lock(mutex_);
+        if (closed_) {
+            done(nullptr);
+            return;
+        }
+        silent_waiters_[msg_id] = std::move(done);
+    }
+    gateway_send(ws::channel::shell, std::move(msg));
 }
 
 void kernel::touch() {

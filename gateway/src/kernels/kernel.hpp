@@ -66,6 +66,13 @@ public:
     const std::string& id() const noexcept { return id_; }
     const std::string& spec_name() const noexcept { return spec_name_; }
     const std::string& tenant() const noexcept { return tenant_; }
+    // A warm-pool kernel gets its owner when claimed, before anyone else can
+    // see it (so the unlocked reads above stay safe).
+    void assign_tenant(std::string tenant) { tenant_ = std::move(tenant); }
+    // Runs code on the gateway's own channel set without output or history
+    // (e.g. setting a claimed kernel's environment) and calls back with the
+    // execute_reply's content (null if the kernel went away).
+    void run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done);
     const kernel_policy& policy() const noexcept { return policy_; }
     void set_policy(const kernel_policy& p) { policy_ = p; }
     std::chrono::system_clock::time_point created() const noexcept { return created_; }
@@ -151,7 +158,9 @@ private:
     wire::kernel_message_ptr synthesize_status(std::string_view execution_state);
     wire::kernel_message_ptr gateway_notice(std::string_view text);
 
-    const std::string id_, spec_name_, tenant_;
+    const std::string id_, spec_name_;
+    std::string tenant_;
+    std::map<std::string, std::function<void(const nlohmann::json&)>> silent_waiters_;
     kernel_policy policy_;
     const std::chrono::system_clock::time_point created_ = std::chrono::system_clock::now();
     const steady::time_point created_steady_ = steady::now();

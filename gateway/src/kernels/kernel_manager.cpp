@@ -18,16 +18,19 @@ namespace asio = boost::asio;
 kernel_manager::kernel_manager(asio::io_context& ioc, launcher::launcher& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
-      config_(std::move(config)), pool_(config_.launch_threads), tick_timer_(ioc) {
+      config_(std::move(config)), launch_pool_(config_.launch_threads), tick_timer_(ioc) {
     metrics_.add_gauge_source([this](std::string& out) { gauges(out); });
 }
 
 kernel_manager::~kernel_manager() {
     tick_timer_.cancel();
-    pool_.join();
+    launch_pool_.join();
 }
 
-void kernel_manager::start() { tick(); }
+void kernel_manager::start() {
+    tick();
+    replenish();
+}
 
 void kernel_manager::tick() {
     const auto now = steady::now();
@@ -58,6 +61,17 @@ void kernel_manager::tick() {
                 silent.emplace_back(r.k, sb ? sb->pid : 0);
             }
         }
+    }
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [name, q] : warm_)
+            for (const auto& k : q) {
+                reactor_.ping(k->id());
+                if (now - k->last_heartbeat() > config_.heartbeat_timeout) {
+                    const auto sb = k->sandbox();
+                    silent.emplace_back(k, sb ? sb->pid : 0);
+                }
+            }
     }
     for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
     for (auto& [k, reason] : cull) {
@@ -135,10 +149,21 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
             return;
         }
     }
+    kernel_ptr warm;
+    {
+        std::lock_guard lock(mutex_);
+        warm = take_from_pool_locked(spec_name);
+        if (!warm && config_.pool_size.count(spec_name) != 0 && config_.pool_size.at(spec_name) > 0) ++pool_misses_;
+    }
+    if (warm) {
+        claim(warm, tenant, env, policy.value_or(config_.default_policy), std::move(callback));
+        asio::post(ioc_, [this] { replenish(); });
+        return;
+    }
     auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
     k->set_policy(policy.value_or(config_.default_policy));
     const auto spec = spec_for(*k, env);
-    asio::post(pool_, [this, k, spec, env, callback = std::move(callback)] {
+    asio::post(launch_pool_, [this, k, spec, env, callback = std::move(callback)] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
@@ -220,6 +245,16 @@ void kernel_manager::watch_process(const kernel_ptr& k, std::int64_t pid) {
 
 void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why) {
     bool restart_now = false;
+    bool warm = false;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = kernels_.find(k->id());
+        if (it == kernels_.end()) {
+            const auto& q = warm_[k->spec_name()];
+            warm = std::find(q.begin(), q.end(), k) != q.end();
+        }
+    }
+    if (warm) return drop_from_pool(k, "died while waiting in the pool (" + why + ")");
     {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
@@ -229,7 +264,7 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
         const auto state = k->state();
         if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
             return;
-        asio::post(pool_, [this, id = k->id(), why] {
+        asio::post(launch_pool_, [this, id = k->id(), why] {
             const auto status = launcher_.status(id);
             spdlog::warn("kernel {}: died ({}{})", id, why, status.oom_killed ? ", OOM-killed by its memory limit" : "");
         });
@@ -248,7 +283,7 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
 }
 
 void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
-    asio::post(pool_, [this, k, callback = std::move(callback)] {
+    asio::post(launch_pool_, [this, k, callback = std::move(callback)] {
         try {
             launcher_.signal(k->id(), SIGINT);
             callback(std::nullopt);
@@ -285,7 +320,7 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     // asked for itself it reconnects anyway (jupyter_server does the same).
     if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
-    asio::post(pool_, [this, k, spec, automatic, callback = std::move(callback)] {
+    asio::post(launch_pool_, [this, k, spec, automatic, callback = std::move(callback)] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
@@ -333,7 +368,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
     }
     k->set_state(kernel_state::terminating);
     k->close(reason);
-    asio::post(pool_, [this, k, reason, callback = std::move(callback)] {
+    asio::post(launch_pool_, [this, k, reason, callback = std::move(callback)] {
         try {
             launcher_.remove(k->id());
         } catch (const std::exception& e) {
@@ -353,10 +388,24 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
 
 void kernel_manager::shutdown_all() {
     std::vector<kernel_ptr> all;
+    std::vector<kernel_ptr> warm;
     {
         std::lock_guard lock(mutex_);
         shutting_down_ = true;
         for (auto& [id, r] : kernels_) all.push_back(r.k);
+        for (auto& [name, q] : warm_)
+            for (auto& k : q) warm.push_back(k);
+        warm_.clear();
+    }
+    // Warm kernels belong to nobody: they are registered for a moment so the
+    // shutdown below removes them like any other.
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& k : warm) {
+            kernels_[k->id()] = record{k, {}, {}, false};
+            ++admitted_;
+            all.push_back(k);
+        }
     }
     auto remaining = std::make_shared<std::atomic<std::size_t>>(all.size());
     std::mutex m;
@@ -393,6 +442,148 @@ std::size_t kernel_manager::count() const {
     return kernels_.size();
 }
 
+// --- warm pool ----------------------------------------------------------------------------
+
+kernel_ptr kernel_manager::take_from_pool_locked(const std::string& spec_name) {
+    const auto it = warm_.find(spec_name);
+    if (it == warm_.end()) return nullptr;
+    while (!it->second.empty()) {
+        auto k = std::move(it->second.front());
+        it->second.pop_front();
+        if (k->ready() && k->state() != kernel_state::dead) return k;
+        k->close("warm kernel was not ready");  // died meanwhile: its watcher cleans up
+    }
+    return nullptr;
+}
+
+void kernel_manager::claim(const kernel_ptr& k, const std::string& tenant, const std::map<std::string, std::string>& env,
+                           const kernel_policy& policy, done_kernel callback) {
+    try {
+        const auto* ks = specs_.find(k->spec_name());
+        launcher_.set_cpu_shares(k->id(), ks != nullptr ? ks->limits.cpu_shares : 1024);
+    } catch (const std::exception& e) {
+        spdlog::warn("kernel {}: raising its CPU weight failed: {}", k->id(), e.what());
+    }
+    k->assign_tenant(tenant);
+    k->set_policy(policy);
+    k->touch();
+    {
+        std::lock_guard lock(mutex_);
+        ++pool_claims_;
+        kernels_[k->id()] = record{k, env, {}, false};
+    }
+    spdlog::info("kernel {}: claimed from the warm pool", k->id());
+    if (env.empty()) {
+        callback(std::nullopt, k);
+        return;
+    }
+    // The session's environment reaches the running kernel (and what it starts)
+    // without a restart. No need to wait for the reply: the kernel reads its
+    // shell requests in arrival order and is idle, so this cell is under way
+    // before the caller can even open a socket and send its first request.
+    nlohmann::json vars = env;
+    k->run_silent("import os as _cg_os, json as _cg_json\n_cg_os.environ.update(_cg_json.loads(" +
+                      nlohmann::json(vars.dump()).dump() + "))\ndel _cg_os, _cg_json",
+                  [id = k->id()](const nlohmann::json& reply) {
+                      if (!reply.is_object() || reply.value("status", "") != "ok")
+                          spdlog::warn("kernel {}: setting its environment failed", id);
+                  });
+    callback(std::nullopt, k);
+}
+
+void kernel_manager::drop_from_pool(const kernel_ptr& k, const std::string& why) {
+    {
+        std::lock_guard lock(mutex_);
+        auto& q = warm_[k->spec_name()];
+        const auto it = std::find(q.begin(), q.end(), k);
+        if (it == q.end()) return;
+        q.erase(it);
+    }
+    spdlog::warn("warm kernel {}: {}; replacing it", k->id(), why);
+    k->close(why);
+    asio::post(launch_pool_, [this, k] {
+        try {
+            launcher_.remove(k->id());
+        } catch (const std::exception& e) {
+            spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+        }
+        asio::post(ioc_, [this] { replenish(); });
+    });
+}
+
+void kernel_manager::replenish() {
+    std::vector<std::string> to_start;
+    {
+        std::lock_guard lock(mutex_);
+        if (shutting_down_ || steady::now() < pool_backoff_until_) return;
+        std::size_t starting = 0;
+        for (const auto& [name, n] : pool_starting_) starting += n;
+        for (const auto& [name, target] : config_.pool_size) {
+            // A warm kernel is a kernel: the total limit applies to the pool too.
+            while (warm_[name].size() + pool_starting_[name] < target && starting < config_.pool_concurrency &&
+                   admitted_ + starting < config_.max_kernels) {
+                ++pool_starting_[name];
+                ++starting;
+                to_start.push_back(name);
+            }
+        }
+    }
+    for (const auto& name : to_start) {
+        auto k = std::make_shared<kernel>(protocol::make_uuid(), name, std::string(), reactor_, config_.kernel, metrics_);
+        auto spec = spec_for(*k, {});
+        spec.preload = config_.pool_preload;
+        // Warming up runs at a low CPU weight, so it never slows live sessions.
+        spec.limits.cpu_shares = 2;
+        asio::post(launch_pool_, [this, k, spec, name] {
+            launcher::sandbox_info info;
+            try {
+                info = launcher_.launch(spec);
+            } catch (const std::exception& e) {
+                ++metrics_.sandbox_start_failures;
+                spdlog::error("warm pool: starting a {} kernel failed: {}", name, e.what());
+                std::lock_guard lock(mutex_);
+                --pool_starting_[name];
+                ++pool_failures_;
+                pool_backoff_until_ = steady::now() + std::chrono::seconds(5);
+                return;
+            }
+            ++metrics_.sandbox_starts;
+            const auto pid = info.pid;
+            k->connect(std::move(info));
+            watch_process(k, pid);
+            wait_ready(k, [this, k, name](bool ok) {
+                if (ok) {
+                    // One throwaway cell pays the first execution's lazy set-up
+                    // now, so the claimer's first cell (or its env) is fast.
+                    k->run_silent("pass", [this, k, name](const nlohmann::json& reply) {
+                        {
+                            std::lock_guard lock(mutex_);
+                            --pool_starting_[name];
+                            if (reply.is_object() && !shutting_down_) warm_[name].push_back(k);
+                        }
+                        asio::post(ioc_, [this] { replenish(); });
+                    });
+                    return;
+                }
+                {
+                    std::lock_guard lock(mutex_);
+                    --pool_starting_[name];
+                }
+                if (!ok) {
+                    k->close("warm kernel never became ready");
+                    asio::post(launch_pool_, [this, k] {
+                        try {
+                            launcher_.remove(k->id());
+                        } catch (...) {
+                        }
+                    });
+                }
+                replenish();
+            });
+        });
+    }
+}
+
 void kernel_manager::gauges(std::string& out) const {
     std::map<std::string, int> by_state;
     for (auto s : {kernel_state::starting, kernel_state::idle, kernel_state::busy, kernel_state::restarting,
@@ -401,6 +592,21 @@ void kernel_manager::gauges(std::string& out) const {
     {
         std::lock_guard lock(mutex_);
         for (const auto& [id, r] : kernels_) ++by_state[std::string(to_string(r.k->state()))];
+    }
+    {
+        std::lock_guard lock(mutex_);
+        out += "# HELP cellgate_pool_ready warm kernels ready to be claimed\n# TYPE cellgate_pool_ready gauge\n";
+        for (const auto& [name, target] : config_.pool_size) {
+            const auto ready = warm_.count(name) ? warm_.at(name).size() : 0;
+            const auto starting = pool_starting_.count(name) ? pool_starting_.at(name) : 0;
+            out += "cellgate_pool_ready{kernelspec=\"" + name + "\"} " + std::to_string(ready) + "\n";
+            out += "cellgate_pool_starting{kernelspec=\"" + name + "\"} " + std::to_string(starting) + "\n";
+            out += "cellgate_pool_target{kernelspec=\"" + name + "\"} " + std::to_string(target) + "\n";
+        }
+        out += "# TYPE cellgate_pool_claims_total counter\ncellgate_pool_claims_total " + std::to_string(pool_claims_) + "\n";
+        out += "# TYPE cellgate_pool_misses_total counter\ncellgate_pool_misses_total " + std::to_string(pool_misses_) + "\n";
+        out += "# TYPE cellgate_pool_start_failures_total counter\ncellgate_pool_start_failures_total " +
+               std::to_string(pool_failures_) + "\n";
     }
     out += "# HELP cellgate_kernels kernels by execution state\n# TYPE cellgate_kernels gauge\n";
     for (const auto& [state, n] : by_state)

@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +35,11 @@ struct manager_config {
     std::chrono::milliseconds nudge_interval{20};
     std::chrono::seconds ready_timeout{30};
     std::size_t launch_threads = 4;
+    // Warm pool: sandboxes started ahead of demand with these modules already
+    // imported; claiming one is a pop, not a start. Per kernelspec name.
+    std::map<std::string, std::size_t> pool_size;
+    std::size_t pool_concurrency = 2;  // pool starts under way at once
+    std::vector<std::string> pool_preload = {"numpy", "pandas", "matplotlib.pyplot"};
 };
 
 // Starts, restarts, interrupts and stops kernels; owns the registry. Blocking
@@ -87,6 +93,12 @@ private:
     void do_restart(const kernel_ptr& k, done callback, bool automatic);
     void tick();
     void gauges(std::string& out) const;
+    // Warm pool.
+    void replenish();
+    kernel_ptr take_from_pool_locked(const std::string& spec_name);
+    void claim(const kernel_ptr& k, const std::string& tenant, const std::map<std::string, std::string>& env,
+               const kernel_policy& policy, done_kernel callback);
+    void drop_from_pool(const kernel_ptr& k, const std::string& why);
 
     boost::asio::io_context& ioc_;
     launcher::launcher& launcher_;
@@ -94,7 +106,7 @@ private:
     const kernelspec_registry& specs_;
     metrics::registry& metrics_;
     const manager_config config_;
-    boost::asio::thread_pool pool_;
+    boost::asio::thread_pool launch_pool_;
     boost::asio::steady_timer tick_timer_;
 
     mutable std::mutex mutex_;
@@ -106,6 +118,10 @@ private:
     void release_locked(const std::string& tenant);
     bool shutting_down_ = false;
     std::vector<std::function<void(const std::string&)>> removal_listeners_;
+    std::map<std::string, std::deque<kernel_ptr>> warm_;   // ready, by spec name
+    std::map<std::string, std::size_t> pool_starting_;
+    std::uint64_t pool_claims_ = 0, pool_misses_ = 0, pool_failures_ = 0;
+    steady::time_point pool_backoff_until_{};
 };
 
 }  // namespace cellgate::kernels

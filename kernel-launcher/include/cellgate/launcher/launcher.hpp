@@ -38,6 +38,10 @@ public:
     void signal(const std::string& id, int signal);
 
     sandbox_status status(const std::string& id);
+
+    // Changes a running sandbox's relative CPU weight (a warm-pool kernel is
+    // prepared at a low weight and raised when a session claims it).
+    void set_cpu_shares(const std::string& id, std::uint32_t shares);
     std::vector<sandbox_status> list();
 
     // Kills the kernel and removes the container, its cgroups, its run dir and

@@ -20,6 +20,7 @@ struct sandbox_limits {
     std::uint64_t tmp_bytes = 256ull << 20;      // size cap of the /tmp tmpfs
     std::uint32_t nofile = 4096;                 // RLIMIT_NOFILE
     std::uint64_t fsize_bytes = 0;               // RLIMIT_FSIZE; 0 = the larger of workspace and tmp
+    std::uint32_t cpu_shares = 1024;             // relative CPU weight (warm-pool kernels start low)
 };
 
 // What the caller asks for. Plain and serialisable: this is the request that a
