@@ -34,12 +34,86 @@ bool is_json_object_text(std::string_view text) {
            nlohmann::json::accept(text.begin(), text.end());
 }
 
-bool string_field(const nlohmann::json& obj, const char* key, std::string* out) {
-    const auto it = obj.find(key);
-    if (it == obj.end() || !it->is_string()) return false;
-    if (out != nullptr) *out = it->get<std::string>();
-    return true;
-}
+// Validates a JSON text and reads the top-level string members routing needs,
+// without building a document (this runs for every message a kernel sends).
+class top_level_fields : public nlohmann::json_sax<nlohmann::json> {
+public:
+    struct field {
+        const char* name;
+        bool present = false;
+        std::string value;
+    };
+    explicit top_level_fields(std::initializer_list<const char*> names) {
+        for (const auto* n : names) fields_.push_back({n, false, {}});
+    }
+    bool parse(const std::string& text) {
+        ok_ = nlohmann::json::sax_parse(text, this, nlohmann::json::input_format_t::json, true);
+        return ok_;
+    }
+    bool root_is_object() const noexcept { return root_object_; }
+    std::size_t members() const noexcept { return members_; }
+    const field* find(std::string_view name) const {
+        for (const auto& f : fields_)
+            if (name == f.name) return &f;
+        return nullptr;
+    }
+
+    bool null() override { return value(); }
+    bool boolean(bool) override { return value(); }
+    bool number_integer(number_integer_t) override { return value(); }
+    bool number_unsigned(number_unsigned_t) override { return value(); }
+    bool number_float(number_float_t, const string_t&) override { return value(); }
+    bool binary(binary_t&) override { return value(); }
+    bool string(string_t& v) override {
+        if (depth_ == 1 && current_ != nullptr) {
+            current_->present = true;
+            current_->value = std::move(v);
+        }
+        return value();
+    }
+    bool start_object(std::size_t) override {
+        if (depth_ == 0) root_object_ = true;
+        value();
+        ++depth_;
+        return true;
+    }
+    bool key(string_t& k) override {
+        if (depth_ == 1) {
+            ++members_;
+            current_ = nullptr;
+            for (auto& f : fields_)
+                if (k == f.name && !f.present) current_ = &f;
+        }
+        return true;
+    }
+    bool end_object() override {
+        --depth_;
+        return true;
+    }
+    bool start_array(std::size_t) override {
+        value();
+        ++depth_;
+        return true;
+    }
+    bool end_array() override {
+        --depth_;
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+private:
+    // Any value at depth 1 ends the current key's chance to be a wanted string.
+    bool value() {
+        if (depth_ == 1) current_ = nullptr;
+        return true;
+    }
+    std::vector<field> fields_;
+    field* current_ = nullptr;
+    int depth_ = 0;
+    bool root_object_ = false;
+    bool ok_ = false;
+    std::size_t members_ = 0;
+};
 
 }  // namespace
 
@@ -84,28 +158,34 @@ decode_result decode(std::vector<std::string>&& frames, const hmac_signer& signe
         if (frames[i].find('\0') != std::string::npos)
             return fail(decode_error::bad_json, "NUL byte in a JSON part");
     decode_result r;
-    auto header = nlohmann::json::parse(frames[first + 1], nullptr, false);
-    auto parent = nlohmann::json::parse(frames[first + 2], nullptr, false);
-    if (header.is_discarded() || parent.is_discarded() || !is_json_object_text(frames[first + 3]) ||
-        !is_json_object_text(frames[first + 4])) {
+    top_level_fields header({"msg_id", "msg_type", "session", "username", "version"});
+    top_level_fields parent({"msg_id"});
+    const bool header_ok = header.parse(frames[first + 1]);
+    const bool parent_ok = parent.parse(frames[first + 2]);
+    if (!header_ok || !parent_ok || !is_json_object_text(frames[first + 3]) || !is_json_object_text(frames[first + 4])) {
         // A part that is valid JSON but not an object is a schema error.
-        const bool json_ok =
-            !header.is_discarded() && !parent.is_discarded() &&
-            nlohmann::json::accept(frames[first + 3]) && nlohmann::json::accept(frames[first + 4]);
+        const bool json_ok = header_ok && parent_ok && nlohmann::json::accept(frames[first + 3]) &&
+                             nlohmann::json::accept(frames[first + 4]);
         return fail(json_ok ? decode_error::bad_schema : decode_error::bad_json,
                     "in header, parent_header, metadata or content");
     }
-    if (!header.is_object() || !parent.is_object())
+    if (!header.root_is_object() || !parent.root_is_object())
         return fail(decode_error::bad_schema, "header or parent_header is not an object");
-    if (!string_field(header, "msg_id", &r.fields.msg_id) ||
-        !string_field(header, "msg_type", &r.fields.msg_type) ||
-        !string_field(header, "session", &r.fields.session) ||
-        !string_field(header, "username", nullptr) || !string_field(header, "version", nullptr) ||
-        r.fields.msg_type.empty())
+    const auto* msg_id = header.find("msg_id");
+    const auto* msg_type = header.find("msg_type");
+    const auto* session = header.find("session");
+    if (!msg_id->present || !msg_type->present || !session->present || !header.find("username")->present ||
+        !header.find("version")->present || msg_type->value.empty())
         return fail(decode_error::bad_schema,
                     "header needs string msg_id, msg_type, session, username, version");
-    if (!parent.empty() && !string_field(parent, "msg_id", &r.fields.parent_msg_id))
-        return fail(decode_error::bad_schema, "parent_header without a string msg_id");
+    r.fields.msg_id = msg_id->value;
+    r.fields.msg_type = msg_type->value;
+    r.fields.session = session->value;
+    if (parent.members() > 0) {
+        const auto* parent_id = parent.find("msg_id");
+        if (!parent_id->present) return fail(decode_error::bad_schema, "parent_header without a string msg_id");
+        r.fields.parent_msg_id = parent_id->value;
+    }
 
     r.msg.identities.assign(std::make_move_iterator(frames.begin()),
                             std::make_move_iterator(delim));

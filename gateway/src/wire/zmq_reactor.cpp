@@ -1,10 +1,13 @@
 #include "wire/zmq_reactor.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.hpp>
 
+#include <array>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -28,77 +31,105 @@ ws::channel channel_of(socket_role r) {
 
 }  // namespace
 
+// Every socket is watched through its ZMQ_FD in one epoll set (edge
+// triggered), so a turn costs in proportion to the sockets that have work,
+// not to how many kernels exist. ZMQ_FD only says "look at ZMQ_EVENTS": after
+// a wake-up, a send or a receive, a socket is drained until ZMQ_EVENTS shows
+// no more input, or put on the ready list when its share of the turn is used.
 struct zmq_reactor::impl {
+    struct kernel_entry;
+    struct watched {
+        zmq::socket_t sock;
+        kernel_entry* kernel = nullptr;
+        std::uint64_t set_id = 0;
+        socket_role role = socket_role::iopub;
+        bool ready = false;  // on the ready list
+    };
     struct channel_set {
-        zmq::socket_t shell, control, stdin_;
+        std::unique_ptr<watched> shell, control, stdin_;
     };
     struct kernel_entry {
         std::string id;
         launcher::kernel_endpoints endpoints;
         std::unique_ptr<protocol::hmac_signer> signer;
         kernel_handlers handlers;
-        zmq::socket_t iopub, hb;
+        std::unique_ptr<watched> iopub, hb;
         std::map<std::uint64_t, channel_set> sets;
-    };
-    struct poll_target {
-        kernel_entry* kernel;
-        std::uint64_t set_id;
-        socket_role role;
-        zmq::socket_t* socket;
     };
 
     zmq::context_t ctx{1};
     protocol::decode_limits limits;
     std::map<std::string, std::unique_ptr<kernel_entry>> kernels;
-    std::vector<zmq::pollitem_t> items;
-    std::vector<poll_target> targets;
-    bool dirty = true;
+    int epoll_fd = -1;
+    std::vector<watched*> ready;
     std::atomic<std::uint64_t> received{0}, sent{0}, dropped{0};
 
-    zmq::socket_t make_socket(zmq::socket_type type, const std::string& endpoint) {
-        zmq::socket_t s(ctx, type);
-        s.set(zmq::sockopt::linger, 0);
-        s.set(zmq::sockopt::maxmsgsize,
-              static_cast<std::int64_t>(std::max(limits.max_json_part_bytes, limits.max_buffer_bytes)));
-        if (type == zmq::socket_type::sub) s.set(zmq::sockopt::subscribe, "");
-        s.connect(endpoint);
-        return s;
+    std::unique_ptr<watched> make_socket(kernel_entry& k, zmq::socket_type type, const std::string& endpoint,
+                                         std::uint64_t set_id, socket_role role) {
+        auto w = std::make_unique<watched>();
+        w->sock = zmq::socket_t(ctx, type);
+        w->sock.set(zmq::sockopt::linger, 0);
+        w->sock.set(zmq::sockopt::maxmsgsize,
+                    static_cast<std::int64_t>(std::max(limits.max_json_part_bytes, limits.max_buffer_bytes)));
+        if (type == zmq::socket_type::sub) w->sock.set(zmq::sockopt::subscribe, "");
+        w->sock.connect(endpoint);
+        w->kernel = &k;
+        w->set_id = set_id;
+        w->role = role;
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLET;
+        ev.data.ptr = w.get();
+        const int fd = w->sock.get(zmq::sockopt::fd);
+        if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            spdlog::error("zmq reactor: epoll_ctl failed: {}", std::strerror(errno));
+        mark_ready(w.get());  // a message may be waiting already
+        return w;
     }
 
-    channel_set make_set(const kernel_entry& k) {
-        return {make_socket(zmq::socket_type::dealer, k.endpoints.shell),
-                make_socket(zmq::socket_type::dealer, k.endpoints.control),
-                make_socket(zmq::socket_type::dealer, k.endpoints.stdin_)};
+    // Before a watched socket goes away: off the ready list and out of the
+    // epoll set. zmq_close hands the socket to libzmq's reaper thread, which
+    // keeps its ZMQ_FD open (and signalling) for a while, so epoll would not
+    // forget it by itself and would report a freed pointer.
+    void retire(std::unique_ptr<watched>& w) {
+        if (!w) return;
+        if (w->ready) std::erase(ready, w.get());
+        const int fd = w->sock.get(zmq::sockopt::fd);
+        (void)::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+        w.reset();
+    }
+    void retire_set(channel_set& set) {
+        retire(set.shell);
+        retire(set.control);
+        retire(set.stdin_);
+    }
+    void retire_kernel(kernel_entry& k) {
+        retire(k.iopub);
+        retire(k.hb);
+        for (auto& [id, set] : k.sets) retire_set(set);
+    }
+
+    void mark_ready(watched* w) {
+        if (w->ready) return;
+        w->ready = true;
+        ready.push_back(w);
+    }
+
+    channel_set make_set(kernel_entry& k, std::uint64_t set_id) {
+        channel_set set;
+        set.shell = make_socket(k, zmq::socket_type::dealer, k.endpoints.shell, set_id, socket_role::shell);
+        set.control = make_socket(k, zmq::socket_type::dealer, k.endpoints.control, set_id, socket_role::control);
+        set.stdin_ = make_socket(k, zmq::socket_type::dealer, k.endpoints.stdin_, set_id, socket_role::stdin_);
+        return set;
     }
 
     void connect_kernel(kernel_entry& k) {
-        k.iopub = make_socket(zmq::socket_type::sub, k.endpoints.iopub);
-        k.hb = make_socket(zmq::socket_type::dealer, k.endpoints.hb);
-        for (auto& [set_id, set] : k.sets) set = make_set(k);
-        dirty = true;
+        retire_kernel(k);
+        k.iopub = make_socket(k, zmq::socket_type::sub, k.endpoints.iopub, 0, socket_role::iopub);
+        k.hb = make_socket(k, zmq::socket_type::dealer, k.endpoints.hb, 0, socket_role::hb);
+        for (auto& [set_id, set] : k.sets) set = make_set(k, set_id);
     }
 
-    void rebuild_poll_items(int wake_fd) {
-        items.clear();
-        targets.clear();
-        items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-        targets.push_back({nullptr, 0, socket_role::iopub, nullptr});
-        for (auto& [id, k] : kernels) {
-            auto add = [&](zmq::socket_t& s, std::uint64_t set_id, socket_role role) {
-                if (s.handle() == nullptr) return;  // suspended
-                items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-                targets.push_back({k.get(), set_id, role, &s});
-            };
-            add(k->iopub, 0, socket_role::iopub);
-            add(k->hb, 0, socket_role::hb);
-            for (auto& [set_id, set] : k->sets) {
-                add(set.shell, set_id, socket_role::shell);
-                add(set.control, set_id, socket_role::control);
-                add(set.stdin_, set_id, socket_role::stdin_);
-            }
-        }
-        dirty = false;
-    }
+    static bool has_input(watched& w) { return (w.sock.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
 
     // Reads one multipart message without blocking; false when none is waiting.
     // Frames beyond the limit are drained and the message reported as too long.
@@ -118,13 +149,15 @@ struct zmq_reactor::impl {
         }
     }
 
-    void service(const poll_target& t) {
+    // Serves one socket for at most its share of the turn.
+    void service(watched& w) {
+        w.ready = false;
         std::vector<std::string> frames;
         std::size_t bytes = 0;
         for (int n = 0; n < max_messages_per_turn && bytes < max_bytes_per_turn; ++n) {
-            if (!receive(*t.socket, frames, bytes)) return;
-            kernel_entry& k = *t.kernel;
-            if (t.role == socket_role::hb) {
+            if (!receive(w.sock, frames, bytes)) return;  // drained: the next edge will tell
+            kernel_entry& k = *w.kernel;
+            if (w.role == socket_role::hb) {
                 if (k.handlers.on_heartbeat) k.handlers.on_heartbeat();
                 continue;
             }
@@ -139,24 +172,27 @@ struct zmq_reactor::impl {
             }
             ++received;
             auto m = std::make_shared<kernel_message>();
-            m->chan = channel_of(t.role);
+            m->chan = channel_of(w.role);
             m->msg = std::move(decoded.msg);
             m->msg.identities.clear();  // the iopub topic and routing ids stay here
             m->fields = std::move(decoded.fields);
-            if (k.handlers.on_message) k.handlers.on_message(t.set_id, std::move(m));
+            if (k.handlers.on_message) k.handlers.on_message(w.set_id, std::move(m));
         }
+        if (has_input(w)) mark_ready(&w);  // more than its share: back of the line
     }
 
-    void send_frames(zmq::socket_t& s, const std::vector<std::string>& frames) {
+    void send_frames(watched& w, const std::vector<std::string>& frames) {
         for (std::size_t i = 0; i < frames.size(); ++i) {
             const auto flags = (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) |
                                zmq::send_flags::dontwait;
-            if (!s.send(zmq::buffer(frames[i]), flags)) {
+            if (!w.sock.send(zmq::buffer(frames[i]), flags)) {
                 ++dropped;  // the kernel is not reading: a full queue drops, never blocks the reactor
-                return;
+                break;
             }
         }
         ++sent;
+        // A send may consume the fd's edge for input that arrived meanwhile.
+        if (has_input(w)) mark_ready(&w);
     }
 };
 
@@ -164,10 +200,18 @@ zmq_reactor::zmq_reactor(protocol::decode_limits limits) : impl_(std::make_uniqu
     impl_->limits = limits;
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("zmq_reactor: eventfd failed");
+    impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    if (impl_->epoll_fd < 0) throw std::runtime_error("zmq_reactor: epoll_create1 failed");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;  // the wake-up
+    if (::epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
+        throw std::runtime_error("zmq_reactor: epoll_ctl failed");
 }
 
 zmq_reactor::~zmq_reactor() {
     stop();
+    ::close(impl_->epoll_fd);
     ::close(wake_fd_);
 }
 
@@ -194,35 +238,43 @@ void zmq_reactor::post(std::function<void(impl&)> command) {
 
 void zmq_reactor::run() {
     impl& r = *impl_;
+    std::array<epoll_event, 256> events{};
     while (running_) {
-        if (r.dirty) r.rebuild_poll_items(wake_fd_);
-        try {
-            zmq::poll(r.items.data(), r.items.size(), std::chrono::milliseconds(-1));
-        } catch (const zmq::error_t& e) {
-            if (e.num() == EINTR) continue;
-            spdlog::error("zmq reactor: poll failed: {}", e.what());
+        const int n = ::epoll_wait(r.epoll_fd, events.data(), static_cast<int>(events.size()), r.ready.empty() ? -1 : 0);
+        if (n < 0 && errno != EINTR) {
+            spdlog::error("zmq reactor: epoll_wait failed: {}", std::strerror(errno));
             continue;
         }
-        if (r.items[0].revents & ZMQ_POLLIN) {
-            std::uint64_t count = 0;
-            (void)::read(wake_fd_, &count, sizeof count);
-            std::deque<std::function<void(impl&)>> commands;
-            {
-                std::lock_guard lock(mutex_);
-                commands.swap(queue_);
-            }
-            for (auto& c : commands) {
-                try {
-                    c(r);
-                } catch (const std::exception& e) {
-                    spdlog::error("zmq reactor: command failed: {}", e.what());
-                }
-            }
-            continue;  // sockets may have changed; rebuild before servicing
+        bool woken = false;
+        for (int i = 0; i < n; ++i) {
+            auto* w = static_cast<impl::watched*>(events[static_cast<std::size_t>(i)].data.ptr);
+            if (w == nullptr) woken = true;
+            else r.mark_ready(w);
         }
-        for (std::size_t i = 1; i < r.items.size(); ++i)
-            if (r.items[i].revents & ZMQ_POLLIN) r.service(r.targets[i]);
+        // Sockets first, commands after: a command may close a socket, and
+        // nothing on this turn's list may point at a closed one.
+        auto turn = std::move(r.ready);
+        r.ready.clear();
+        for (auto* w : turn) {
+            if (w->ready) r.service(*w);  // retired sockets were taken off the list
+        }
+        if (!woken) continue;
+        std::uint64_t count = 0;
+        (void)::read(wake_fd_, &count, sizeof count);
+        std::deque<std::function<void(impl&)>> commands;
+        {
+            std::lock_guard lock(mutex_);
+            commands.swap(queue_);
+        }
+        for (auto& c : commands) {
+            try {
+                c(r);
+            } catch (const std::exception& e) {
+                spdlog::error("zmq reactor: command failed: {}", e.what());
+            }
+        }
     }
+    for (auto& [id, k] : r.kernels) r.retire_kernel(*k);
     r.kernels.clear();
 }
 
@@ -243,24 +295,17 @@ void zmq_reactor::add_kernel(const std::string& kernel_id, const launcher::kerne
 
 void zmq_reactor::remove_kernel(const std::string& kernel_id) {
     post([kernel_id](impl& r) {
-        r.kernels.erase(kernel_id);
-        r.dirty = true;
+        const auto it = r.kernels.find(kernel_id);
+        if (it == r.kernels.end()) return;
+        r.retire_kernel(*it->second);
+        r.kernels.erase(it);
     });
 }
 
 void zmq_reactor::suspend_kernel(const std::string& kernel_id) {
     post([kernel_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
-        if (it == r.kernels.end()) return;
-        auto& k = *it->second;
-        k.iopub.close();
-        k.hb.close();
-        for (auto& [set_id, set] : k.sets) {
-            set.shell.close();
-            set.control.close();
-            set.stdin_.close();
-        }
-        r.dirty = true;
+        if (it != r.kernels.end()) r.retire_kernel(*it->second);  // channel set ids stay
     });
 }
 
@@ -268,12 +313,9 @@ void zmq_reactor::open_channels(const std::string& kernel_id, std::uint64_t set_
     post([kernel_id, set_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
         if (it == r.kernels.end() || it->second->sets.count(set_id) != 0) return;
-        if (it->second->iopub.handle() == nullptr) {  // suspended: made on the next add_kernel
-            it->second->sets.emplace(set_id, impl::channel_set{});
-            return;
-        }
-        it->second->sets.emplace(set_id, r.make_set(*it->second));
-        r.dirty = true;
+        auto& k = *it->second;
+        // Suspended (between two sandboxes of a restart): made on the next add_kernel.
+        k.sets.emplace(set_id, k.iopub ? r.make_set(k, set_id) : impl::channel_set{});
     });
 }
 
@@ -281,8 +323,10 @@ void zmq_reactor::close_channels(const std::string& kernel_id, std::uint64_t set
     post([kernel_id, set_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
         if (it == r.kernels.end()) return;
-        it->second->sets.erase(set_id);
-        r.dirty = true;
+        const auto set = it->second->sets.find(set_id);
+        if (set == it->second->sets.end()) return;
+        r.retire_set(set->second);
+        it->second->sets.erase(set);
     });
 }
 
@@ -293,22 +337,23 @@ void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, ws::c
         if (it == r.kernels.end()) return;
         const auto set = it->second->sets.find(set_id);
         if (set == it->second->sets.end()) return;
-        zmq::socket_t* s = chan == ws::channel::control ? &set->second.control
-                           : chan == ws::channel::stdin_ ? &set->second.stdin_
-                                                          : &set->second.shell;
-        if (s->handle() == nullptr) {
+        auto& w = chan == ws::channel::control ? set->second.control
+                  : chan == ws::channel::stdin_ ? set->second.stdin_
+                                                 : set->second.shell;
+        if (!w) {
             ++r.dropped;
             return;
         }
-        r.send_frames(*s, protocol::encode(msg, *it->second->signer));
+        r.send_frames(*w, protocol::encode(msg, *it->second->signer));
     });
 }
 
 void zmq_reactor::ping(const std::string& kernel_id) {
     post([kernel_id](impl& r) {
         const auto it = r.kernels.find(kernel_id);
-        if (it == r.kernels.end() || it->second->hb.handle() == nullptr) return;
-        (void)it->second->hb.send(zmq::str_buffer("ping"), zmq::send_flags::dontwait);
+        if (it == r.kernels.end() || !it->second->hb) return;
+        (void)it->second->hb->sock.send(zmq::str_buffer("ping"), zmq::send_flags::dontwait);
+        if (impl::has_input(*it->second->hb)) r.mark_ready(it->second->hb.get());
     });
 }
 
