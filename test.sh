@@ -28,4 +28,8 @@ run_suite "client tests (@jupyterlab/services, jupyter_server --gateway-url)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/clients
 run_suite "Python SDK, CLI, tool adapter and notebooks" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/sdk
+run_suite "JavaScript client (node --test against the gateway)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/js
+run_suite "chat page in Chromium (playwright-core, Debian's chromium)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/browser
 exit $status

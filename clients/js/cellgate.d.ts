@@ -1,0 +1,228 @@
+// Type declarations for cellgate.js — the JavaScript client of cellgate's /v1
+// agent API (docs/agent-api.md). Hand-written; keep in step with cellgate.js.
+
+export declare const version: string;
+
+/** MIME type → data, as Jupyter sends it (images base64, SVG/HTML/text as strings, JSON as objects). */
+export type MimeBundle = {
+  'text/plain'?: string;
+  'text/html'?: string;
+  'text/markdown'?: string;
+  'text/latex'?: string;
+  'image/png'?: string;
+  'image/jpeg'?: string;
+  'image/svg+xml'?: string;
+  'application/json'?: unknown;
+  [mime: string]: unknown;
+};
+
+export interface SessionLimits {
+  timeout_s: number;
+  idle_timeout_s: number;
+  lifetime_s: number;
+  output_limit_bytes: number;
+  upload_limit_bytes: number;
+  memory_bytes?: number;
+  cpu_millis?: number;
+  pids?: number;
+  workspace_bytes?: number;
+}
+
+export interface SessionModel {
+  id: string;
+  kernel: string;
+  state: string;
+  created: string;
+  last_activity: string;
+  expires_at: string | null;
+  limits: SessionLimits;
+}
+
+export interface SessionOptions {
+  /** kernelspec name (default: the gateway's default) */
+  kernel?: string;
+  /** default per-execution timeout, seconds */
+  timeout?: number;
+  /** the session ends after this many idle seconds */
+  idleTimeout?: number;
+  /** the session ends this many seconds after it started */
+  lifetime?: number;
+  /** stdout + stderr kept per execution, bytes */
+  outputLimit?: number;
+  /** KERNEL_* names only */
+  env?: Record<string, string>;
+  signal?: AbortSignal;
+  /** the API's own snake_case names (timeout_s, …) pass through as given */
+  [apiName: string]: unknown;
+}
+
+export interface OutputResult {
+  type: 'display_data' | 'execute_result';
+  data: MimeBundle;
+  metadata: Record<string, unknown>;
+  is_main_result: boolean;
+}
+
+export interface ExecutionErrorInfo {
+  ename: string;
+  evalue: string;
+  /** lines with ANSI colour codes */
+  traceback: string[];
+  /** the same without colours */
+  traceback_text: string;
+}
+
+export interface FileInfo {
+  path: string;
+  name?: string;
+  type?: 'file' | 'directory';
+  size: number | null;
+  mime_type: string | null;
+  modified?: string;
+  /** the gateway's URL for the file (needs the Authorization header) */
+  url?: string;
+  /** in an execution result: what happened to it */
+  change?: 'created' | 'modified';
+  /** one-shot results: the file's bytes, base64 */
+  content_base64?: string;
+  /** one-shot results: content_base64 decoded */
+  readonly content?: Uint8Array;
+}
+
+export type ExecutionStatus = 'ok' | 'error' | 'timeout' | 'interrupted' | 'kernel_died';
+
+export interface Execution {
+  status: ExecutionStatus;
+  execution_count: number | null;
+  stdout: string;
+  stderr: string;
+  results: OutputResult[];
+  error: ExecutionErrorInfo | null;
+  files: FileInfo[];
+  duration_ms: number;
+  truncated: { stdout: boolean; stderr: boolean; results: boolean; files: boolean };
+  kernel_restarted: boolean;
+  /** the cell's value as text/plain (the main result), or null */
+  readonly text: string | null;
+}
+
+/** A `display` event's payload. */
+export interface DisplayEvent {
+  data: MimeBundle;
+  metadata: Record<string, unknown>;
+}
+
+/** A `result` event's payload (the cell's value). */
+export interface ResultEvent extends DisplayEvent {
+  execution_count: number;
+}
+
+export interface ExecuteOptions {
+  /** execution timeout for this cell, seconds */
+  timeout?: number;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  onDisplay?: (output: DisplayEvent) => void;
+  onResult?: (output: ResultEvent) => void;
+  onError?: (error: ExecutionErrorInfo) => void;
+  onFiles?: (files: FileInfo[]) => void;
+  /** every event, before its specific callback: ('stdout', {text}), …, ('end', result) */
+  onEvent?: (event: string, data: any) => void;
+  /** aborting disconnects the stream; the gateway interrupts the cell; execute() rejects with an AbortError */
+  signal?: AbortSignal;
+  /** force (true) or forbid (false) streaming; default: stream when a callback or signal is given */
+  stream?: boolean;
+}
+
+export type UploadData = Blob | ArrayBuffer | ArrayBufferView | string;
+
+/** runOnce files: {path: data}, [{path, data}] or File objects (stored under their names). */
+export type OneShotFiles = Record<string, UploadData> | Array<{ path: string; data: UploadData } | File>;
+
+export interface ClientOptions {
+  /** the gateway's base URL; '' (default in browsers) = the page's origin; Node default: $CELLGATE_URL */
+  url?: string;
+  /** sent as `Authorization: Bearer <token>`; Node default: $CELLGATE_TOKEN */
+  token?: string | null;
+  /** a fetch to use instead of the global one */
+  fetch?: typeof fetch;
+}
+
+export interface RequestOptions {
+  json?: unknown;
+  body?: BodyInit;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+  notFound?: typeof CellgateError;
+}
+
+/** The gateway refused a request (status ≥ 400), or could not be reached (status null). */
+export declare class CellgateError extends Error {
+  constructor(status: number | null, reason: string, message: string);
+  /** HTTP status, or null when no response arrived */
+  status: number | null;
+  /** the gateway's `reason` ("Not Found", "Forbidden", …) or "connection_failed", "stream_incomplete", "bad_response", "bad_event" */
+  reason: string;
+  /** the gateway's `message` */
+  message: string;
+}
+/** 404: a file, or a session, that does not exist. */
+export declare class NotFound extends CellgateError {}
+/** 404 on a session: deleted, culled for idleness or past its lifetime. */
+export declare class SessionNotFound extends NotFound {}
+/** 429: too many sessions. */
+export declare class TooManySessions extends CellgateError {}
+
+export declare class Cellgate {
+  constructor(options?: ClientOptions);
+  readonly url: string;
+  token: string | null;
+  /** an API path as a URL on this gateway */
+  absolute(path: string): string;
+  /** a raw request; throws CellgateError for statuses ≥ 400 */
+  request(method: string, path: string, opts?: RequestOptions): Promise<Response>;
+  requestJson(method: string, path: string, opts?: RequestOptions): Promise<any>;
+  createSession(opts?: SessionOptions): Promise<Session>;
+  /** attaches to an existing session (SessionNotFound if it ended) */
+  connect(id: string): Promise<Session>;
+  /** a Session for an id, without asking the gateway */
+  session(id: string): Session;
+  listSessions(): Promise<SessionModel[]>;
+  runOnce(code: string, files?: OneShotFiles, opts?: { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
+  static runOnce(code: string, files?: OneShotFiles,
+                 opts?: ClientOptions & { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
+}
+
+export declare class Session {
+  constructor(client: Cellgate, model: SessionModel | { id: string });
+  readonly client: Cellgate;
+  readonly id: string;
+  /** the last session model seen */
+  model: SessionModel | { id: string };
+  readonly limits: SessionLimits | undefined;
+  info(): Promise<SessionModel>;
+  execute(code: string, opts?: ExecuteOptions): Promise<Execution>;
+  interrupt(): Promise<void>;
+  restart(): Promise<SessionModel>;
+  upload(path: string, data: UploadData, opts?: { signal?: AbortSignal }): Promise<FileInfo>;
+  uploadMany(files: Record<string, UploadData> | File[], opts?: { path?: string; signal?: AbortSignal }): Promise<FileInfo[]>;
+  download(path: string, opts?: { as?: 'arraybuffer'; signal?: AbortSignal }): Promise<ArrayBuffer>;
+  download(path: string, opts: { as: 'blob'; signal?: AbortSignal }): Promise<Blob>;
+  download(path: string, opts: { as: 'text'; signal?: AbortSignal }): Promise<string>;
+  download(path: string, opts: { as: 'response'; signal?: AbortSignal }): Promise<Response>;
+  listFiles(path?: string): Promise<FileInfo[]>;
+  removeFile(path: string): Promise<void>;
+  /** the file's URL; it needs the Authorization header (no <img src>, no plain links) */
+  fileUrl(path: string, opts?: { download?: boolean }): string;
+  close(): Promise<void>;
+}
+
+/** A workspace path as URL path segments. */
+export declare function quotePath(path: string): string;
+export declare function base64ToBytes(b64: string): Uint8Array;
+export declare function bytesToBase64(bytes: Uint8Array): string;
+/** Parses a text/event-stream body, calling onEvent(event, data) per event. */
+export declare function readEventStream(body: ReadableStream<Uint8Array>,
+                                        onEvent: (event: string, data: string) => void): Promise<void>;
+
+export default Cellgate;

@@ -1,0 +1,414 @@
+// Unit tests of clients/js/cellgate.js against a live cellgate gateway (real
+// sandboxes), with Node's built-in test runner. Driven by test_js_client.py,
+// which starts the gateway and passes CELLGATE_URL / CELLGATE_TOKEN, and
+// CELLGATE_CLIENT_MODULE: the client as the gateway serves it.
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { pathToFileURL } from 'node:url';
+
+const modulePath = process.env.CELLGATE_CLIENT_MODULE || new URL('../../clients/js/cellgate.js', import.meta.url).pathname;
+const { Cellgate, CellgateError, NotFound, SessionNotFound, readEventStream, quotePath } =
+  await import(pathToFileURL(modulePath).href);
+
+const url = process.env.CELLGATE_URL;
+const token = process.env.CELLGATE_TOKEN;
+assert.ok(url && token, 'CELLGATE_URL and CELLGATE_TOKEN must be set');
+
+const cg = new Cellgate({ url, token });
+const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex');
+const elapsed = (t0) => Date.now() - t0;
+
+/** Rejects with `pred` when the promise rejects; fails if it resolves. */
+async function rejectsWith(promise, pred) {
+  try {
+    await promise;
+  } catch (e) {
+    pred(e);
+    return e;
+  }
+  assert.fail('expected a rejection');
+}
+
+describe('client basics', () => {
+  test('constructor: url required outside a browser, trailing slash dropped, bad scheme refused', () => {
+    const saved = process.env.CELLGATE_URL;
+    delete process.env.CELLGATE_URL;
+    try {
+      assert.throws(() => new Cellgate({ token }), TypeError);
+    } finally {
+      process.env.CELLGATE_URL = saved;
+    }
+    assert.equal(new Cellgate({ url: url + '/', token }).url, url);
+    assert.throws(() => new Cellgate({ url: 'ftp://x', token }), TypeError);
+    // Node default: $CELLGATE_URL and $CELLGATE_TOKEN.
+    const fromEnv = new Cellgate();
+    assert.equal(fromEnv.url, url);
+    assert.equal(fromEnv.token, token);
+  });
+
+  test('quotePath encodes each segment', () => {
+    assert.equal(quotePath('a b/c#d?.txt'), 'a%20b/c%23d%3F.txt');
+    assert.equal(quotePath('/workspace/x/y.csv'), 'x/y.csv');
+  });
+
+  test('readEventStream: CRLF/CR/LF, comments, multi-line data, chunk splits', async () => {
+    const text = ': keepalive\r\n\r\nevent: stdout\r\ndata: {"text":"a"}\r\n\r\nevent: x\rdata: l1\rdata: l2\r\r' +
+      'data: plain\n\nevent: end\ndata: {"status":"ok"}\n\n';
+    const bytes = new TextEncoder().encode(text);
+    // Split into 1-byte chunks: every boundary case (a CRLF split in two too).
+    const body = new ReadableStream({
+      start(c) { for (const b of bytes) c.enqueue(new Uint8Array([b])); c.close(); },
+    });
+    const got = [];
+    await readEventStream(body, (e, d) => got.push([e, d]));
+    assert.deepEqual(got, [['stdout', '{"text":"a"}'], ['x', 'l1\nl2'], ['message', 'plain'], ['end', '{"status":"ok"}']]);
+  });
+});
+
+describe('sessions', () => {
+  test('create, info, list, connect, close (twice), then 404', async () => {
+    const s = await cg.createSession({ timeout: 30, idleTimeout: 300 });
+    try {
+      assert.match(s.id, /^[0-9a-f-]{16,}$/);
+      assert.equal(s.limits.timeout_s, 30);
+      assert.equal(s.limits.idle_timeout_s, 300);
+      const info = await s.info();
+      assert.equal(info.id, s.id);
+      assert.ok(['idle', 'starting', 'busy'].includes(info.state), info.state);
+      const list = await cg.listSessions();
+      assert.ok(list.some((m) => m.id === s.id), 'listSessions() includes the new session');
+      const again = await cg.connect(s.id);
+      assert.equal(again.id, s.id);
+    } finally {
+      await s.close();
+      await s.close();  // harmless
+    }
+    const e = await rejectsWith(s.info(), (err) => assert.ok(err instanceof SessionNotFound, String(err)));
+    assert.equal(e.status, 404);
+    assert.ok(e instanceof CellgateError && e instanceof Error);
+    assert.ok(!(await cg.listSessions()).some((m) => m.id === s.id));
+  });
+
+  test('createSession: a non-KERNEL_ env name is refused with 400', async () => {
+    const e = await rejectsWith(cg.createSession({ env: { PATH: '/x' } }), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(e.status, 400);
+    assert.match(e.message, /KERNEL_/);
+  });
+});
+
+describe('a session', () => {
+  /** @type {import('../../clients/js/cellgate.js').Session} */
+  let s;
+  before(async () => { s = await cg.createSession({ timeout: 60 }); });
+  after(async () => { if (s) await s.close(); });
+
+  test('execute (JSON): stdout, value, count, status', async () => {
+    const ex = await s.execute('print("hello")\nx = 6\nx * 7');
+    assert.equal(ex.status, 'ok');
+    assert.equal(ex.stdout, 'hello\n');
+    assert.equal(ex.text, '42');
+    assert.ok(Number.isInteger(ex.execution_count) && ex.execution_count >= 1);
+    assert.equal(ex.error, null);
+    assert.ok(ex.results.some((r) => r.is_main_result && r.data['text/plain'] === '42'));
+    assert.equal(typeof ex.duration_ms, 'number');
+  });
+
+  test('execute (JSON): an error is a result, not an exception', async () => {
+    const ex = await s.execute('1/0');
+    assert.equal(ex.status, 'error');
+    assert.equal(ex.error.ename, 'ZeroDivisionError');
+    assert.match(ex.error.traceback_text, /ZeroDivisionError/);
+    assert.ok(ex.error.traceback.join('\n').includes('\x1b['), 'traceback keeps its ANSI colours');
+  });
+
+  test('execute (SSE): callbacks in order, end result returned', async () => {
+    const order = [];
+    const code = [
+      'import sys',
+      'from IPython.display import display',
+      'print("out1", flush=True)',
+      'display({"text/plain": "disp", "text/html": "<b>disp</b>"}, raw=True)',
+      'print("err1", file=sys.stderr, flush=True)',
+      'open("made.txt", "w").write("x")',
+      '"value"',
+    ].join('\n');
+    const ex = await s.execute(code, {
+      onStdout: (t) => order.push(['stdout', t]),
+      onStderr: (t) => order.push(['stderr', t]),
+      onDisplay: (d) => order.push(['display', d.data['text/plain']]),
+      onResult: (r) => order.push(['result', r.data['text/plain'], typeof r.execution_count]),
+      onError: (e) => order.push(['error', e.ename]),
+      onFiles: (f) => order.push(['files', f.map((x) => x.path).join(',')]),
+    });
+    assert.deepEqual(order, [
+      ['stdout', 'out1\n'],
+      ['display', 'disp'],
+      ['stderr', 'err1\n'],
+      ['result', "'value'", 'number'],
+      ['files', 'made.txt'],
+    ]);
+    assert.equal(ex.status, 'ok');
+    assert.equal(ex.text, "'value'");
+    assert.equal(ex.stdout, 'out1\n');
+    assert.equal(ex.stderr, 'err1\n');
+    assert.deepEqual(ex.files.map((f) => [f.path, f.change]), [['made.txt', 'created']]);
+  });
+
+  test('execute (SSE): an error event, then the end', async () => {
+    const events = [];
+    const ex = await s.execute('print("before", flush=True)\nraise ValueError("bad value")', {
+      onEvent: (e) => events.push(e),
+      onError: (e) => events.push(`error:${e.ename}:${e.evalue}`),
+    });
+    assert.deepEqual(events, ['stdout', 'error', 'error:ValueError:bad value', 'end']);
+    assert.equal(ex.status, 'error');
+    assert.equal(ex.error.evalue, 'bad value');
+  });
+
+  test('execute (SSE): output streams while the cell runs', async () => {
+    const t0 = Date.now();
+    const seen = [];
+    const ex = await s.execute('import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.7)', {
+      onStdout: (t) => seen.push([t, elapsed(t0)]),
+    });
+    const total = elapsed(t0);
+    assert.equal(ex.stdout, '0\n1\n2\n');
+    assert.deepEqual(seen.map((x) => x[0]).join(''), '0\n1\n2\n');
+    assert.ok(seen[0][1] < total - 1000, `the first chunk came at ${seen[0][1]} ms, the end at ${total} ms`);
+  });
+
+  test('execute: a timeout is a result with status "timeout"', async () => {
+    const ex = await s.execute('import time\nprint("start", flush=True)\ntime.sleep(30)', { timeout: 2 });
+    assert.equal(ex.status, 'timeout');
+    assert.equal(ex.stdout, 'start\n');
+  });
+
+  test('abort → the gateway interrupts the cell (state kept)', async () => {
+    await s.execute('kept = 123');
+    const controller = new AbortController();
+    const t0 = Date.now();
+    const run = s.execute('import time\nprint("started", flush=True)\ntime.sleep(60)\nopen("finished.txt", "w").write("x")', {
+      signal: controller.signal,
+      onStdout: () => controller.abort(),
+    });
+    const e = await rejectsWith(run, (err) => assert.equal(err.name, 'AbortError'));
+    assert.ok(e);
+    // Executions run one at a time: this one can only start once the aborted
+    // cell has been interrupted.
+    const next = await s.execute('print(kept)');
+    assert.equal(next.stdout, '123\n');
+    assert.ok(elapsed(t0) < 20000, `the next cell ran ${elapsed(t0)} ms after the abort`);
+    const files = await s.listFiles();
+    assert.ok(!files.some((f) => f.path === 'finished.txt'), 'the aborted cell did not finish');
+  });
+
+  test('abort with a signal that is already aborted rejects at once', async () => {
+    const controller = new AbortController();
+    controller.abort();
+    await rejectsWith(s.execute('print(1)', { signal: controller.signal }), (err) => assert.equal(err.name, 'AbortError'));
+  });
+
+  test('a throwing callback disconnects (the cell is interrupted) and the error propagates', async () => {
+    const t0 = Date.now();
+    await rejectsWith(s.execute('import time\nprint("x", flush=True)\ntime.sleep(60)', {
+      onStdout: () => { throw new RangeError('from the callback'); },
+    }), (err) => assert.ok(err instanceof RangeError));
+    const next = await s.execute('1 + 1');
+    assert.equal(next.text, '2');
+    assert.ok(elapsed(t0) < 20000);
+  });
+
+  test('interrupt(): the running cell gets KeyboardInterrupt', async () => {
+    const t0 = Date.now();
+    let started;
+    const startedP = new Promise((r) => { started = r; });
+    const run = s.execute('import time\nprint("sleeping", flush=True)\ntime.sleep(60)', { onStdout: () => started() });
+    await startedP;
+    await s.interrupt();
+    const ex = await run;
+    assert.equal(ex.status, 'interrupted');
+    assert.equal(ex.error.ename, 'KeyboardInterrupt');
+    assert.ok(elapsed(t0) < 20000, `interrupted after ${elapsed(t0)} ms`);
+  });
+
+  test('restart(): variables are lost, files stay', async () => {
+    await s.execute('survivor = 1\nopen("keep.txt", "w").write("kept")');
+    const model = await s.restart();
+    assert.equal(model.id, s.id);
+    const ex = await s.execute('survivor');
+    assert.equal(ex.status, 'error');
+    assert.equal(ex.error.ename, 'NameError');
+    assert.equal(await s.download('keep.txt', { as: 'text' }), 'kept');
+  });
+
+  test('upload/download: byte-identical for every input type', async () => {
+    const allBytes = new Uint8Array(256).map((_, i) => i);
+    const big = new Uint8Array(randomBytes(3 * 1024 * 1024 + 17));
+    const text = 'héllo ✓ — ünïcode\r\n\0end';
+    const cases = [
+      ['bin/all.bin', allBytes, allBytes],
+      ['bin/big.bin', big, big],
+      ['bin/buffer.bin', big.buffer.slice(0, 4096), big.subarray(0, 4096)],
+      ['bin/view.bin', big.subarray(10, 5000), big.subarray(10, 5000)],
+      ['bin/blob.bin', new Blob([allBytes, allBytes]), new Uint8Array([...allBytes, ...allBytes])],
+      ['text/ütf 8 #1.txt', text, new TextEncoder().encode(text)],
+    ];
+    for (const [path, data, expected] of cases) {
+      const info = await s.upload(path, data);
+      assert.equal(info.path, path);
+      assert.equal(info.size, expected.length, path);
+      const back = await s.download(path);
+      assert.ok(back instanceof ArrayBuffer);
+      assert.equal(sha256(new Uint8Array(back)), sha256(expected), `${path} round-trips`);
+    }
+    // The kernel sees the same bytes.
+    const ex = await s.execute('import hashlib\nprint(hashlib.sha256(open("bin/big.bin","rb").read()).hexdigest())');
+    assert.equal(ex.stdout.trim(), sha256(big));
+    // Other shapes of download.
+    const blob = await s.download('bin/all.bin', { as: 'blob' });
+    assert.ok(blob instanceof Blob);
+    assert.equal(sha256(new Uint8Array(await blob.arrayBuffer())), sha256(allBytes));
+    assert.equal(await s.download('text/ütf 8 #1.txt', { as: 'text' }), text);
+    const res = await s.download('bin/all.bin', { as: 'response' });
+    assert.equal(res.headers.get('content-type'), 'application/octet-stream');
+    assert.equal((await res.arrayBuffer()).byteLength, 256);
+    // Replacing a file answers 200 and the new bytes win.
+    await s.upload('bin/all.bin', 'short');
+    assert.equal(await s.download('bin/all.bin', { as: 'text' }), 'short');
+  });
+
+  test('a file the kernel wrote downloads byte-identical', async () => {
+    const ex = await s.execute([
+      'import os, hashlib',
+      'os.makedirs("out", exist_ok=True)',
+      'b = os.urandom(100000)',
+      'open("out/k.bin", "wb").write(b)',
+      'print(hashlib.sha256(b).hexdigest())',
+    ].join('\n'));
+    assert.equal(ex.status, 'ok', JSON.stringify(ex.error));
+    const back = new Uint8Array(await s.download('out/k.bin'));
+    assert.equal(back.length, 100000);
+    assert.equal(sha256(back), ex.stdout.trim());
+  });
+
+  test('uploadMany (multipart) into a directory', async () => {
+    const saved = await s.uploadMany({ 'a.txt': 'A', 'b.bin': new Uint8Array([1, 2, 3]) }, { path: 'multi' });
+    assert.deepEqual(saved.map((f) => f.path).sort(), ['multi/a.txt', 'multi/b.bin']);
+    assert.deepEqual([...new Uint8Array(await s.download('multi/b.bin'))], [1, 2, 3]);
+  });
+
+  test('listFiles / removeFile / 404 for a missing file', async () => {
+    await s.upload('dir/sub/one.txt', '1');
+    await s.upload('dir/two.csv', 'a,b\n');
+    const root = await s.listFiles();
+    const dir = root.find((e) => e.path === 'dir');
+    assert.ok(dir, 'dir is listed at the root');
+    assert.equal(dir.type, 'directory');
+    const inside = await s.listFiles('dir');
+    assert.deepEqual(inside.map((e) => [e.name, e.type]).sort(), [['sub', 'directory'], ['two.csv', 'file']]);
+    const csv = inside.find((e) => e.name === 'two.csv');
+    assert.equal(csv.size, 4);
+    assert.equal(csv.mime_type, 'text/csv');
+    assert.ok(csv.url.endsWith('/files/dir/two.csv'));
+    await s.removeFile('dir/two.csv');
+    assert.ok(!(await s.listFiles('dir')).some((e) => e.name === 'two.csv'));
+    await s.removeFile('dir');  // recursively
+    assert.ok(!(await s.listFiles()).some((e) => e.path === 'dir'));
+    const e = await rejectsWith(s.download('dir/two.csv'), (err) => assert.ok(err instanceof NotFound));
+    assert.equal(e.status, 404);
+    assert.ok(!(e instanceof SessionNotFound), 'a missing file in a live session is NotFound, not SessionNotFound');
+    await rejectsWith(s.listFiles('no/such/dir'), (err) => assert.equal(err.status, 404));
+  });
+
+  test('paths that escape the workspace are refused', async () => {
+    await rejectsWith(s.download('../../etc/passwd'), (err) => assert.ok([400, 403, 404].includes(err.status), String(err)));
+    await s.execute('import os\nos.symlink("/etc/passwd", "link")');
+    await rejectsWith(s.download('link'), (err) => assert.ok([400, 403].includes(err.status), String(err)));
+  });
+
+  test('fileUrl: the gateway URL of a file, usable with the Authorization header', async () => {
+    await s.upload('x y/z.txt', 'zz');
+    const u = s.fileUrl('x y/z.txt');
+    assert.equal(u, `${url}/v1/sessions/${s.id}/files/x%20y/z.txt`);
+    assert.ok(s.fileUrl('a.txt', { download: true }).endsWith('/files/a.txt?download=1'));
+    const res = await fetch(u, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), 'zz');
+    const anon = await fetch(u);
+    assert.equal(anon.status, 401);
+  });
+});
+
+describe('errors', () => {
+  test('404 for an unknown session: info, execute, files, interrupt, restart', async () => {
+    const ghost = cg.session('00000000-0000-0000-0000-000000000000');
+    for (const call of [() => ghost.info(), () => ghost.execute('1'), () => ghost.execute('1', { onStdout() {} }),
+      () => ghost.interrupt(), () => ghost.restart(), () => ghost.listFiles(), () => ghost.download('a'),
+      () => ghost.upload('a', 'x')]) {
+      const e = await rejectsWith(call(), (err) => assert.ok(err instanceof SessionNotFound, String(err)));
+      assert.equal(e.status, 404);
+      assert.equal(typeof e.reason, 'string');
+      assert.equal(typeof e.message, 'string');
+    }
+    await rejectsWith(cg.connect('nope'), (err) => assert.ok(err instanceof SessionNotFound));
+    await ghost.close();  // closing what is gone is harmless
+  });
+
+  test('401 without a token, 403 with a wrong one', async () => {
+    const none = new Cellgate({ url, token: '' });
+    const e401 = await rejectsWith(none.listSessions(), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(e401.status, 401);
+    assert.equal(e401.reason, 'Unauthorized');
+    assert.ok(e401.message.length > 0);
+    const wrong = new Cellgate({ url, token: 'not-the-token' });
+    const e403 = await rejectsWith(wrong.createSession(), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(e403.status, 403);
+    assert.equal(e403.reason, 'Forbidden');
+    await rejectsWith(Cellgate.runOnce('1', {}, { url, token: 'not-the-token' }), (err) => assert.equal(err.status, 403));
+    assert.match(String(e403), /^CellgateError: 403 Forbidden: /);
+  });
+
+  test('no gateway: a CellgateError with status null', async () => {
+    const dead = new Cellgate({ url: 'http://127.0.0.1:9', token });
+    const e = await rejectsWith(dead.listSessions(), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(e.status, null);
+    assert.equal(e.reason, 'connection_failed');
+  });
+
+  test('a bad request is a 400 with the gateway\'s reason and message', async () => {
+    const e = await rejectsWith(cg.requestJson('POST', '/v1/execute', { json: { nocode: 1 } }), () => {});
+    assert.equal(e.status, 400);
+    assert.match(e.message, /code/);
+  });
+});
+
+describe('runOnce', () => {
+  test('static: files in, files out inline, nothing persists', async () => {
+    const before = (await cg.listSessions()).length;
+    const csv = 'region,revenue\nnorth,10\nsouth,32\n';
+    const ex = await Cellgate.runOnce([
+      'import os, pandas as pd',
+      'df = pd.read_csv("data/sales.csv")',
+      'os.makedirs("out", exist_ok=True)',
+      'df.to_csv("out/total.csv", index=False)',
+      'print(int(df.revenue.sum()))',
+      'open("raw.bin", "wb").write(bytes(range(256)))',
+    ].join('\n'), { 'data/sales.csv': csv }, { url, token, timeout: 60 });
+    assert.equal(ex.status, 'ok', JSON.stringify(ex.error));
+    assert.equal(ex.stdout, '42\n');
+    const byPath = Object.fromEntries(ex.files.map((f) => [f.path, f]));
+    assert.ok(byPath['out/total.csv'] && byPath['raw.bin'], JSON.stringify(ex.files.map((f) => f.path)));
+    assert.equal(new TextDecoder().decode(byPath['out/total.csv'].content), csv);
+    assert.deepEqual([...byPath['raw.bin'].content], [...Array(256).keys()]);
+    assert.equal(byPath['raw.bin'].url, undefined, 'a one-shot sandbox is gone: no URLs');
+    assert.equal((await cg.listSessions()).length, before, 'nothing persists');
+  });
+
+  test('instance method, files as a list, an error result', async () => {
+    const ex = await cg.runOnce('print(open("a.txt").read()); 1/0', [{ path: 'a.txt', data: new Uint8Array([104, 105]) }]);
+    assert.equal(ex.stdout, 'hi\n');
+    assert.equal(ex.status, 'error');
+    assert.equal(ex.error.ename, 'ZeroDivisionError');
+  });
+});

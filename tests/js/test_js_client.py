@@ -1,0 +1,113 @@
+"""Runs the JavaScript client's tests (client.test.mjs, Node's built-in test
+runner) against the REAL cellgate gateway: built binary, runc sandboxes, the
+built kernel image.
+
+The client under test is the one the gateway serves at /static/cellgate.js
+(compiled into the binary), so this tests what ships; a separate check says
+whether that copy still matches clients/js/ (a stale binary needs a rebuild).
+
+Needs root, runc, build/bin/cellgate, the kernel image and Node.js ≥ 20.
+Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI),
+where they fail instead.
+
+CELLGATE_WEB_STATIC_DIR=/path/to/clients (development only) makes the gateway
+serve clients/web and clients/js from disk instead of its compiled-in copy.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from gateway import GATEWAY, IMAGE_STORE, Gateway  # noqa: E402
+
+CLIENT_JS = REPO / "clients" / "js"
+
+
+def _missing_prerequisite():
+    if os.geteuid() != 0:
+        return "needs root (runc, cgroups, loop mounts)"
+    if shutil.which("runc") is None:
+        return "runc is not installed"
+    if not GATEWAY.exists():
+        return f"{GATEWAY} is not built"
+    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
+        return "the kernel image is not built (images/build.sh)"
+    node = shutil.which("node")
+    if node is None:
+        return "node is not installed"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    try:
+        if int(version.lstrip("v").split(".")[0]) < 20:
+            return f"Node.js ≥ 20 is needed (found {version})"
+    except ValueError:
+        return f"cannot tell the Node.js version ({version!r})"
+    return None
+
+
+def _require():
+    why = _missing_prerequisite()
+    if why is None:
+        return
+    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"JS client tests required but cannot run: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def _log_tail(gw, chars=6000):
+    text = gw.log_text()
+    return text[-chars:]
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    _require()
+    static = os.environ.get("CELLGATE_WEB_STATIC_DIR")
+    gw = Gateway(*(["--static-dir", static] if static else []))
+    try:
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+
+
+def test_served_client_matches_the_source(gateway):
+    """/static/cellgate.js and cellgate.d.ts are clients/js/ byte for byte
+    (else the binary is stale: rebuild it)."""
+    for name in ("cellgate.js", "cellgate.d.ts"):
+        r = requests.get(f"{gateway.url}/static/{name}", timeout=30)
+        assert r.status_code == 200, f"/static/{name}: {r.status_code} {r.text[:200]}"
+        assert r.content == (CLIENT_JS / name).read_bytes(), \
+            f"/static/{name} differs from clients/js/{name}: the gateway binary is stale, rebuild it"
+    r = requests.get(f"{gateway.url}/static/cellgate.js", timeout=30)
+    assert r.headers["Content-Type"].startswith("text/javascript")
+
+
+def test_js_client(gateway, tmp_path):
+    # Import the client exactly as the gateway serves it.
+    served = requests.get(f"{gateway.url}/static/cellgate.js", timeout=30)
+    assert served.status_code == 200
+    module = tmp_path / "cellgate.js"
+    module.write_bytes(served.content)
+    env = {**os.environ, "CELLGATE_URL": gateway.url, "CELLGATE_TOKEN": gateway.token,
+           "CELLGATE_CLIENT_MODULE": str(module), "NODE_NO_WARNINGS": "1"}
+    try:
+        r = subprocess.run(["node", "--test", "--test-reporter=spec", "client.test.mjs"], cwd=HERE, env=env,
+                           capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n{_log_tail(gateway)}")
+    print(r.stdout)
+    assert r.returncode == 0, (f"node --test client.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+                               f"--- gateway log (tail) ---\n{_log_tail(gateway)}")
+    assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
+    # Every session the suite made is gone again.
+    left = gateway.api("GET", "/v1/sessions").json()["sessions"]
+    assert left == [], f"sessions left behind: {[s['id'] for s in left]}"
