@@ -1,5 +1,7 @@
 #include "cellgate/protocol/wire_codec.hpp"
 
+#include "cellgate/protocol/json_check.hpp"
+
 #include <algorithm>
 
 namespace cellgate::protocol {
@@ -28,11 +30,7 @@ decode_result fail(decode_error e, std::string detail) {
     return r;
 }
 
-bool is_json_object_text(std::string_view text) {
-    const auto first = text.find_first_not_of(" \t\r\n");
-    return first != std::string_view::npos && text[first] == '{' &&
-           nlohmann::json::accept(text.begin(), text.end());
-}
+bool is_json_object_text(std::string_view text) { return is_valid_json(text, {.require_object = true}); }
 
 // Validates a JSON text and reads the top-level string members routing needs,
 // without building a document (this runs for every message a kernel sends).
@@ -164,8 +162,8 @@ decode_result decode(std::vector<std::string>&& frames, const hmac_signer& signe
     const bool parent_ok = parent.parse(frames[first + 2]);
     if (!header_ok || !parent_ok || !is_json_object_text(frames[first + 3]) || !is_json_object_text(frames[first + 4])) {
         // A part that is valid JSON but not an object is a schema error.
-        const bool json_ok = header_ok && parent_ok && nlohmann::json::accept(frames[first + 3]) &&
-                             nlohmann::json::accept(frames[first + 4]);
+        const bool json_ok = header_ok && parent_ok && is_valid_json(frames[first + 3]) &&
+                             is_valid_json(frames[first + 4]);
         return fail(json_ok ? decode_error::bad_schema : decode_error::bad_json,
                     "in header, parent_header, metadata or content");
     }

@@ -1,5 +1,7 @@
 #include "ws/ws_codec.hpp"
 
+#include "cellgate/protocol/json_check.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -114,7 +116,7 @@ bool starts_like_object(std::string_view text) noexcept {
 }
 
 bool is_json_object_text(std::string_view text) {
-    return starts_like_object(text) && json::accept(text.begin(), text.end());
+    return starts_like_object(text) && protocol::is_valid_json(text, {.require_object = true});
 }
 
 // Compact form; `replace` only so that dump() can never throw (the parser has
