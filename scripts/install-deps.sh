@@ -7,7 +7,7 @@ packages=(
   # build
   build-essential cmake pkg-config git ca-certificates
   libboost-dev libboost-program-options-dev libssl-dev libzmq3-dev cppzmq-dev
-  nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev libsqlite3-dev
   # sandbox runtime
   runc mmdebstrap e2fsprogs mount util-linux iproute2 procps
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3

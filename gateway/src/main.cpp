@@ -7,6 +7,7 @@
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/session_registry.hpp"
+#include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
 #include "wire/zmq_reactor.hpp"
 
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -35,9 +37,10 @@ std::shared_ptr<asio::ssl::context> make_tls(const config::gateway_config& c) {
     return tls;
 }
 
-// Sandboxes left by an earlier gateway process have no owner any more.
-void remove_leftovers(launcher::launcher& l) {
+// Sandboxes left by an earlier gateway process that no kept session owns.
+void remove_leftovers(launcher::launcher& l, const std::set<std::string>& keep) {
     for (const auto& s : l.list()) {
+        if (keep.count(s.id) != 0) continue;
         try {
             l.remove(s.id);
             spdlog::info("removed sandbox {} left by an earlier run", s.id);
@@ -45,7 +48,44 @@ void remove_leftovers(launcher::launcher& l) {
             spdlog::warn("could not remove leftover sandbox {}: {}", s.id, e.what());
         }
     }
-    l.reap_orphans();
+    l.reap_orphans(keep);
+}
+
+struct recovered {
+    std::vector<std::pair<kernels::persisted_kernel, std::optional<launcher::sandbox_info>>> kernels;
+    std::set<std::string> ids;
+};
+
+// Decides, from the state database, which kernels of an earlier (crashed or
+// killed) gateway process to take back: those whose kernelspec still exists
+// and whose lifetime and idle limits did not run out while it was down.
+// The rest are forgotten here and their sandboxes removed with the leftovers.
+recovered recover(kernels::state_store& store, launcher::launcher& l, const kernels::kernelspec_registry& specs) {
+    recovered out;
+    const auto now = std::chrono::system_clock::now();
+    for (auto& row : store.kernels()) {
+        std::string why;
+        if (specs.find(row.spec_name) == nullptr) why = "its kernelspec '" + row.spec_name + "' is gone";
+        else if (row.policy.lifetime.count() > 0 && now - row.created > row.policy.lifetime)
+            why = "its lifetime ran out while the gateway was down";
+        else if (row.policy.idle_timeout.count() > 0 && now - row.last_activity > row.policy.idle_timeout)
+            why = "it was idle past its limit while the gateway was down";
+        if (!why.empty()) {
+            spdlog::info("kernel {}: not taken back: {}", row.id, why);
+            store.remove_kernel(row.id);
+            continue;
+        }
+        std::optional<launcher::sandbox_info> running;
+        try {
+            const auto status = l.status(row.id);
+            if (status.state == launcher::sandbox_state::running && status.info) running = status.info;
+        } catch (const std::exception& e) {
+            spdlog::warn("kernel {}: cannot read its sandbox's state: {}", row.id, e.what());
+        }
+        out.ids.insert(row.id);
+        out.kernels.emplace_back(std::move(row), std::move(running));
+    }
+    return out;
 }
 
 }  // namespace
@@ -69,12 +109,17 @@ int main(int argc, char** argv) {
 
     try {
         launcher::launcher launch(cfg.launcher);
-        remove_leftovers(launch);
+        kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
+        std::unique_ptr<kernels::state_store> store;
+        if (cfg.state_db != "none")
+            store = std::make_unique<kernels::state_store>(cfg.state_db.empty() ? cfg.launcher.state_dir / "gateway.db"
+                                                                                 : std::filesystem::path(cfg.state_db));
+        const auto taken_back = store ? recover(*store, launch, specs) : recovered{};
+        remove_leftovers(launch, taken_back.ids);
 
         wire::zmq_reactor reactor;
         reactor.start();
         metrics::registry metrics;
-        kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
         for (const auto& [name, k] : specs.all()) {
             try {
                 launcher::sandbox_spec probe;
@@ -92,6 +137,17 @@ int main(int argc, char** argv) {
         asio::io_context ioc;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
+        if (store) {
+            manager.persist_to(store.get());
+            sessions.persist_to(store.get());
+            for (const auto& [row, running] : taken_back.kernels) manager.adopt(row, running);
+            for (const auto& s : store->sessions()) {
+                if (taken_back.ids.count(s.kernel_id) != 0) sessions.restore(s);
+                else store->remove_session(s.id);
+            }
+            if (!taken_back.kernels.empty())
+                spdlog::info("took back {} kernel(s) from {}", taken_back.kernels.size(), store->file().string());
+        }
         for (const auto& t : cfg.tokens)
             if (t.max_sessions > 0) manager.set_tenant_quota(t.tenant, t.max_sessions);
         const auto checkpoints = cfg.launcher.state_dir / "checkpoints";

@@ -28,6 +28,9 @@ struct gateway_config {
     int io_threads = 0;  // 0: one per core, at least 2
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     std::string static_dir;       // serve the chat page from here (development)
+    // The session registry's database; "" = <state_dir>/gateway.db, "none" = memory only
+    // (a restarted gateway then removes every sandbox it finds).
+    std::string state_db;
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 

@@ -96,7 +96,7 @@ bool kernel::nudge() {
     if (ready_ || closed_) return ready_;
     auto msg = protocol::make_message("kernel_info_request", nlohmann::json::object(), "cellgate-gateway-" + id_);
     nudge_msg_id_ = nlohmann::json::parse(msg.header).at("msg_id").get<std::string>();
-    reactor_.send(id_, gateway_set, ws::channel::shell, std::move(msg));
+    reactor_.send(id_, gateway_set, nudge_on_control_ ? ws::channel::control : ws::channel::shell, std::move(msg));
     return false;
 }
 
@@ -456,6 +456,30 @@ void kernel::touch() {
     std::lock_guard lock(mutex_);
     last_activity_ = std::chrono::system_clock::now();
     last_activity_wall_ = steady::now();
+}
+
+std::chrono::system_clock::time_point kernel::last_activity_time() const {
+    std::lock_guard lock(mutex_);
+    return last_activity_;
+}
+
+void kernel::restore_times(std::chrono::system_clock::time_point created,
+                           std::chrono::system_clock::time_point last_activity) {
+    // Steady clocks do not survive a process: carry the ages over instead.
+    const auto now_sys = std::chrono::system_clock::now();
+    const auto now = steady::now();
+    const auto age = std::max(now_sys - created, std::chrono::system_clock::duration::zero());
+    const auto idle = std::max(now_sys - last_activity, std::chrono::system_clock::duration::zero());
+    std::lock_guard lock(mutex_);
+    created_ = created;
+    created_steady_ = now - std::chrono::duration_cast<steady::duration>(age);
+    last_activity_ = last_activity;
+    last_activity_wall_ = now - std::chrono::duration_cast<steady::duration>(idle);
+}
+
+void kernel::nudge_on_control(bool on) {
+    std::lock_guard lock(mutex_);
+    nudge_on_control_ = on;
 }
 
 steady::time_point kernel::last_activity() const {

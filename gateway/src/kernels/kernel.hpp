@@ -79,6 +79,15 @@ public:
     steady::time_point created_steady() const noexcept { return created_steady_; }
     // Counts as activity for idle culling (executions, file operations).
     void touch();
+    std::chrono::system_clock::time_point last_activity_time() const;
+    // A kernel taken back after a gateway restart keeps its age and idleness
+    // (for lifetime and culling). Called before anyone else can see it.
+    void restore_times(std::chrono::system_clock::time_point created,
+                       std::chrono::system_clock::time_point last_activity);
+    // Where the readiness nudge goes. A kernel taken back may be running a
+    // cell, which holds its shell queue; ipykernel answers kernel_info on
+    // control at any time.
+    void nudge_on_control(bool on);
 
     // --- lifecycle, called by the manager
     // Binds (or re-binds after a restart) the ZMQ sockets to this sandbox and
@@ -162,8 +171,9 @@ private:
     std::string tenant_;
     std::map<std::string, std::function<void(const nlohmann::json&)>> silent_waiters_;
     kernel_policy policy_;
-    const std::chrono::system_clock::time_point created_ = std::chrono::system_clock::now();
-    const steady::time_point created_steady_ = steady::now();
+    std::chrono::system_clock::time_point created_ = std::chrono::system_clock::now();
+    steady::time_point created_steady_ = steady::now();
+    bool nudge_on_control_ = false;
     wire::zmq_reactor& reactor_;
     const kernel_settings settings_;
     metrics::registry& metrics_;

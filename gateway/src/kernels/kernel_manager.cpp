@@ -73,6 +73,20 @@ void kernel_manager::tick() {
                 }
             }
     }
+    if (store_) {
+        std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> seen;
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& [id, r] : kernels_) {
+                const auto t = r.k->last_activity_time();
+                if (t != r.saved_activity) {
+                    r.saved_activity = t;
+                    seen.emplace_back(id, t);
+                }
+            }
+        }
+        store_->touch_kernels(seen);
+    }
     for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
     for (auto& [k, reason] : cull) {
         spdlog::info("kernel {}: {}", k->id(), reason);
@@ -81,6 +95,39 @@ void kernel_manager::tick() {
     tick_timer_.expires_after(config_.heartbeat_interval);
     tick_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec) tick();
+    });
+}
+
+void kernel_manager::persist(const kernel_ptr& k, const std::map<std::string, std::string>& env) {
+    if (!store_) return;
+    store_->put_kernel({k->id(), k->tenant(), k->spec_name(), env, k->policy(), k->created(), k->last_activity_time()});
+}
+
+void kernel_manager::adopt(const persisted_kernel& row, const std::optional<launcher::sandbox_info>& running) {
+    auto k = std::make_shared<kernel>(row.id, row.spec_name, row.tenant, reactor_, config_.kernel, metrics_);
+    k->set_policy(row.policy);
+    k->restore_times(row.created, row.last_activity);
+    {
+        std::lock_guard lock(mutex_);
+        ++admitted_;  // already admitted once; never refused now
+        ++admitted_by_tenant_[row.tenant];
+        kernels_[row.id] = record{k, row.env, {}, false, row.last_activity};
+    }
+    if (!running) {
+        spdlog::warn("kernel {}: its sandbox ended while the gateway was down; restarting it (files kept)", row.id);
+        ++metrics_.kernel_deaths;
+        k->set_state(kernel_state::dead);
+        do_restart(k, [](std::optional<api_error>) {}, true);
+        return;
+    }
+    const auto pid = running->pid;
+    k->nudge_on_control(true);
+    k->connect(*running);
+    watch_process(k, pid);
+    wait_ready(k, [k](bool ok) {
+        k->nudge_on_control(false);
+        if (ok) spdlog::info("kernel {}: re-attached to its running sandbox", k->id());
+        else spdlog::warn("kernel {}: re-attached, but it did not answer kernel_info in time", k->id());
     });
 }
 
@@ -186,8 +233,9 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         k->connect(std::move(info));
         {
             std::lock_guard lock(mutex_);
-            kernels_[k->id()] = record{k, env, {}, false};
+            kernels_[k->id()] = record{k, env, {}, false, k->last_activity_time()};
         }
+        persist(k, env);
         watch_process(k, pid);
         wait_ready(k, [this, k, t0, callback](bool ok) {
             metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
@@ -366,6 +414,9 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
         }
         kernels_.erase(it);
     }
+    // Forgotten first: a crash from here on leaves a sandbox nobody claims,
+    // which the next start removes.
+    if (store_) store_->remove_kernel(k->id());
     k->set_state(kernel_state::terminating);
     k->close(reason);
     asio::post(launch_pool_, [this, k, reason, callback = std::move(callback)] {
@@ -470,8 +521,9 @@ void kernel_manager::claim(const kernel_ptr& k, const std::string& tenant, const
     {
         std::lock_guard lock(mutex_);
         ++pool_claims_;
-        kernels_[k->id()] = record{k, env, {}, false};
+        kernels_[k->id()] = record{k, env, {}, false, k->last_activity_time()};
     }
+    persist(k, env);
     spdlog::info("kernel {}: claimed from the warm pool", k->id());
     if (env.empty()) {
         callback(std::nullopt, k);

@@ -3,6 +3,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
+#include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
 #include "util/api_error.hpp"
 #include "wire/zmq_reactor.hpp"
@@ -57,6 +58,15 @@ public:
 
     void start();  // periodic heartbeats and housekeeping
 
+    // Kernels are written to `store` when admitted and forgotten when removed;
+    // activity times are saved with the housekeeping tick. Set before start().
+    void persist_to(state_store* store) noexcept { store_ = store; }
+    // Takes back a kernel an earlier gateway process left running: its sockets
+    // are re-bound to the live sandbox (state intact), or, when the sandbox is
+    // gone, it is restarted in its kept workspace as after a crash. Counted at
+    // admission like any other kernel. Call before start().
+    void adopt(const persisted_kernel& row, const std::optional<launcher::sandbox_info>& running);
+
     // `env` holds only KERNEL_* names (others are refused with 400 by the caller).
     void start_kernel(const std::string& tenant, const std::string& spec_name,
                       const std::map<std::string, std::string>& env, done_kernel callback,
@@ -84,7 +94,9 @@ private:
         std::map<std::string, std::string> env;
         std::vector<steady::time_point> restarts;
         bool busy_lifecycle = false;  // a restart or shutdown is under way
+        std::chrono::system_clock::time_point saved_activity{};  // as last written to the store
     };
+    void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
 
     launcher::sandbox_spec spec_for(const kernel& k, const std::map<std::string, std::string>& env) const;
     void watch_process(const kernel_ptr& k, std::int64_t pid);
@@ -122,6 +134,7 @@ private:
     std::map<std::string, std::size_t> pool_starting_;
     std::uint64_t pool_claims_ = 0, pool_misses_ = 0, pool_failures_ = 0;
     steady::time_point pool_backoff_until_{};
+    state_store* store_ = nullptr;
 };
 
 }  // namespace cellgate::kernels

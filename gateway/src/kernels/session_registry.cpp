@@ -1,6 +1,7 @@
 #include "kernels/session_registry.hpp"
 
 #include "cellgate/protocol/message.hpp"
+#include "kernels/state_store.hpp"
 
 namespace cellgate::kernels {
 
@@ -8,7 +9,13 @@ session_record session_registry::add(session_record s) {
     s.id = protocol::make_uuid();
     std::lock_guard lock(mutex_);
     sessions_[s.id] = s;
+    if (store_) store_->put_session(s);
     return s;
+}
+
+void session_registry::restore(const session_record& s) {
+    std::lock_guard lock(mutex_);
+    sessions_[s.id] = s;
 }
 
 std::optional<session_record> session_registry::find(const std::string& tenant, const std::string& id) const {
@@ -38,6 +45,7 @@ bool session_registry::update(const session_record& s) {
     const auto it = sessions_.find(s.id);
     if (it == sessions_.end() || it->second.tenant != s.tenant) return false;
     it->second = s;
+    if (store_) store_->put_session(s);
     return true;
 }
 
@@ -46,6 +54,7 @@ bool session_registry::remove(const std::string& tenant, const std::string& id) 
     const auto it = sessions_.find(id);
     if (it == sessions_.end() || it->second.tenant != tenant) return false;
     sessions_.erase(it);
+    if (store_) store_->remove_session(id);
     return true;
 }
 

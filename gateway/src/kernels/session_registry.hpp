@@ -15,8 +15,14 @@ struct session_record {
     std::string id, tenant, path, name, type, kernel_id;
 };
 
+class state_store;
+
 class session_registry {
 public:
+    // Every change is also written to `store` (null: memory only).
+    void persist_to(state_store* store) noexcept { store_ = store; }
+    // Puts back a session read from the store at start-up.
+    void restore(const session_record& s);
     session_record add(session_record s);  // assigns the id
     std::optional<session_record> find(const std::string& tenant, const std::string& id) const;
     std::optional<session_record> find_by_path(const std::string& tenant, const std::string& path) const;
@@ -30,6 +36,7 @@ public:
 private:
     mutable std::mutex mutex_;
     std::map<std::string, session_record> sessions_;
+    state_store* store_ = nullptr;
 };
 
 }  // namespace cellgate::kernels

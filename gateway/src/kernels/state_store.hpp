@@ -1,0 +1,63 @@
+#pragma once
+
+#include "kernels/kernel.hpp"
+#include "kernels/session_registry.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace cellgate::kernels {
+
+// What a restarted gateway needs to take a kernel back: who owns it, what it
+// runs, the limits it lives by and how old and idle it is. The sandbox itself
+// (endpoints, key, pid) is the launcher's record in its run dir.
+struct persisted_kernel {
+    std::string id, tenant, spec_name;
+    std::map<std::string, std::string> env;
+    kernel_policy policy;
+    std::chrono::system_clock::time_point created, last_activity;
+};
+
+// The session registry's durable half: an embedded SQLite database (WAL,
+// synchronous=NORMAL: a committed write survives the process being killed;
+// only a power cut can lose the last few). Every write is one statement or
+// one transaction; all calls are thread-safe. Failures are logged, never
+// thrown at a request: the live registry in memory stays the authority while
+// the gateway runs.
+class state_store {
+public:
+    // Opens or creates the database (and its tables). Throws on failure.
+    explicit state_store(const std::filesystem::path& file);
+    ~state_store();
+    state_store(const state_store&) = delete;
+    state_store& operator=(const state_store&) = delete;
+
+    void put_kernel(const persisted_kernel& k);
+    void remove_kernel(const std::string& id);  // and its sessions
+    // Last activity of many kernels in one transaction (written periodically).
+    void touch_kernels(const std::vector<std::pair<std::string, std::chrono::system_clock::time_point>>& seen);
+    std::vector<persisted_kernel> kernels();
+
+    void put_session(const session_record& s);
+    void remove_session(const std::string& id);
+    std::vector<session_record> sessions();
+
+    const std::filesystem::path& file() const noexcept { return file_; }
+
+private:
+    void exec(const char* sql);
+    std::filesystem::path file_;
+    std::mutex mutex_;
+    sqlite3* db_ = nullptr;
+};
+
+nlohmann::json policy_to_json(const kernel_policy& p);
+kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fallback);
+
+}  // namespace cellgate::kernels
