@@ -2,6 +2,7 @@
 #include "agent/agent_service.hpp"
 #include "api/api.hpp"
 #include "cellgate/launcher/launcher.hpp"
+#include "cellgate/launcher/service.hpp"
 #include "config/gateway_config.hpp"
 #include "http/server.hpp"
 #include "kernels/kernel_manager.hpp"
@@ -15,6 +16,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <spdlog/spdlog.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -38,7 +41,7 @@ std::shared_ptr<asio::ssl::context> make_tls(const config::gateway_config& c) {
 }
 
 // Sandboxes left by an earlier gateway process that no kept session owns.
-void remove_leftovers(launcher::launcher& l, const std::set<std::string>& keep) {
+void remove_leftovers(kernels::sandbox_backend& l, const std::set<std::string>& keep) {
     for (const auto& s : l.list()) {
         if (keep.count(s.id) != 0) continue;
         try {
@@ -60,7 +63,7 @@ struct recovered {
 // killed) gateway process to take back: those whose kernelspec still exists
 // and whose lifetime and idle limits did not run out while it was down.
 // The rest are forgotten here and their sandboxes removed with the leftovers.
-recovered recover(kernels::state_store& store, launcher::launcher& l, const kernels::kernelspec_registry& specs) {
+recovered recover(kernels::state_store& store, kernels::sandbox_backend& l, const kernels::kernelspec_registry& specs) {
     recovered out;
     const auto now = std::chrono::system_clock::now();
     for (auto& row : store.kernels()) {
@@ -108,7 +111,20 @@ int main(int argc, char** argv) {
     }
 
     try {
-        launcher::launcher launch(cfg.launcher);
+        std::unique_ptr<kernels::sandbox_backend> backend;
+        if (cfg.launcher_socket.empty()) {
+            if (::geteuid() != 0)
+                spdlog::warn("running the launcher in process without root: sandboxes will not start "
+                             "(use cellgate-launchd and --launcher-socket)");
+            backend = std::make_unique<kernels::backend_of<launcher::launcher>>(
+                std::make_unique<launcher::launcher>(cfg.launcher));
+        } else {
+            backend = std::make_unique<kernels::backend_of<launcher::service::client>>(
+                std::make_unique<launcher::service::client>(cfg.launcher_socket));
+            spdlog::info("sandboxes through the launcher service at {} (running as uid {})", cfg.launcher_socket,
+                         ::geteuid());
+        }
+        auto& launch = *backend;
         kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
         std::unique_ptr<kernels::state_store> store;
         if (cfg.state_db != "none")

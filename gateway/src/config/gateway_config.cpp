@@ -93,6 +93,7 @@ const std::map<std::string, setter>& setters() {
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
         {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
         {"state_db", [](auto& c, const auto& v) { c.state_db = v; }},
+        {"launcher_socket", [](auto& c, const auto& v) { c.launcher_socket = v; }},
         {"pool_size", [](auto& c, const auto& v) { c.pool_size = to_u64("pool_size", v); }},
         {"pool_concurrency", [](auto& c, const auto& v) { c.manager.pool_concurrency = std::max<std::uint64_t>(1, to_u64("pool_concurrency", v)); }},
         {"pool_preload", [](auto& c, const auto& v) {
@@ -215,7 +216,7 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
 std::string usage() {
     return "usage: cellgate [--ip 127.0.0.1] [--port 8888] [--port-file PATH] [--token T | env CELLGATE_TOKEN]\n"
            "                [--certfile F --keyfile F] [--allow-origin ORIGIN]... [--config FILE.json]\n"
-           "                [--state-dir D] [--state-db FILE|none] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
+           "                [--state-dir D] [--state-db FILE|none] [--launcher-socket PATH] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
            "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-sessions-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--upload-limit BYTES]\n"

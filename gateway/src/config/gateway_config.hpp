@@ -31,6 +31,9 @@ struct gateway_config {
     // The session registry's database; "" = <state_dir>/gateway.db, "none" = memory only
     // (a restarted gateway then removes every sandbox it finds).
     std::string state_db;
+    // The privileged launcher service's socket (cellgate-launchd); empty: the
+    // launcher runs inside this process, which then needs root.
+    std::string launcher_socket;
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 

@@ -291,12 +291,11 @@ entry_info info_from_fd(int fd, const std::string& rel, std::string_view action)
     return info_from_stat(st, rel);
 }
 
-// An unprivileged gateway whose kernels run as itself (tests, development)
-// has nothing to change; any other chown failure is real.
-bool needs_chown(std::uint32_t uid, std::uint32_t gid) noexcept {
-    const uid_t euid = ::geteuid();
-    return !(euid != 0 && uid == euid && gid == ::getegid());
-}
+// Only a root gateway (launcher in process) hands new files to the kernel's
+// uid. An unprivileged gateway reaches workspaces through the launcher
+// service's id-mapped views, where what it creates already belongs to the
+// kernel on disk (and it could not chown anyway).
+bool needs_chown(std::uint32_t, std::uint32_t) noexcept { return ::geteuid() == 0; }
 
 void give_to_owner(int fd, std::uint32_t uid, std::uint32_t gid, std::string_view action,
                    std::string_view rel) {

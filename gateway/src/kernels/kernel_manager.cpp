@@ -15,7 +15,7 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
-kernel_manager::kernel_manager(asio::io_context& ioc, launcher::launcher& launcher, wire::zmq_reactor& reactor,
+kernel_manager::kernel_manager(asio::io_context& ioc, sandbox_backend& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
       config_(std::move(config)), launch_pool_(config_.launch_threads), tick_timer_(ioc) {

@@ -3,6 +3,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
+#include "kernels/sandbox_backend.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
 #include "util/api_error.hpp"
@@ -52,7 +53,7 @@ public:
     using done_kernel = std::function<void(std::optional<api_error>, kernel_ptr)>;
     using done = std::function<void(std::optional<api_error>)>;
 
-    kernel_manager(boost::asio::io_context& ioc, launcher::launcher& launcher, wire::zmq_reactor& reactor,
+    kernel_manager(boost::asio::io_context& ioc, sandbox_backend& launcher, wire::zmq_reactor& reactor,
                    const kernelspec_registry& specs, metrics::registry& metrics, manager_config config);
     ~kernel_manager();
 
@@ -113,7 +114,7 @@ private:
     void drop_from_pool(const kernel_ptr& k, const std::string& why);
 
     boost::asio::io_context& ioc_;
-    launcher::launcher& launcher_;
+    sandbox_backend& launcher_;
     wire::zmq_reactor& reactor_;
     const kernelspec_registry& specs_;
     metrics::registry& metrics_;

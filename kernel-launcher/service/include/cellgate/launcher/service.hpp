@@ -1,0 +1,80 @@
+#pragma once
+
+// The privileged launcher service (cellgate-launchd) and its client.
+//
+// The internet-facing gateway runs unprivileged and asks the service, over a
+// unix socket, for the few things that need root: start a sandbox, signal
+// it, read its state, list, remove, reap. One request per connection, one
+// JSON object per line each way. The schema is closed: an unknown operation,
+// an unknown field or a wrong type is refused before anything happens, and
+// every spec goes through the launcher's own strict parsing and validation.
+
+#include "cellgate/launcher/launch_error.hpp"
+#include "cellgate/launcher/launcher.hpp"
+#include "cellgate/launcher/sandbox_info.hpp"
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cellgate::launcher::service {
+
+constexpr std::size_t max_request_bytes = 1u << 20;
+constexpr std::size_t max_reply_bytes = 64u << 20;
+
+enum class op { create, validate, signal, status, list, remove, set_cpu_shares, reap };
+
+struct request {
+    service::op op = op::list;
+    sandbox_spec spec;                 // create, validate
+    std::string id;                    // signal, status, remove, set_cpu_shares
+    int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
+    bool keep_workspace = false;       // remove
+    std::uint32_t shares = 0;          // set_cpu_shares
+    std::set<std::string> keep;        // reap
+    bool unused_workspaces = false;    // reap
+};
+
+// The request was malformed; nothing was done.
+class bad_request : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Parses one request line strictly; throws bad_request (or spec_error for a
+// spec the launcher's parser refuses).
+request parse_request(std::string_view line);
+nlohmann::json to_json(const request& r);
+
+// Replies: {"ok": true, "result": …} or {"ok": false, "error": {kind, step, message}}.
+nlohmann::json status_to_json(const sandbox_status& s);  // key included (the socket is the gateway's only)
+sandbox_status status_from_json(const nlohmann::json& j);
+
+// The gateway's side: the same calls as launcher::launcher, over the socket.
+// Errors come back as the launcher's own exception types.
+class client {
+public:
+    explicit client(std::filesystem::path socket);
+
+    sandbox_info launch(const sandbox_spec& spec);
+    void signal(const std::string& id, int signal);
+    sandbox_status status(const std::string& id);
+    void set_cpu_shares(const std::string& id, std::uint32_t shares);
+    std::vector<sandbox_status> list();
+    void remove(const std::string& id, remove_options options = {});
+    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {}, bool unused_workspaces = false);
+    void validate(const sandbox_spec& spec) const;
+
+private:
+    nlohmann::json call(const request& r) const;
+    std::filesystem::path socket_;
+};
+
+}  // namespace cellgate::launcher::service

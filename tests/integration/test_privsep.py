@@ -1,0 +1,229 @@
+"""Privilege separation: the gateway runs as an unprivileged user with no
+capabilities; cellgate-launchd (root) starts sandboxes for it over a unix
+socket with a closed request schema. Real service, real gateway, real runc
+sandboxes and ipykernels."""
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from gateway import BUILD, IMAGE_STORE, KernelChannel
+
+USER = "cellgate-test"
+LAUNCHD = BUILD / "bin" / "cellgate-launchd"
+GATEWAY = BUILD / "bin" / "cellgate"
+
+
+def ensure_user():
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+def wait_for(predicate, timeout=30, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Split:
+    """cellgate-launchd as root + the gateway as USER, on private dirs."""
+
+    def __init__(self):
+        self.user = ensure_user()
+        self.base = Path("/run") / f"cellgate-ps-{uuid.uuid4().hex[:8]}"
+        self.base.mkdir(mode=0o711)
+        self.socket = self.base / "launcher.sock"
+        self.state = self.base / "state"
+        self.workspaces = self.base / "workspaces"
+        # The gateway's own files: its database, checkpoints, port file.
+        self.gw_dir = self.base / "gateway"
+        self.gw_dir.mkdir(mode=0o700)
+        os.chown(self.gw_dir, self.user.pw_uid, self.user.pw_gid)
+        # The binary where the user can run it (a clone may sit in /root).
+        bin_dir = self.base / "bin"
+        bin_dir.mkdir(mode=0o755)
+        self.gateway_bin = bin_dir / "cellgate"
+        shutil.copy2(GATEWAY, self.gateway_bin)
+        self.token = "ps-" + uuid.uuid4().hex
+        self.launchd_log = open(self.base / "launchd.log", "wb")
+        self.gateway_log_path = self.base / "gateway.log"
+        self.launchd = subprocess.Popen(
+            [str(LAUNCHD), "--socket", str(self.socket), "--client-user", USER, "--state-dir", str(self.state),
+             "--image-store", str(IMAGE_STORE), "--workspace-root", str(self.workspaces)],
+            stdout=self.launchd_log, stderr=subprocess.STDOUT)
+        wait_for(self.socket.exists, what="the launcher socket")
+        self.gateway_log = open(self.gateway_log_path, "wb")
+        port_file = self.gw_dir / "port"
+        self.gateway = subprocess.Popen(
+            ["setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups",
+             "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
+             str(self.gateway_bin), "--ip", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
+             "--token", self.token, "--launcher-socket", str(self.socket), "--state-dir", str(self.gw_dir),
+             "--image-store", str(IMAGE_STORE), "--pool-size", "0"],
+            stdout=self.gateway_log, stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin"})
+        wait_for(lambda: port_file.exists() and port_file.read_text().strip() or self.gateway.poll() is not None,
+                 what="the gateway's port")
+        assert self.gateway.poll() is None, self.log()
+        self.port = int(port_file.read_text())
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+
+    def log(self):
+        return (self.gateway_log_path.read_text(errors="replace") + "\n--- launchd ---\n" +
+                (self.base / "launchd.log").read_text(errors="replace"))
+
+    def api(self, method, path, **kw):
+        return requests.request(method, self.url + path, headers={"Authorization": f"token {self.token}"},
+                                timeout=kw.pop("timeout", 120), **kw)
+
+    def raw(self, payload: bytes):
+        """One request straight to the service (as root, which it also serves)."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.socket))
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return json.loads(data)
+
+    def sandboxes(self):
+        return {s["id"] for s in self.raw(b'{"op":"list"}\n')["result"]}
+
+    def close(self):
+        for proc in (self.gateway, self.launchd):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.gateway_log.close()
+        self.launchd_log.close()
+        launch = BUILD / "bin" / "cellgate-launch"
+        base = ["--state-dir", str(self.state), "--image-store", str(IMAGE_STORE), "--workspace-root",
+                str(self.workspaces)]
+        out = subprocess.run([str(launch), *base, "ps", "--json"], capture_output=True, text=True)
+        for s in json.loads(out.stdout or "[]"):
+            subprocess.run([str(launch), *base, "rm", s["id"]], capture_output=True)
+        mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout.split()
+        for target in sorted((t for t in mounts if t.startswith(str(self.base))), reverse=True):
+            subprocess.run(["umount", "-l", target])
+        subprocess.run([str(launch), *base, "reap", "--workspaces"], capture_output=True)
+        keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / f"{self.base.name}.log").write_text(self.log())
+        subprocess.run(["rm", "-rf", str(self.base)])
+
+
+@pytest.fixture(scope="module")
+def split():
+    s = Split()
+    yield s
+    s.close()
+
+
+def proc_status(pid):
+    return dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+
+
+def test_the_gateway_runs_unprivileged(split):
+    st = proc_status(split.gateway.pid)
+    uid = str(split.user.pw_uid)
+    assert st["Uid"].split() == [uid] * 4 and st["Gid"].split()[0] == str(split.user.pw_gid)
+    for caps in ("CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"):
+        assert int(st[caps].strip(), 16) == 0, (caps, st[caps])
+    assert st["NoNewPrivs"].strip() == "1"
+    assert "sandboxes through the launcher service" in split.log()
+
+
+def test_sessions_run_code_and_move_files_through_the_service(split):
+    s = split.api("POST", "/v1/sessions").json()
+    try:
+        r = split.api("POST", f"/v1/sessions/{s['id']}/execute",
+                      json={"code": "import os\nopen('made.txt', 'w').write('by the kernel')\nprint(os.getuid())"}).json()
+        assert r["status"] == "ok", r
+        assert r["stdout"] == "1000\n"
+        # The unprivileged gateway writes into the workspace; on disk the file is the kernel's.
+        payload = os.urandom(300_000)
+        assert split.api("PUT", f"/v1/sessions/{s['id']}/files/sub/up.bin", data=payload).status_code in (200, 201)
+        r = split.api("POST", f"/v1/sessions/{s['id']}/execute", json={
+            "code": "import os\nst = os.stat('sub/up.bin')\nprint(st.st_uid, st.st_gid, os.path.getsize('sub/up.bin'))\n"
+                    "open('sub/up.bin', 'ab').write(b'!')"}).json()
+        assert r["stdout"] == f"1000 1000 {len(payload)}\n", r
+        assert split.api("GET", f"/v1/sessions/{s['id']}/files/sub/up.bin").content == payload + b"!"
+        assert split.api("GET", f"/v1/sessions/{s['id']}/files/made.txt").content == b"by the kernel"
+        names = {e["name"] for e in split.api("GET", f"/v1/sessions/{s['id']}/files").json()["entries"]}
+        assert {"made.txt", "sub"} <= names
+        # Jupyter's surface too: contents and the kernel WebSocket.
+        c = split.api("GET", f"/api/contents/{s['id']}/made.txt?content=1")
+        assert c.status_code == 200 and c.json()["content"] == "by the kernel", c.text
+        ch = KernelChannel(split, s["id"])
+        assert ch.execute("print(6 * 7)")["stdout"] == "42\n"
+        ch.close()
+    finally:
+        assert split.api("DELETE", f"/v1/sessions/{s['id']}").status_code == 204
+    wait_for(lambda: s["id"] not in split.sandboxes(), what="the sandbox to go")
+    assert str(split.state / "views" / s["id"]) not in Path("/proc/self/mountinfo").read_text()
+
+
+@pytest.mark.parametrize("payload, expect", [
+    (b'{"op":"exec","cmd":"id"}\n', "unknown op"),
+    (b'{"op":"list","all":true}\n', "takes no field"),
+    (b'{"op":"create","spec":{"image":"/"}}\n', "image"),
+    (b'{"op":"create","spec":{"uid":0}}\n', "uid"),
+    (b'{"op":"create","spec":{"workspace_dir":"/etc"}}\n', "workspace_dir"),
+    (b'{"op":"create","spec":{"mounts":[{"source":"/"}]}}\n', "mounts"),
+    (b'{"op":"create","spec":{"env":{"LD_PRELOAD":"/tmp/x.so"}}}\n', "LD_PRELOAD"),
+    (b'{"op":"signal","id":"x","signal":"SIGSTOP"}\n', "signal"),
+    (b'{"op":"remove","id":"../../etc"}\n', "sandbox id"),
+    (b'{"op":"set_cpu_shares","id":"a","shares":1}\n', "shares"),
+    (b'not json at all\n', "one JSON object"),
+    (b'', "one JSON object"),
+])
+def test_the_service_refuses_anything_outside_its_schema(split, payload, expect):
+    reply = split.raw(payload)
+    assert reply["ok"] is False, reply
+    assert expect in reply["error"]["message"], reply
+    # …and keeps serving.
+    assert split.raw(b'{"op":"list"}\n')["ok"] is True
+
+
+def test_only_the_gateways_user_and_root_reach_the_service(split):
+    st = split.socket.stat()
+    assert oct(st.st_mode & 0o777) == "0o660" and st.st_uid == 0 and st.st_gid == split.user.pw_gid
+    probe = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+             "try:\n s.connect(sys.argv[1])\nexcept PermissionError:\n print('denied')\nelse:\n print('connected')")
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c",
+                        probe, str(split.socket)], capture_output=True, text=True)
+    assert r.stdout.strip() == "denied", r.stdout + r.stderr
+
+
+def test_a_sandbox_the_gateway_did_not_ask_for_is_not_reachable_by_it(split):
+    """The gateway user can use the sockets and the view of its own sandboxes;
+    the service's state (connection files, runc state) stays root's."""
+    s = split.api("POST", "/v1/sessions").json()
+    try:
+        probe = ("import os,sys\nfor p in sys.argv[1:]:\n"
+                 " try:\n  os.listdir(p); print('listed', p)\n except PermissionError:\n  print('denied')")
+        r = subprocess.run(["setpriv", f"--reuid={split.user.pw_uid}", f"--regid={split.user.pw_gid}", "--clear-groups",
+                            "/usr/bin/python3", "-c", probe, str(split.state / "views"), str(split.workspaces),
+                            str(split.state / "sandboxes")], capture_output=True, text=True)
+        assert r.stdout.split() == ["denied"] * 3, r.stdout + r.stderr
+    finally:
+        split.api("DELETE", f"/v1/sessions/{s['id']}")

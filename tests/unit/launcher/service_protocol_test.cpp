@@ -1,0 +1,88 @@
+#include "cellgate/launcher/service.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+using namespace cellgate::launcher;
+using service::bad_request;
+using service::op;
+using service::parse_request;
+
+TEST(service_protocol, every_request_round_trips) {
+    service::request r;
+    r.op = op::create;
+    r.spec.id = "abc-1";
+    r.spec.limits.memory_bytes = 1u << 30;
+    r.spec.env = {{"KERNEL_X", "1"}};
+    auto back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.op, op::create);
+    EXPECT_EQ(back.spec.id, "abc-1");
+    EXPECT_EQ(back.spec.limits.memory_bytes, 1u << 30);
+    EXPECT_EQ(back.spec.env.at("KERNEL_X"), "1");
+
+    r = {};
+    r.op = op::signal;
+    r.id = "k1";
+    r.signal = SIGINT;
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.signal, SIGINT);
+    EXPECT_EQ(back.id, "k1");
+
+    r = {};
+    r.op = op::reap;
+    r.keep = {"a", "b"};
+    r.unused_workspaces = true;
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.keep, (std::set<std::string>{"a", "b"}));
+    EXPECT_TRUE(back.unused_workspaces);
+
+    r = {};
+    r.op = op::remove;
+    r.id = "z";
+    r.keep_workspace = true;
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_TRUE(back.keep_workspace);
+}
+
+TEST(service_protocol, anything_outside_the_schema_is_refused) {
+    const char* bad[] = {
+        "", "[]", "42", "{}", R"({"op": 1})", R"({"op": "exec"})", R"({"op": "list", "x": 1})",
+        R"({"op": "status"})", R"({"op": "status", "id": ""})", R"({"op": "status", "id": "../x"})",
+        R"({"op": "status", "id": "a/b"})", R"({"op": "status", "id": 7})",
+        R"({"op": "signal", "id": "a", "signal": "SIGSTOP"})", R"({"op": "signal", "id": "a", "signal": 9})",
+        R"({"op": "remove", "id": "a", "keep_workspace": "yes"})", R"({"op": "set_cpu_shares", "id": "a"})",
+        R"({"op": "set_cpu_shares", "id": "a", "shares": -5})", R"({"op": "set_cpu_shares", "id": "a", "shares": 1e9})",
+        R"({"op": "reap", "keep": "a"})", R"({"op": "reap", "keep": ["a/../b"]})", R"({"op": "create"})",
+        R"({"op": "create", "spec": []})",
+    };
+    for (const char* line : bad) EXPECT_THROW(parse_request(line), bad_request) << line;
+}
+
+TEST(service_protocol, specs_go_through_the_launchers_strict_parser) {
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"mounts": []}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"uid": -1}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"image": "/"}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "validate", "spec": {"image": "/usr"}})"), spec_error);
+    EXPECT_NO_THROW(parse_request(R"({"op": "create", "spec": {"image": "python"}})"));
+}
+
+TEST(service_protocol, a_status_with_its_key_survives_the_trip) {
+    sandbox_status s;
+    s.id = "k";
+    s.state = sandbox_state::running;
+    s.pid = 42;
+    s.oom_killed = true;
+    sandbox_info info;
+    info.id = "k";
+    info.pid = 42;
+    info.endpoints.key = "secret";
+    info.endpoints.shell = "ipc:///run/x/shell";
+    s.info = info;
+    const auto back = service::status_from_json(service::status_to_json(s));
+    EXPECT_EQ(back.state, sandbox_state::running);
+    EXPECT_TRUE(back.oom_killed);
+    ASSERT_TRUE(back.info.has_value());
+    EXPECT_EQ(back.info->endpoints.key, "secret");
+    EXPECT_EQ(back.info->endpoints.shell, "ipc:///run/x/shell");
+}
