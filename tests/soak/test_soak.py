@@ -28,7 +28,8 @@ def run_soak(tmp_path, *args, timeout):
 
 def test_bounded_soak_has_no_failed_request_and_leaves_nothing_behind(tmp_path):
     p, r = run_soak(tmp_path, "--sessions", "20", "--cells", "30", "--min-seconds", "60",
-                    "--transfer-threads", "2", "--max-seconds", "600", timeout=1500)
+                    "--transfer-threads", "2", "--max-seconds", "600", "--teardown-timeout", "90",
+                    timeout=1500)
     report = p.stdout[-6000:] + p.stderr[-3000:]
     assert r is not None, report
     assert r["failures"] == 0, report
@@ -47,5 +48,7 @@ def test_the_soak_checks_can_fail(tmp_path):
                     "--inject", "wrong-output", "--inject", "mount-leak", "--teardown-timeout", "10", timeout=600)
     report = p.stdout[-4000:] + p.stderr[-2000:]
     assert p.returncode == 1 and r is not None and not r["passed"], report
-    assert [(f["what"], f["where"].split(":")[0]) for f in r["failure_list"]] == [("cell-output", "s0/c1")], report
+    # Exactly the one doctored cell (session 0, cell 1) fails, nothing else.
+    assert [(f["what"], f["where"].split("=")[0], f["where"].split("/")[1].split(":")[0])
+            for f in r["failure_list"]] == [("cell-output", "s0", "c1")], report
     assert [k for k, _ in r["leaks"]] == ["mounts"], report
