@@ -9,7 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev libssl-dev libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev libsqlite3-dev
   # sandbox runtime
-  runc mmdebstrap e2fsprogs mount util-linux iproute2 procps
+  runc runsc mmdebstrap e2fsprogs mount util-linux iproute2 procps
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
   python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
   python3-websocket python3-jupyter-server python3-nbformat python3-openpyxl python3-jsonschema

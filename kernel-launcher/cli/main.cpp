@@ -217,7 +217,7 @@ struct verb {
 };
 
 constexpr verb verbs[] = {
-    {"run", verb_run, "run [--image NAME] [--memory 2G] [--pids N] [--cpus 1] [--workspace DIR] "
+    {"run", verb_run, "run [--image NAME] [--runtime runc|runsc] [--memory 2G] [--pids N] [--cpus 1] [--workspace DIR] "
                       "[--workspace-size 1G] [--tmp-size 256M] [--env K=V]… [--preload MOD]… [--spec FILE] "
                       "[--exec CODE] [--rm]"},
     {"ps", verb_ps, "ps [--json]"},

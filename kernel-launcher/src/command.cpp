@@ -1,6 +1,7 @@
 #include "command.hpp"
 
 #include "cellgate/launcher/launch_error.hpp"
+#include "cellgate/launcher/oci_runtime.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -9,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 
 extern char** environ;
 
@@ -30,7 +33,15 @@ struct fd_closer {
 
 command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                            int output_fd) {
+    command_fds fds;
+    fds.stderr_fd = output_fd;
+    return run_command(argv, timeout, fds);
+}
+
+command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                           const command_fds& fds) {
     if (argv.empty()) throw launch_error("run-command", "empty argv");
+    const int output_fd = fds.stderr_fd;
     int pipe_fds[2] = {-1, -1};
     if (output_fd < 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
         throw launch_error("run-command", "pipe for " + argv[0], errno);
@@ -38,12 +49,42 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
     fd_closer write_end{pipe_fds[1]};
     const int child_out = output_fd >= 0 ? output_fd : pipe_fds[1];
 
+    // Every descriptor the child gets is first copied above any target number,
+    // so one dup2 cannot overwrite the source of the next.
+    struct copies_closer {
+        std::vector<int> fds;
+        void close_all() {
+            for (const int fd : fds) ::close(fd);
+            fds.clear();
+        }
+        ~copies_closer() { close_all(); }
+    } copies;
+    auto high_copy = [&](int fd) {
+        const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 64);
+        if (copy < 0) throw launch_error("run-command", "dup for " + argv[0], errno);
+        copies.fds.push_back(copy);
+        return copy;
+    };
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, child_out, 1);
-    posix_spawn_file_actions_adddup2(&actions, child_out, 2);
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    struct actions_guard {
+        posix_spawn_file_actions_t* a;
+        ~actions_guard() { posix_spawn_file_actions_destroy(a); }
+    } actions_cleanup{&actions};
+    const int in = fds.stdin_fd >= 0 ? high_copy(fds.stdin_fd) : -1;
+    const int out = high_copy(fds.stdout_fd >= 0 ? fds.stdout_fd : child_out);
+    const int err = high_copy(child_out);
+    std::vector<int> extra;
+    for (const int fd : fds.extra_fds) extra.push_back(high_copy(fd));
+    if (in >= 0)
+        posix_spawn_file_actions_adddup2(&actions, in, 0);
+    else
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out, 1);
+    posix_spawn_file_actions_adddup2(&actions, err, 2);
+    for (std::size_t i = 0; i < extra.size(); ++i)
+        posix_spawn_file_actions_adddup2(&actions, extra[i], static_cast<int>(3 + i));
+    posix_spawn_file_actions_addclosefrom_np(&actions, static_cast<int>(3 + extra.size()));
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t no_signals, default_signals;
@@ -58,8 +99,8 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
     cargv.push_back(nullptr);
     pid_t pid = -1;
     const int rc = ::posix_spawnp(&pid, cargv[0], &actions, &attr, cargv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
+    copies.close_all();
     if (rc != 0) throw launch_error("run-command", "cannot start " + argv[0], rc);
     if (write_end.fd >= 0) {
         ::close(write_end.fd);
@@ -108,6 +149,22 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
     }
     if (WIFEXITED(status) && !result.timed_out) result.exit_code = WEXITSTATUS(status);
     return result;
+}
+
+std::string find_executable(const std::string& program) {
+    if (program.empty()) return {};
+    auto usable = [](const std::string& p) { return ::access(p.c_str(), X_OK) == 0; };
+    if (program.find('/') != std::string::npos) return usable(program) ? program : std::string();
+    const char* path = std::getenv("PATH");
+    std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+    std::size_t start = 0;
+    while (start <= dirs.size()) {
+        const auto end = std::min(dirs.find(':', start), dirs.size());
+        const auto dir = dirs.substr(start, end - start);
+        if (!dir.empty() && usable(dir + "/" + program)) return dir + "/" + program;
+        start = end + 1;
+    }
+    return {};
 }
 
 }  // namespace cellgate::launcher

@@ -19,4 +19,15 @@ struct command_result {
 command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                            int output_fd = -1);
 
+// Descriptors for a child that needs more than the above: its own stdin and
+// stdout, and descriptors handed over as 3, 4, … (every other one is closed).
+struct command_fds {
+    int stdin_fd = -1;           // -1: /dev/null
+    int stdout_fd = -1;          // -1: like stderr
+    int stderr_fd = -1;          // -1: captured into `output`
+    std::vector<int> extra_fds;  // become 3, 4, … in the child
+};
+command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                           const command_fds& fds);
+
 }  // namespace cellgate::launcher

@@ -6,6 +6,7 @@
 #include "host_fs.hpp"
 #include "kernel_probe.hpp"
 #include "oci_config.hpp"
+#include "relay_process.hpp"
 #include "spec_validation.hpp"
 #include "workspace.hpp"
 
@@ -132,6 +133,8 @@ struct launcher::impl {
             }
             attempt([&] { it->second->remove(id); });
         }
+        // A relay ends by itself once its sandbox is gone; one that does not is killed.
+        attempt([&] { stop_relay(run_dir(id), std::chrono::seconds(1)); });
         attempt([&] {
             const auto left = remove_cgroup(cgroup_path_of(id));
             if (!left.empty())
@@ -147,10 +150,13 @@ struct launcher::impl {
         if (first) std::rethrow_exception(first);
     }
 
-    std::string liveness(int pidfd, const std::string& id) const {
+    std::string liveness(int pidfd, const std::string& id, bool relayed) const {
         pollfd p{pidfd, POLLIN, 0};
-        if (::poll(&p, 1, 0) <= 0) return {};
-        std::string why = "its init exited";
+        if (::poll(&p, 1, 0) <= 0) {
+            if (!relayed || relay_running(run_dir(id))) return {};
+            return "its relay ended: " + read_tail(relay_paths_of(run_dir(id)).log, 1000);
+        }
+        std::string why = relayed ? "the sandbox exited" : "its init exited";
         if (read_cgroup(cgroup_path_of(id)).oom_killed) why += " after the memory limit's OOM kill";
         const auto log = read_tail(run_dir(id) / "kernel.log", 1500);
         if (!log.empty()) why += "; log tail: " + log;
@@ -165,6 +171,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     const auto deadline = t0 + spec.start_timeout;
     validate_spec(spec, cfg);
     oci_runtime& rt = runtime(spec.runtime);
+    const bool relayed = rt.traits().relays_kernel_sockets;
     sandbox_info info;
     info.id = spec.id.empty() ? protocol::make_uuid() : spec.id;
     info.runtime = spec.runtime;
@@ -225,11 +232,14 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     write_file("write-connection-file", kernel_dir / "connection.json",
                connection_json("/run/kernel/k", key).dump(), 0400, ws.host_id_base + spec.uid,
                ws.host_id_base + spec.gid);
+    // Where the host connects: the kernel's own sockets, or under gVisor the
+    // relay's, which speak the same ZMTP to the kernel through the sandbox.
+    const fs::path socket_dir = relayed ? relay_paths_of(dir).socket_dir : kernel_dir;
     info.endpoints.key = key;
     info.endpoints.connection_file = (dir / "connection.json").string();
     write_file("write-connection-file", info.endpoints.connection_file,
-               connection_json((kernel_dir / "k").string(), key).dump(2), 0600);
-    const std::string ipc = "ipc://" + (kernel_dir / "k").string();
+               connection_json((socket_dir / "k").string(), key).dump(2), 0600);
+    const std::string ipc = "ipc://" + (socket_dir / "k").string();
     info.endpoints.shell = ipc + "-1";
     info.endpoints.iopub = ipc + "-2";
     info.endpoints.stdin_ = ipc + "-3";
@@ -245,7 +255,8 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     in.uid = spec.uid;
     in.gid = spec.gid;
     in.limits = spec.limits;
-    in.args = kernel_args();
+    in.args = relayed ? relayed_kernel_args() : kernel_args();
+    if (rt.name() == "runsc") in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(dir).script_dir.string()};
     in.env = base_environment(spec.limits);
     for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
     if (!spec.preload.empty()) {
@@ -257,12 +268,19 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     finish_step("config");
 
+    relay_pipes pipes;
+    if (relayed) {
+        runtime_started = true;  // from here a teardown must stop the relay
+        start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + spec.uid,
+                    ws.host_id_base + spec.gid, pipes);
+        finish_step("relay");
+    }
     const int log_fd = ::open((dir / "kernel.log").c_str(),
                               O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
     runtime_started = true;
     try {
-        info.pid = rt.run(info.id, dir, log_fd);
+        info.pid = rt.run(info.id, dir, container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
     } catch (...) {
         ::close(log_fd);
         throw;
@@ -276,14 +294,14 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
         int fd;
         ~fd_closer() { ::close(fd); }
     } pidfd_closer{pidfd};
-    const liveness_check alive = [&] { return liveness(pidfd, info.id); };
+    const liveness_check alive = [&] { return liveness(pidfd, info.id, relayed); };
 
-    wait_for_sockets(kernel_dir, deadline, alive);
+    wait_for_sockets(socket_dir, deadline, alive);
     // From here the kernel may not add, rename or replace anything in its run
     // dir: the host connects to these paths, and a link planted there would
     // point the gateway at a socket of the kernel's choosing.
     change_owner("lock-kernel-dir", kernel_dir, 0, 0, 0755);
-    verify_sockets(kernel_dir);
+    verify_sockets(socket_dir);
     finish_step("sockets");
 
     request_kernel_info(info.endpoints, deadline, alive);
@@ -299,8 +317,11 @@ launcher::launcher(launcher_config config) : launcher(config, {}) {}
 
 launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes)
     : config_(config) {
-    if (runtimes.empty())
+    if (runtimes.empty()) {
         runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc"));
+        runtimes.emplace("runsc", make_runsc_runtime(config.runsc_path, config.state_dir / "runsc",
+                                                     config.runsc_platform));
+    }
     impl_ = std::make_unique<impl>(std::move(config), std::move(runtimes));
 }
 
@@ -308,8 +329,18 @@ launcher::~launcher() = default;
 
 void launcher::validate(const sandbox_spec& spec) const {
     validate_spec(spec, config_);
-    if (impl_->runtimes.find(spec.runtime) == impl_->runtimes.end())
-        throw spec_error("unknown runtime '" + spec.runtime + "'");
+    const auto it = impl_->runtimes.find(spec.runtime);
+    if (it == impl_->runtimes.end()) {
+        std::string known;
+        for (const auto& [name, rt] : impl_->runtimes) known += (known.empty() ? "" : ", ") + name;
+        throw spec_error("unknown runtime '" + spec.runtime + "' (known: " + known + ")");
+    }
+    if (const auto why = it->second->unavailable_reason(); !why.empty())
+        throw spec_error("runtime '" + spec.runtime + "' is not available: " + why);
+    if (it->second->traits().relays_kernel_sockets && find_relay_binary(config_.relay_path).empty())
+        throw spec_error("runtime '" + spec.runtime + "' needs cellgate-relay, which is neither " +
+                         (config_.relay_path.empty() ? "next to this program nor in PATH"
+                                                     : "at '" + config_.relay_path + "'"));
 }
 
 sandbox_info launcher::launch(const sandbox_spec& spec) {
@@ -321,6 +352,14 @@ void launcher::signal(const std::string& id, int sig) {
     if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
     const auto info = impl_->read_info(id);
     if (!info) throw launch_error("signal", "no sandbox '" + id + "'", ESRCH);
+    if (const auto it = impl_->runtimes.find(info->runtime);
+        it != impl_->runtimes.end() && it->second->traits().signals_through_runtime) {
+        // The init is not a host process: the runtime delivers the signal to it.
+        if (it->second->state(id).status != "running")
+            throw launch_error("signal", "sandbox '" + id + "' is not running", ESRCH);
+        it->second->kill(id, sig, false);
+        return;
+    }
     // pidfd first, then check that this pid is still the sandbox's init (its
     // cgroup names the sandbox), then signal through the pidfd: a recycled pid
     // can never receive the signal.
@@ -354,8 +393,15 @@ sandbox_status launcher::status(const std::string& id) {
     const auto spec = s.info ? std::optional(s.info->spec) : impl_->read_spec(id);
     const std::string runtime_name = spec ? spec->runtime : "runc";
     runtime_container c;
-    if (auto it = impl_->runtimes.find(runtime_name); it != impl_->runtimes.end())
+    bool relayed = false;
+    if (auto it = impl_->runtimes.find(runtime_name); it != impl_->runtimes.end()) {
         c = it->second->state(id);
+        relayed = it->second->traits().relays_kernel_sockets;
+    }
+    // A relayed kernel whose relay is gone cannot be reached: it is as dead as
+    // a stopped one (and its sandbox follows within moments).
+    if (relayed && s.info && (c.status == "running" || c.status == "paused") && !relay_running(s.info->run_dir))
+        c.status = "stopped";
     if (c.status == "running" || c.status == "paused")
         s.state = sandbox_state::running;
     else if (c.status == "creating" || c.status == "created")

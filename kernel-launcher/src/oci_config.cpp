@@ -1,5 +1,6 @@
 #include "oci_config.hpp"
 
+#include "relay_process.hpp"
 #include "seccomp_profile.hpp"
 #include "spec_validation.hpp"
 
@@ -18,7 +19,7 @@ json mount(const std::string& destination, const std::string& type, const std::s
 
 json mounts(const oci_inputs& in) {
     const std::string tmp_size = "size=" + std::to_string(in.limits.tmp_bytes);
-    return json::array({
+    auto all = json::array({
         mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
         mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
         mount("/dev/pts", "devpts", "devpts",
@@ -31,16 +32,22 @@ json mounts(const oci_inputs& in) {
               {"rbind", "rw", "nosuid", "nodev", "noexec"}),
         mount("/run/kernel", "bind", in.kernel_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}),
     });
+    // /mnt is empty in every Debian rootfs, so nothing is created in the
+    // shared image to mount the relay there.
+    if (in.gvisor)
+        all.push_back(mount(sandbox_relay_mount, "bind", in.gvisor->relay_script_dir,
+                            {"rbind", "ro", "nosuid", "nodev", "noexec"}));
+    return all;
 }
 
-json resources(const sandbox_limits& l) {
+json resources(const sandbox_limits& l, bool gvisor) {
     constexpr std::int64_t cpu_period_us = 100000;
     return {
         {"devices", json::array({{{"allow", false}, {"access", "rwm"}}})},
         // swap equal to the limit: memory+swap may not exceed memory, i.e. no swap.
         {"memory",
          {{"limit", l.memory_bytes}, {"swap", l.memory_bytes}, {"disableOOMKiller", false}}},
-        {"pids", {{"limit", l.pids}}},
+        {"pids", {{"limit", gvisor ? gvisor_host_pids(l.pids) : l.pids}}},
         {"cpu",
          {{"shares", l.cpu_shares},
           {"period", cpu_period_us},
@@ -48,13 +55,20 @@ json resources(const sandbox_limits& l) {
     };
 }
 
-json rlimits(const sandbox_limits& l) {
+json rlimits(const sandbox_limits& l, bool gvisor) {
     const auto fsize = effective_fsize(l);
-    return json::array({
+    auto out = json::array({
         {{"type", "RLIMIT_NOFILE"}, {"hard", l.nofile}, {"soft", l.nofile}},
         {{"type", "RLIMIT_FSIZE"}, {"hard", fsize}, {"soft", fsize}},
         {{"type", "RLIMIT_CORE"}, {"hard", 0}, {"soft", 0}},
     });
+    // Under gVisor the guest's tasks are not host tasks: the sentry counts
+    // them against RLIMIT_NPROC (per uid, and the kernel's uid is the only one
+    // in the sandbox) and fork fails with EAGAIN at the limit, as the pids
+    // cgroup does under runc. The host cgroup cannot do it: its tasks are the
+    // sentry's threads, and exhausting them ends the whole sandbox.
+    if (gvisor) out.push_back({{"type", "RLIMIT_NPROC"}, {"hard", l.pids}, {"soft", l.pids}});
+    return out;
 }
 
 }  // namespace
@@ -77,6 +91,22 @@ std::vector<std::string> kernel_args() {
             sandbox_connection_file};
 }
 
+std::vector<std::string> relayed_kernel_args() {
+    return {"/usr/bin/tini", "-g", "--", "/usr/bin/python3", "-I", "-S", sandbox_relay_script, "--",
+            "/opt/cellgate/cellgate-kernel", "-f", sandbox_connection_file};
+}
+
+std::uint32_t gvisor_host_pids(std::uint32_t guest_pids) {
+    // Measured with runsc 20221219 on the ptrace platform (2 cores): an idle
+    // kernel's sandbox is about 80 host tasks (gofer, sentry, stubs), and each
+    // guest process adds a stub process with a thread for every sentry thread
+    // that runs it, about 9 more. The margin keeps fork's EAGAIN (from
+    // RLIMIT_NPROC) ahead of the host limit, whose exhaustion would panic the
+    // sentry and end the sandbox.
+    const std::uint64_t host = 256 + 16ull * guest_pids;
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(host, 4u << 20));
+}
+
 json build_oci_config(const oci_inputs& in) {
     const json no_caps = json::array();
     const json id_map = json::array({{{"containerID", 0}, {"hostID", in.host_id_base}, {"size", 65536}}});
@@ -94,7 +124,7 @@ json build_oci_config(const oci_inputs& in) {
             {"inheritable", no_caps},
             {"permitted", no_caps},
             {"ambient", no_caps}}},
-          {"rlimits", rlimits(in.limits)},
+          {"rlimits", rlimits(in.limits, in.gvisor.has_value())},
           {"noNewPrivileges", true},
           {"oomScoreAdj", 800}}},
         {"root", {{"path", in.rootfs}, {"readonly", true}}},
@@ -111,8 +141,8 @@ json build_oci_config(const oci_inputs& in) {
                                       {{"type", "user"}},
                                       {{"type", "cgroup"}}})},
           {"cgroupsPath", in.cgroups_path},
-          {"resources", resources(in.limits)},
-          {"seccomp", default_seccomp_profile()},
+          {"resources", resources(in.limits, in.gvisor.has_value())},
+          {"seccomp", in.gvisor ? gvisor_seccomp_profile() : default_seccomp_profile()},
           {"maskedPaths",
            json::array({"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
                         "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",

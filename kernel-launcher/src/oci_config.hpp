@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ struct oci_inputs {
     std::vector<std::string> args;  // the process argv
     std::vector<std::string> env;   // "NAME=value", already filtered
     std::string cgroups_path;       // "/cellgate/<id>"
+
+    // gVisor (runsc) only. The kernel is relayed, and the pids limit moves
+    // inside the sandbox: see build_oci_config.
+    struct gvisor_inputs {
+        std::string relay_script_dir;  // host dir with the sandbox side of the relay
+    };
+    std::optional<gvisor_inputs> gvisor;
 };
 
 nlohmann::json build_oci_config(const oci_inputs& in);
@@ -34,6 +42,13 @@ std::vector<std::string> base_environment(const sandbox_limits& limits);
 // The kernel's argv inside the sandbox: tini as init, forwarding signals to the
 // kernel's process group, then the image's kernel entry point.
 std::vector<std::string> kernel_args();
+// The same under gVisor, with the relay between tini and the kernel.
+std::vector<std::string> relayed_kernel_args();
+
+// The host cgroup's pids limit for a gVisor sandbox whose kernel may have
+// `guest_pids` tasks: the sentry's and gofer's threads and one ptrace stub
+// process per guest address space count there, not the guest's tasks.
+std::uint32_t gvisor_host_pids(std::uint32_t guest_pids);
 
 inline constexpr const char* sandbox_connection_file = "/run/kernel/connection.json";
 

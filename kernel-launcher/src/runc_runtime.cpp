@@ -27,11 +27,20 @@ public:
 
     std::string_view name() const override { return "runc"; }
 
-    std::int64_t run(const std::string& id, const fs::path& bundle, int log_fd) override {
+    std::string unavailable_reason() const override {
+        if (find_executable(runc_).empty()) return "runc is not installed (no executable '" + runc_ + "')";
+        return {};
+    }
+
+    std::int64_t run(const std::string& id, const fs::path& bundle, const container_stdio& io) override {
         const auto pid_file = bundle / "init.pid";
+        command_fds fds;
+        fds.stdin_fd = io.stdin_fd;
+        fds.stdout_fd = io.stdout_fd;
+        fds.stderr_fd = io.log_fd;
         const auto r = run_command(argv({"run", "--detach", "--bundle", bundle.string(), "--pid-file",
                                          pid_file.string(), id}),
-                                   runtime_timeout, log_fd);
+                                   runtime_timeout, fds);
         if (r.timed_out) throw launch_error("runtime-run", "runc run timed out", ETIMEDOUT);
         if (r.exit_code != 0)
             throw launch_error("runtime-run", "runc run exited " + std::to_string(r.exit_code) +

@@ -60,4 +60,16 @@ nlohmann::json default_seccomp_profile() {
             {"syscalls", syscalls}};
 }
 
+nlohmann::json gvisor_seccomp_profile() {
+    auto p = default_seccomp_profile();
+    auto& rules = p.at("syscalls");
+    for (auto it = rules.begin(); it != rules.end();) {
+        if (it->at("names") == nlohmann::json::array({"clone3"}))
+            it = rules.erase(it);
+        else
+            ++it;
+    }
+    return p;
+}
+
 }  // namespace cellgate::launcher

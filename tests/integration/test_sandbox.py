@@ -1,16 +1,72 @@
-"""The sandboxed kernel, end to end: runc, the built image, a real ipykernel."""
+"""The sandboxed kernel, end to end: the built image and a real ipykernel, under
+each OCI runtime: runc, and gVisor's runsc (the kernel reached through the
+relay over the container's stdio). Every test runs under both; where gVisor
+shows the same property differently, the test says so and checks gVisor's
+form of it. runsc tests are skipped only when runsc is not installed, and fail
+instead when CELLGATE_REQUIRE_SANDBOX=1."""
 import base64
 import errno
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import LAUNCH, wait_for
+
+RUNTIMES = ["runc", "runsc"]
+RELAY = LAUNCH.parent / "cellgate-relay"
+
+
+def _runsc_missing():
+    if shutil.which("runsc") is None:
+        return "gVisor's runsc is not installed (apt-get install runsc)"
+    if not RELAY.exists():
+        return f"{RELAY} is not built"
+    return None
+
+
+def _need_runsc():
+    why = _runsc_missing()
+    if why is None:
+        return
+    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"runsc tests required but cannot run: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request):
+    if request.param == "runsc":
+        _need_runsc()
+    return request.param
+
+
+@pytest.fixture
+def sandbox(launcher, runtime):
+    """A factory: sandbox(*cli_args) starts one under this test's runtime; all
+    are removed after the test."""
+    made = []
+
+    def make(*args, env=None):
+        s = launcher.run("--runtime", runtime, *args, env=env)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.remove()
+
+
+def _kernel_write(s, path, text):
+    r = s.execute(f"open({path!r}, 'w').write({text!r})")
+    assert r["error"] is None, r["error"]
 
 
 def test_stdout_of_a_cell_comes_back(sandbox):
@@ -102,10 +158,12 @@ except OSError as e:
                 tcp.accept()
             with pytest.raises(socket.timeout):
                 udp.recvfrom(100)
+        # No route at all: the kernel cannot even try to leave. Linux says
+        # ENETUNREACH; gVisor's netstack (loopback only) says EHOSTUNREACH.
+        no_route = "ENETUNREACH" if s.info["runtime"] == "runc" else "EHOSTUNREACH"
         for addr in targets[1:]:
-            # No route at all: the kernel cannot even try to leave.
-            assert results[f"tcp {addr}"] == "ENETUNREACH", results
-            assert results[f"udp {addr}"] == "ENETUNREACH", results
+            assert results[f"tcp {addr}"] == no_route, results
+            assert results[f"udp {addr}"] == no_route, results
     finally:
         for _, tcp, udp in listeners:
             tcp.close()
@@ -120,7 +178,9 @@ def test_the_kernel_sees_no_host_process_and_no_host_file(sandbox, tmp_path):
     try:
         s = sandbox()
         procs = s.value("sorted(open(f'/proc/{p}/comm').read().strip() for p in __import__('os').listdir('/proc') if p.isdigit())")
-        assert set(procs) <= {"tini", "cellgate-kernel"}, procs
+        # Under gVisor the relay sits between tini and the kernel.
+        allowed = {"tini", "cellgate-kernel"} | ({"cellgate-relay"} if s.info["runtime"] == "runsc" else set())
+        assert set(procs) <= allowed, procs
         assert len(procs) <= 3
         found = s.value(f"""[r for r, d, f in __import__('os').walk('/') if {marker!r} in f and not r.startswith(('/proc', '/sys'))]""")
         assert found == []
@@ -140,11 +200,27 @@ def test_the_kernel_is_unprivileged(sandbox):
     assert int(fields["CapEff"], 16) == 0
     assert int(fields["CapPrm"], 16) == 0
     assert int(fields["CapBnd"], 16) == 0
-    assert fields["NoNewPrivs"].strip() == "1"
     assert fields["Seccomp"].strip() == "2"
-    # uid 1000 in the sandbox is not uid 1000 on the host.
-    host_uid = os.stat(f"/proc/{s.info['pid']}").st_uid
-    assert host_uid >= 1_000_000
+    # gVisor's /proc/self/status has no NoNewPrivs line; prctl answers under both.
+    assert s.value("__import__('ctypes').CDLL(None).prctl(39, 0, 0, 0, 0)") == 1  # PR_GET_NO_NEW_PRIVS
+    if s.info["runtime"] == "runc":
+        assert fields["NoNewPrivs"].strip() == "1"
+    # uid 1000 in the sandbox is not uid 1000 on the host: what it writes is
+    # owned by its own slot's host uid.
+    _kernel_write(s, "/workspace/owner-probe", "x")
+    owner = os.stat(Path(s.info["workspace_dir"]) / "owner-probe").st_uid
+    assert owner == s.info["host_uid_base"] + 1000 and owner >= 1_000_000
+    host = Path(f"/proc/{s.info['pid']}/status").read_text()
+    host_fields = dict(line.split(":\t", 1) for line in host.splitlines() if ":\t" in line)
+    if s.info["runtime"] == "runc":
+        assert os.stat(f"/proc/{s.info['pid']}").st_uid >= 1_000_000
+    else:
+        # The pid is gVisor's sentry: host user nobody, in a user namespace of
+        # its own, no new privileges, under gVisor's own seccomp filter.
+        assert host_fields["Uid"].split()[0] == "65534"
+        assert os.readlink(f"/proc/{s.info['pid']}/ns/user") != os.readlink("/proc/self/ns/user")
+        assert host_fields["NoNewPrivs"].strip() == "1"
+        assert host_fields["Seccomp"].strip() == "2"
 
 
 def test_seccomp_and_missing_capabilities_refuse_mount_unshare_and_ptrace(sandbox):
@@ -279,16 +355,23 @@ def test_two_kernels_cannot_see_each_others_workspace(sandbox):
 def test_sigint_interrupts_a_running_cell(launcher, sandbox):
     s = sandbox()
     result = {}
+    sleeping = threading.Event()
+
+    def hook(msg):
+        if msg["msg_type"] == "stream" and "sleeping" in msg["content"]["text"]:
+            sleeping.set()
+        if msg["msg_type"] == "error":
+            result["error"] = msg["content"]
 
     def run():
-        result.update(s.execute("import time; time.sleep(30)", timeout=60))
+        s.client.execute_interactive("import time; print('sleeping', flush=True); time.sleep(30)",
+                                     output_hook=hook, timeout=60)
 
     t = threading.Thread(target=run)
     t.start()
     # Wait until the kernel is busy in the sleep, then interrupt.
-    wait_for(lambda: launcher.status(s.id)["pids"] >= 2, timeout=10)
-    import time
-    time.sleep(1.0)
+    assert sleeping.wait(timeout=30)
+    time.sleep(0.2)
     launcher.cmd("kill", s.id, "SIGINT")
     t.join(timeout=20)
     assert not t.is_alive()
@@ -298,10 +381,23 @@ def test_sigint_interrupts_a_running_cell(launcher, sandbox):
 
 def _leftovers(launcher, sandbox_id, workspace_dir):
     found = []
-    runc = subprocess.run(["runc", "--root", str(launcher.state_dir / "runc"), "list", "-q"],
-                          capture_output=True, text=True).stdout.split()
-    if sandbox_id in runc:
-        found.append("container")
+    for rt in RUNTIMES:
+        if shutil.which(rt) is None:
+            continue
+        ids = subprocess.run([rt, "--root", str(launcher.state_dir / rt), "list", "--quiet"],
+                             capture_output=True, text=True).stdout.split()
+        if sandbox_id in ids:
+            found.append(f"{rt} container")
+    # Any process still naming the sandbox's run dir: the relay, or gVisor's
+    # sentry and gofer (their argv carries the bundle).
+    run_dir = str(launcher.state_dir / "sandboxes" / sandbox_id)
+    for p in Path("/proc").iterdir():
+        try:
+            args = (p / "cmdline").read_bytes().decode(errors="replace").split("\0") if p.name.isdigit() else []
+        except OSError:
+            continue
+        if any(a == run_dir or a.startswith(run_dir + "/") or a.endswith("=" + run_dir) for a in args):
+            found.append(f"process {p.name}")
     for h in Path("/sys/fs/cgroup").iterdir():
         if (h / "cellgate" / sandbox_id).exists():
             found.append(f"cgroup {h.name}")
@@ -318,16 +414,16 @@ def _leftovers(launcher, sandbox_id, workspace_dir):
     return found
 
 
-def test_remove_leaves_nothing_behind(launcher):
-    s = launcher.run()
+def test_remove_leaves_nothing_behind(launcher, runtime):
+    s = launcher.run("--runtime", runtime)
     s.execute("open('/workspace/a.txt', 'w').write('x')")
     assert _leftovers(launcher, s.id, s.info["workspace_dir"]) != [], "the check must see a live sandbox"
     s.remove()
     assert _leftovers(launcher, s.id, s.info["workspace_dir"]) == []
 
 
-def test_reap_removes_stopped_sandboxes_and_stray_cgroups(launcher):
-    s = launcher.run()
+def test_reap_removes_stopped_sandboxes_and_stray_cgroups(launcher, runtime):
+    s = launcher.run("--runtime", runtime)
     s.client.stop_channels()
     launcher.cmd("kill", s.id, "SIGKILL")
     wait_for(lambda: launcher.status(s.id)["state"] == "stopped", timeout=20)
@@ -349,23 +445,128 @@ def test_reap_removes_stopped_sandboxes_and_stray_cgroups(launcher):
     (["--env", "LD_PRELOAD=/tmp/x.so"], "not on the allow-list"),
     (["--pids", "100000000"], "pids limit"),
 ])
-def test_bad_input_gets_a_clear_error_and_starts_nothing(launcher, args, message):
+def test_bad_input_gets_a_clear_error_and_starts_nothing(launcher, runtime, args, message):
     before = set(os.listdir(launcher.state_dir / "sandboxes")) if (launcher.state_dir / "sandboxes").exists() else set()
-    r = launcher.cmd("run", *args, check=False)
+    r = launcher.cmd("run", "--runtime", runtime, *args, check=False)
     assert r.returncode == 2
     assert message in r.stderr
     after = set(os.listdir(launcher.state_dir / "sandboxes")) if (launcher.state_dir / "sandboxes").exists() else set()
     assert after == before
 
 
-def test_a_failed_start_tears_down_and_names_the_step(launcher):
+def test_a_failed_start_tears_down_and_names_the_step(launcher, runtime):
     # Too little memory to import the scientific stack: the kernel is OOM-killed
     # while starting, the launch fails at a named step, says why, and leaves
     # nothing behind.
     preload = [a for m in ("numpy", "pandas", "matplotlib.pyplot", "scipy.optimize", "sklearn.ensemble")
                for a in ("--preload", m)]
-    r = launcher.cmd("run", "--id", "too-small", "--memory", "64M", *preload, check=False)
+    sid = f"too-small-{runtime}"
+    r = launcher.cmd("run", "--runtime", runtime, "--id", sid, "--memory", "64M", *preload, check=False)
     assert r.returncode == 1, r.stderr
     assert "failed at step 'wait-for-sockets'" in r.stderr
     assert "OOM kill" in r.stderr
-    assert _leftovers(launcher, "too-small", str(launcher.workspace_root / "too-small")) == []
+    assert _leftovers(launcher, sid, str(launcher.workspace_root / sid)) == []
+
+
+def test_a_kernel_that_dies_is_reported_stopped(launcher, sandbox):
+    s = sandbox()
+    s.client.execute("import os; os.kill(os.getpid(), 9)")
+    st = wait_for(lambda: (lambda v: v if v["state"] == "stopped" else None)(launcher.status(s.id)), timeout=30)
+    assert st["state"] == "stopped", st
+    assert st["oom_killed"] is False
+
+
+def test_an_unknown_or_uninstalled_runtime_is_refused_clearly(launcher):
+    r = launcher.cmd("run", "--runtime", "kata", check=False)
+    assert r.returncode == 2
+    assert "unknown runtime 'kata' (known: runc, runsc)" in r.stderr
+    # A PATH without runsc: the launcher says so instead of failing at start.
+    env = dict(os.environ, PATH="/nonexistent")
+    r = launcher.cmd("run", "--runtime", "runsc", env=env, check=False)
+    assert r.returncode == 2
+    assert "runtime 'runsc' is not available: gVisor's runsc is not installed" in r.stderr
+    r = launcher.cmd("run", "--runtime", "runc", env=env, check=False)
+    assert r.returncode == 2
+    assert "runtime 'runc' is not available: runc is not installed" in r.stderr
+
+
+# --- gVisor only: the relay -----------------------------------------------------
+
+
+def test_runsc_kernel_sockets_are_the_relays_and_the_sandbox_cannot_reach_them(launcher):
+    _need_runsc()
+    s = launcher.run("--runtime", "runsc")
+    try:
+        relay_dir = Path(s.info["run_dir"]) / "relay"
+        assert s.info["endpoints"]["shell"] == f"ipc://{relay_dir}/k-1"
+        # The relay runs as the sandbox's own host uid, not as root.
+        relay_pid = int((Path(s.info["run_dir"]) / "relay.pid").read_text())
+        assert os.stat(f"/proc/{relay_pid}").st_uid == s.info["host_uid_base"] + 1000
+        # Inside, the relay's directory does not exist and the run dir is not mounted.
+        found = s.value(f"__import__('os').path.exists({str(relay_dir)!r})")
+        assert found is False
+        assert s.value("sorted(__import__('os').listdir('/mnt'))") == ["cellgate-relay.py"]
+        r = s.execute("open('/mnt/cellgate-relay.py', 'a')")
+        assert r["error"] is not None
+        assert "Read-only file system" in r["error"]["evalue"] or "Permission denied" in r["error"]["evalue"]
+    finally:
+        s.remove()
+
+
+def test_runsc_garbage_from_inside_the_sandbox_ends_only_that_sandbox(launcher):
+    """Hostile code can write to the relay's pipe (same uid inside). The host
+    relay refuses the bad frame, ends, and that sandbox stops; another keeps
+    serving."""
+    _need_runsc()
+    hostile, other = launcher.run("--runtime", "runsc"), launcher.run("--runtime", "runsc")
+    try:
+        hostile.client.execute("import os\n"
+                               "fd = os.open(f'/proc/{os.getppid()}/fd/1', os.O_WRONLY)\n"
+                               "os.write(fd, b'\\xff' * 64)")
+        st = wait_for(lambda: (lambda v: v if v["state"] == "stopped" else None)(launcher.status(hostile.id)),
+                      timeout=30)
+        assert st["state"] == "stopped", st
+        log = (Path(hostile.info["run_dir"]) / "relay.log").read_text()
+        assert "protocol error from the sandbox: unknown frame type 255" in log, log
+        assert other.value("6 * 7") == 42
+    finally:
+        hostile.remove()
+        other.remove()
+
+
+def test_relay_binary_refuses_a_bad_first_frame_and_listens_on_nothing(tmp_path):
+    """The host relay on its own, fed by the test instead of a sandbox."""
+    if not RELAY.exists():
+        pytest.skip(f"{RELAY} is not built")
+    (tmp_path / "relay").mkdir()
+    (tmp_path / "relay.lock").touch()
+    to_relay_r, to_relay_w = os.pipe()
+    from_relay_r, from_relay_w = os.pipe()
+    log = open(tmp_path / "relay.log", "wb")
+    # fds 3 and 4 in the relay: what it reads from the "sandbox", where it writes to it.
+    import fcntl
+    high_r, high_w = fcntl.fcntl(to_relay_r, fcntl.F_DUPFD, 100), fcntl.fcntl(from_relay_w, fcntl.F_DUPFD, 100)
+    r = subprocess.run([str(RELAY), "--socket-dir", str(tmp_path / "relay"), "--lock", str(tmp_path / "relay.lock"),
+                        "--pid-file", str(tmp_path / "relay.pid")],
+                       stdout=log, stderr=log, pass_fds=(3, 4),
+                       preexec_fn=lambda: (os.dup2(high_r, 3), os.dup2(high_w, 4)), timeout=10)
+    for fd in (to_relay_r, from_relay_w, high_r, high_w):
+        os.close(fd)
+    assert r.returncode == 0
+    pid = int((tmp_path / "relay.pid").read_text())
+    try:
+        # A valid header with a length far beyond any frame: refused at once,
+        # without waiting for 4 GiB that will never come.
+        os.write(to_relay_w, bytes([4]) + (1).to_bytes(4, "big") + (0xFFFFFFF0).to_bytes(4, "big"))
+        wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z",
+                 timeout=10)
+        text = (tmp_path / "relay.log").read_text()
+        assert "protocol error from the sandbox: data frame of 4294967280 bytes" in text, text
+        assert list((tmp_path / "relay").iterdir()) == []
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(to_relay_w)
+        os.close(from_relay_r)

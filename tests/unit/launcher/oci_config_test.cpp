@@ -124,6 +124,66 @@ TEST(oci_config, the_environment_is_only_what_the_launcher_built) {
     EXPECT_EQ(env.size(), base_environment(sandbox_limits{}).size() + 1);
 }
 
+namespace {
+
+oci_inputs gvisor_inputs() {
+    auto in = fixed_inputs();
+    in.args = relayed_kernel_args();
+    in.gvisor = oci_inputs::gvisor_inputs{"/run/cellgate/sandboxes/0f1e2d3c-golden/relay-script"};
+    return in;
+}
+
+std::map<std::string, std::uint64_t> rlimits_of(const json& c) {
+    std::map<std::string, std::uint64_t> rl;
+    for (const auto& l : c.at("process").at("rlimits")) rl[l.at("type")] = l.at("hard").get<std::uint64_t>();
+    return rl;
+}
+
+}  // namespace
+
+TEST(oci_config, the_gvisor_config_matches_its_golden_file) {
+    expect_golden(build_oci_config(gvisor_inputs()), "oci_config_runsc.json");
+}
+
+TEST(oci_config, under_gvisor_the_pids_limit_moves_inside_the_sandbox) {
+    auto in = gvisor_inputs();
+    in.limits.pids = 48;
+    const auto c = build_oci_config(in);
+    EXPECT_EQ(rlimits_of(c).at("RLIMIT_NPROC"), 48u) << "the sentry enforces it on fork";
+    const auto host = c.at("linux").at("resources").at("pids").at("limit").get<std::uint32_t>();
+    EXPECT_EQ(host, gvisor_host_pids(48));
+    EXPECT_GT(host, 48u * 9) << "room for the sentry's threads and a ptrace stub per guest process";
+    EXPECT_EQ(gvisor_host_pids(1u << 31), 4u << 20) << "capped at the kernel's pid maximum";
+    const auto runc = build_oci_config(fixed_inputs());
+    EXPECT_EQ(rlimits_of(runc).count("RLIMIT_NPROC"), 0u) << "under runc the pids cgroup does it";
+}
+
+TEST(oci_config, under_gvisor_the_relay_is_mounted_read_only_and_runs_the_kernel) {
+    const auto c = build_oci_config(gvisor_inputs());
+    const auto* m = find_mount(c, "/mnt");
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->at("source"), "/run/cellgate/sandboxes/0f1e2d3c-golden/relay-script");
+    for (const char* o : {"ro", "nosuid", "nodev", "noexec"}) EXPECT_TRUE(has_option(*m, o)) << o;
+    const auto args = c.at("process").at("args");
+    EXPECT_EQ(args.at(0), "/usr/bin/tini");
+    EXPECT_EQ(args.at(6), "/mnt/cellgate-relay.py");
+    EXPECT_EQ(args.back(), "/run/kernel/connection.json");
+    EXPECT_EQ(find_mount(build_oci_config(fixed_inputs()), "/mnt"), nullptr);
+}
+
+TEST(seccomp_profile, gvisor_gets_the_same_rules_but_clone3) {
+    auto plain = default_seccomp_profile();
+    const auto gvisor = gvisor_seccomp_profile();
+    auto& rules = plain.at("syscalls");
+    ASSERT_EQ(rules.size(), gvisor.at("syscalls").size() + 1);
+    for (auto it = rules.begin(); it != rules.end(); ++it)
+        if (it->at("names") == json::array({"clone3"})) {
+            rules.erase(it);
+            break;
+        }
+    EXPECT_EQ(plain, gvisor);
+}
+
 TEST(seccomp_profile, denies_what_kernels_never_need) {
     const auto p = default_seccomp_profile();
     std::set<std::string> denied;

@@ -16,6 +16,13 @@ struct launcher_config {
     std::filesystem::path image_store = "/var/cache/cellgate/images";  // images/build.sh output
     std::filesystem::path workspace_root = "/var/lib/cellgate/workspaces";
     std::string runc_path = "runc";
+    // gVisor: `spec.runtime = "runsc"`. ptrace needs no /dev/kvm; kvm is faster
+    // where nested virtualisation works.
+    std::string runsc_path = "runsc";
+    std::string runsc_platform = "ptrace";
+    // The host half of the gVisor relay; empty: next to the running program,
+    // else in PATH.
+    std::string relay_path;
 
     // Each workspace gets its own host uid/gid range of 65536 ids from here on,
     // so no two sessions share a host uid even if one escaped its mounts.
