@@ -210,6 +210,21 @@ def test_streaming_delivers_ordered_events_ending_with_the_full_result(gw, sessi
     assert [e for e, _ in errors][-2:] == ["error", "end"] and errors[-1][1]["status"] == "error"
 
 
+def test_streamed_executions_leave_no_connection_behind(gw, session):
+    """A finished SSE execution releases its connection (socket, session,
+    execution) once the client closes it, like a JSON one."""
+    fds = lambda: len(list(Path(f"/proc/{gw.proc.pid}/fd").iterdir()))  # noqa: E731
+    sse(gw, session["id"], "1")  # warm-up
+    time.sleep(0.5)
+    before = fds()
+    for i in range(30):
+        assert sse(gw, session["id"], f"print({i})")[-1][1]["stdout"] == f"{i}\n"
+    deadline = time.time() + 10
+    while fds() > before + 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert fds() <= before + 2, f"{fds() - before} descriptors left after 30 streamed executions"
+
+
 def test_a_streaming_client_that_disconnects_has_its_cell_interrupted(gw, session):
     sid = session["id"]
     r = api(gw, "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time; time.sleep(60)"},

@@ -292,6 +292,10 @@ void execution::finish() {
                    {"kernel_restarted", kernel_restarted_}};
     kernel_->touch();
     emit("end", result);
+    // The event callback holds the client's stream (an SSE sink), which in
+    // turn holds this execution until the client goes: drop it now, or the
+    // pair keeps each other and the connection's socket alive for good.
+    on_event_ = nullptr;
     if (on_done_) std::exchange(on_done_, nullptr)(std::move(result));
 }
 
