@@ -32,4 +32,6 @@ run_suite "JavaScript client (node --test against the gateway)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/js
 run_suite "chat page in Chromium (playwright-core, Debian's chromium)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/browser
+run_suite "soak (20 sessions × 30 cells with uploads and downloads; resources back to baseline)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/soak
 exit $status
