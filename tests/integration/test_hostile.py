@@ -228,6 +228,37 @@ def still_serving(request, gw):
         {"healthz_s": round(health_s, 3), "neighbour_1+1_s": round(neighbour_s, 3)}
 
 
+# Attacks the battery shows are NOT contained today (SECURITY.md, "Known
+# gaps"). They stay in the battery and run every time; they are expected to
+# fail until fixed, and a strict one that starts passing fails the run so
+# its entry here (and in SECURITY.md) gets removed.
+KNOWN_GAPS = {
+    ("test_socket_families_that_bypass_the_network_namespace_are_refused", "runc"):
+        (True, "AF_VSOCK can be bound under runc: seccomp needs a socket-family allow-list"),
+    ("test_display_metadata_counts_against_the_results_cap", "runc"):
+        (True, "display metadata is not counted against the results cap"),
+    ("test_display_metadata_counts_against_the_results_cap", "runsc"):
+        (True, "display metadata is not counted against the results cap"),
+    ("test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded", "runc"):
+        (False, "iopub queues are bounded by count, not bytes: gateway RSS can grow by hundreds of MiB"),
+    ("test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded", "runsc"):
+        (False, "iopub queues are bounded by count, not bytes: gateway RSS can grow by hundreds of MiB"),
+    ("test_a_fork_bomb_is_stopped_and_a_fork_loop_ends_at_the_pids_limit", "runsc"):
+        (True, "under gVisor each guest process costs ~34 MiB of host memory: a fork loop is OOM-killed first"),
+    ("test_a_memory_bomb_is_oom_killed_reported_and_the_session_restarted", "runsc"):
+        (False, "under runsc an OOM kill is sometimes reported as a plain exit"),
+}
+
+
+@pytest.fixture(autouse=True)
+def known_gap(request):
+    runtime = request.node.callspec.params.get("gw") if hasattr(request.node, "callspec") else None
+    gap = KNOWN_GAPS.get((request.node.originalname, runtime))
+    if gap is not None:
+        strict, reason = gap
+        request.applymarker(pytest.mark.xfail(strict=strict, reason=f"known gap ({runtime}): {reason}"))
+
+
 @pytest.fixture
 def attacker(gw):
     sid = new_session(gw)
