@@ -9,12 +9,14 @@ kernel_info); the command's wall time is printed beside it. Round trip: an
 execute_request for "1+1" until both its execute_reply and the kernel's idle
 status have arrived, over ZeroMQ straight to the host endpoints the launcher
 returns (runc: the kernel's own sockets; runsc: the relay's). Medians, with
-the spread. Uses its own state dirs under /run and removes what it starts.
+the spread; runtimes are interleaved so that other load falls on both
+alike. Uses its own state dirs under /run and removes what it starts.
 """
 import argparse
 import hashlib
 import hmac
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -93,6 +95,13 @@ class Kernel:
         self.ctx.destroy(linger=0)
 
 
+def run_json(argv):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr}")
+    return json.loads(r.stdout)
+
+
 def summary(samples_ms):
     s = sorted(samples_ms)
     return {"median_ms": round(statistics.median(s), 2), "min_ms": round(s[0], 2), "max_ms": round(s[-1], 2),
@@ -107,36 +116,40 @@ def main():
     ap.add_argument("--round-trips", type=int, default=100)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="cellgate-measure-", dir="/run"))
+    base.chmod(0o711)  # gVisor's gofer, as the sandbox's mapped root, must pass through
     launch = [str(Path(args.build_dir) / "bin" / "cellgate-launch"), "--state-dir", str(base / "state"),
               "--workspace-root", str(base / "workspaces")]
-    results = {}
+    runtimes = args.runtimes.split(",")
+    totals = {rt: [] for rt in runtimes}
+    walls = {rt: [] for rt in runtimes}
+    rtts = {rt: [] for rt in runtimes}
+    kernels, infos = {}, {}
     try:
-        for rt in args.runtimes.split(","):
-            totals, walls = [], []
-            for _ in range(args.starts):
+        # Interleaved, so that whatever else the machine does falls on both alike.
+        for _ in range(args.starts):
+            for rt in runtimes:
                 t0 = time.perf_counter()
-                info = json.loads(subprocess.run([*launch, "run", "--runtime", rt], check=True,
-                                                 capture_output=True, text=True).stdout)
-                walls.append((time.perf_counter() - t0) * 1000)
-                totals.append(info["step_ms"]["total"])
+                info = run_json([*launch, "run", "--runtime", rt])
+                walls[rt].append((time.perf_counter() - t0) * 1000)
+                totals[rt].append(info["step_ms"]["total"])
                 subprocess.run([*launch, "rm", info["id"]], check=True)
-            info = json.loads(subprocess.run([*launch, "run", "--runtime", rt], check=True,
-                                             capture_output=True, text=True).stdout)
-            try:
-                k = Kernel(info["endpoints"]["connection_file"])
-                for _ in range(20):  # warm-up
-                    k.execute("1+1")
-                rtts = []
-                for _ in range(args.round_trips):
-                    t0 = time.perf_counter()
-                    k.execute("1+1")
-                    rtts.append((time.perf_counter() - t0) * 1000)
-                k.close()
-            finally:
-                subprocess.run([*launch, "rm", info["id"]], check=True)
-            results[rt] = {"start_to_kernel_info": summary(totals), "start_command_wall": summary(walls),
-                           "round_trip_1_plus_1": summary(rtts)}
-            print(rt, json.dumps(results[rt]), flush=True)
+        for rt in runtimes:
+            infos[rt] = run_json([*launch, "run", "--runtime", rt])
+            kernels[rt] = Kernel(infos[rt]["endpoints"]["connection_file"])
+            for _ in range(20):  # warm-up
+                kernels[rt].execute("1+1")
+        for _ in range(args.round_trips):
+            for rt in runtimes:
+                t0 = time.perf_counter()
+                kernels[rt].execute("1+1")
+                rtts[rt].append((time.perf_counter() - t0) * 1000)
+        results = {rt: {"start_to_kernel_info": summary(totals[rt]), "start_command_wall": summary(walls[rt]),
+                        "round_trip_1_plus_1": summary(rtts[rt])} for rt in runtimes}
+        results["load_average"] = os.getloadavg()
+        for k in kernels.values():
+            k.close()
+        for info in infos.values():
+            subprocess.run([*launch, "rm", info["id"]], check=True)
     finally:
         subprocess.run([*launch, "reap", "--workspaces"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

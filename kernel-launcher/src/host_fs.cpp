@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -138,6 +139,23 @@ std::string read_tail(const fs::path& path, std::size_t max_bytes) {
     std::string out(size - start, '\0');
     in.read(out.data(), static_cast<std::streamsize>(out.size()));
     return out;
+}
+
+void require_searchable_by_others(const std::string& step, const fs::path& path) {
+    fs::path at = "/";
+    const fs::path parent = path.parent_path();
+    for (const auto& part : parent.relative_path()) {
+        at /= part;
+        struct stat st{};
+        if (::stat(at.c_str(), &st) != 0) throw launch_error(step, "stat " + at.string(), errno);
+        if (S_ISDIR(st.st_mode) && (st.st_mode & S_IXOTH) == 0) {
+            char mode[8];
+            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+            throw launch_error(step, "gVisor's gofer cannot reach " + path.string() + ": " + at.string() +
+                                         " (mode " + mode + ") is not searchable by other users; give it o+x",
+                               EACCES);
+        }
+    }
 }
 
 }  // namespace cellgate::launcher

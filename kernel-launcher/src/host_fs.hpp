@@ -29,6 +29,11 @@ void write_file(const std::string& step, const std::filesystem::path& path,
                 const std::string& content, unsigned mode, std::uint32_t uid = 0,
                 std::uint32_t gid = 0);
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes = 1 << 20);
+
+// Throws launch_error(step, EACCES) naming the first directory above `path`
+// that other users cannot search (gVisor's gofer opens mount sources as the
+// sandbox's mapped root, not as host root).
+void require_searchable_by_others(const std::string& step, const std::filesystem::path& path);
 std::string read_tail(const std::filesystem::path& path, std::size_t max_bytes);
 
 }  // namespace cellgate::launcher

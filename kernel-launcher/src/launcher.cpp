@@ -268,6 +268,10 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     finish_step("config");
 
+    if (in.gvisor) {
+        for (const auto& p : {fs::path(info.image), ws_dir, kernel_dir, relay_paths_of(dir).script_dir})
+            require_searchable_by_others("runtime-run", p);
+    }
     relay_pipes pipes;
     if (relayed) {
         runtime_started = true;  // from here a teardown must stop the relay

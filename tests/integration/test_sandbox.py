@@ -534,6 +534,25 @@ def test_runsc_garbage_from_inside_the_sandbox_ends_only_that_sandbox(launcher):
         other.remove()
 
 
+def test_runsc_a_relay_that_dies_takes_its_sandbox_along(launcher):
+    _need_runsc()
+    s = launcher.run("--runtime", "runsc")
+    try:
+        relay_pid = int((Path(s.info["run_dir"]) / "relay.pid").read_text())
+        os.kill(relay_pid, signal.SIGKILL)
+        # Unreachable at once (status says so), and the sandbox follows: the
+        # relay inside sees its input end and stops the kernel.
+        st = wait_for(lambda: (lambda v: v if v["state"] == "stopped" else None)(launcher.status(s.id)), timeout=5)
+        assert st["state"] == "stopped", st
+        sentry = Path(f"/proc/{s.info['pid']}")
+        wait_for(lambda: not sentry.exists() or sentry.joinpath("stat").read_text().split()[2] == "Z", timeout=30)
+        assert not sentry.exists() or sentry.joinpath("stat").read_text().split()[2] == "Z"
+        assert "reaped " + s.id in launcher.cmd("reap").stdout
+        assert _leftovers(launcher, s.id, s.info["workspace_dir"]) == []
+    finally:
+        s.remove()
+
+
 def test_relay_binary_refuses_a_bad_first_frame_and_listens_on_nothing(tmp_path):
     """The host relay on its own, fed by the test instead of a sandbox."""
     if not RELAY.exists():

@@ -46,6 +46,7 @@ public:
         epoll_event events[64];
         for (;;) {
             flush();
+            if (mux_.failed()) end(true, "protocol error from the sandbox: " + mux_.error());
             if (ended_) return result_;
             update_interest();
             const int n = ::epoll_wait(epoll_, events, 64, -1);
@@ -114,7 +115,6 @@ private:
             return;
         }
         mux_.sandbox_written(static_cast<std::size_t>(n));
-        if (mux_.failed()) end(true, mux_.error());
     }
 
     // Made once the kernel has bound its sockets inside: before that a client
