@@ -2,12 +2,16 @@
 
 #include "host_fs.hpp"
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 namespace cellgate::launcher {
 namespace fs = std::filesystem;
@@ -76,18 +80,58 @@ std::vector<std::string> cgroup_dirs(const std::string& cgroups_path) {
     return out;
 }
 
+namespace {
+
+// Children first (a runtime may nest), then the directory itself.
+bool remove_tree(const fs::path& dir) {
+    std::vector<fs::path> subdirs;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+        if (e.is_directory(ec)) subdirs.push_back(e.path());
+    std::sort(subdirs.begin(), subdirs.end(),
+              [](const auto& a, const auto& b) { return a.string().size() > b.string().size(); });
+    for (const auto& s : subdirs) ::rmdir(s.c_str());
+    return ::rmdir(dir.c_str()) == 0 || errno == ENOENT;
+}
+
+// SIGKILLs what is still in the sandbox's cgroup once its runtime has let go
+// of it (gVisor's gofer and ptrace stubs can outlive an OOM-killed sentry for
+// a moment). Each pid is pinned with a pidfd and checked to still be in this
+// sandbox's cgroup before the signal, so a recycled pid is never hit.
+void kill_stragglers(const fs::path& dir, const std::string& cgroups_path) {
+    std::vector<fs::path> dirs = {dir};
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+        if (e.is_directory(ec)) dirs.push_back(e.path());
+    for (const auto& d : dirs) {
+        std::istringstream procs(read_file(d / "cgroup.procs", 1 << 16));
+        for (long pid; procs >> pid;) {
+            const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+            if (pidfd < 0) continue;
+            const auto cgroups = read_file("/proc/" + std::to_string(pid) + "/cgroup", 8192);
+            if (cgroups.find(cgroups_path + "\n") != std::string::npos ||
+                cgroups.find(cgroups_path + "/") != std::string::npos)
+                ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+            ::close(pidfd);
+        }
+    }
+}
+
+}  // namespace
+
 std::vector<std::string> remove_cgroup(const std::string& cgroups_path) {
     std::vector<std::string> left;
     for (const auto& dir : cgroup_dirs(cgroups_path)) {
-        // Children first (a runtime may nest), then the directory itself.
-        std::vector<fs::path> subdirs;
-        std::error_code ec;
-        for (const auto& e : fs::recursive_directory_iterator(dir, ec))
-            if (e.is_directory(ec)) subdirs.push_back(e.path());
-        std::sort(subdirs.begin(), subdirs.end(),
-                  [](const auto& a, const auto& b) { return a.string().size() > b.string().size(); });
-        for (const auto& s : subdirs) ::rmdir(s.c_str());
-        if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) left.push_back(dir);
+        if (remove_tree(dir)) continue;
+        // Busy: whatever is left there belongs to the sandbox being removed.
+        bool removed = false;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (!removed && std::chrono::steady_clock::now() < deadline) {
+            kill_stragglers(dir, cgroups_path);
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            removed = remove_tree(dir);
+        }
+        if (!removed) left.push_back(dir);
     }
     return left;
 }

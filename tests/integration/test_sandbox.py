@@ -435,6 +435,25 @@ def test_reap_removes_stopped_sandboxes_and_stray_cgroups(launcher, runtime):
     assert _leftovers(launcher, s.id, s.info["workspace_dir"]) == []
 
 
+def test_reap_empties_and_removes_a_busy_stray_cgroup(launcher):
+    # What a runtime leaves in a sandbox's cgroup (gVisor's gofer after an
+    # OOM-killed sentry, say) is the sandbox's: killed, then the cgroup goes.
+    stray = Path("/sys/fs/cgroup/pids/cellgate") / f"stray-{uuid.uuid4().hex[:8]}"
+    stray.mkdir(parents=True)
+    p = subprocess.Popen(["sleep", "600"])
+    try:
+        (stray / "cgroup.procs").write_text(str(p.pid))
+        out = launcher.cmd("reap").stdout
+        assert f"reaped cgroup:{stray.name}" in out, out
+        assert p.wait(timeout=10) == -signal.SIGKILL
+        assert not stray.exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if stray.exists():
+            stray.rmdir()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--memory", "-1"], "cannot be negative"),
     (["--memory", "1K"], "memory limit"),
