@@ -54,56 +54,6 @@ std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) {
 
 std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
 
-std::string url_path(const std::string& path) {
-    static constexpr char digits[] = "0123456789ABCDEF";
-    std::string out;
-    for (const char ch : path) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') out.push_back(ch);
-        else {
-            out.push_back('%');
-            out.push_back(digits[c >> 4]);
-            out.push_back(digits[c & 15]);
-        }
-    }
-    return out;
-}
-
-// A positive whole number of seconds or bytes from the request, capped.
-template <class T>
-T requested(const json& body, const char* key, T fallback, T maximum) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_number() || it->get<double>() <= 0)
-        throw api_exception(400, std::string("'") + key + "' must be a positive number");
-    const double v = it->get<double>();
-    return v >= static_cast<double>(maximum) ? maximum : static_cast<T>(v);
-}
-
-kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& l) {
-    kernels::kernel_policy p = l.defaults;
-    using secs = std::chrono::seconds;
-    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(l.defaults.exec_timeout.count()),
-                                          static_cast<long>(l.maxima.exec_timeout.count())));
-    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(l.defaults.idle_timeout.count()),
-                                          static_cast<long>(l.maxima.idle_timeout.count())));
-    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(l.defaults.lifetime.count()),
-                                      static_cast<long>(l.maxima.lifetime.count())));
-    p.output_limit_bytes = requested<std::size_t>(body, "output_limit_bytes", l.defaults.output_limit_bytes,
-                                                  l.maxima.output_limit_bytes);
-    return p;
-}
-
-// The agent API is strict about env (the Jupyter API drops other names, as
-// gateway clients send some): only KERNEL_* names, else 400.
-std::map<std::string, std::string> strict_env(const json& body) {
-    if (const auto it = body.find("env"); it != body.end() && it->is_object())
-        for (const auto& [name, value] : it->items())
-            if (name.rfind("KERNEL_", 0) != 0)
-                throw api_exception(400, "env takes KERNEL_* names only; '" + name.substr(0, 64) + "' is not one");
-    return kernel_env_from(body);
-}
-
 json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
     const auto model = k.model();
     const auto& p = k.policy();
@@ -183,16 +133,7 @@ void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, a
 }
 
 agent::execution_options options_for(const kernels::kernel& k, const json& body, const agent::agent_limits& l) {
-    agent::execution_options o;
-    const auto code = body.find("code");
-    if (code == body.end() || !code->is_string()) throw api_exception(400, "'code' (a string) is required");
-    o.code = code->get<std::string>();
-    const auto& p = k.policy();
-    o.timeout = std::chrono::seconds(
-        requested<long>(body, "timeout_s", static_cast<long>(p.exec_timeout.count()),
-                        static_cast<long>(std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
-    o.output_limit_bytes = p.output_limit_bytes;
-    o.result_limit_bytes = p.result_limit_bytes;
+    auto o = execution_options_from(body, k.policy(), l);
     o.files_url_prefix = files_url(k.id());
     return o;
 }
@@ -207,7 +148,7 @@ json file_entry(const std::string& session_id, const contents::entry_info& e) {
             {"modified", kernels::iso8601(std::chrono::system_clock::time_point(
                              std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                  std::chrono::nanoseconds(e.mtime_ns))))},
-            {"url", files_url(session_id) + url_path(e.path)}};
+            {"url", files_url(session_id) + url_encode_path(e.path)}};
 }
 
 }  // namespace
@@ -215,9 +156,7 @@ json file_entry(const std::string& session_id, const contents::entry_info& e) {
 void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
-        if (body.contains("kernel") && !body["kernel"].is_string() && !body["kernel"].is_null())
-            throw api_exception(400, "'kernel' must be a string");
-        auto name = body.contains("kernel") && body["kernel"].is_string() ? body["kernel"].get<std::string>() : std::string();
+        auto name = agent_kernel_name(body);
         if (name.empty()) name = s.kernels.specs().default_name();
         const auto policy = policy_from(body, agents.limits());
         s.kernels.start_kernel(
@@ -285,17 +224,13 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         if (!boundary) throw api_exception(415, "Expected multipart/form-data with a boundary");
         const auto parts = parse_multipart(req->req.body(), *boundary);
         if (!parts) throw api_exception(400, "The multipart body is malformed");
-        std::string dir;
-        for (const auto& p : *parts)
-            if (!p.filename && p.name == "path") dir = std::string(p.data);
+        const auto dir = form_directory(*parts);
         const auto store = store_of(k);
         k->touch();
         json saved = json::array();
         for (const auto& p : *parts) {
             if (!p.filename) continue;
-            const std::string base = std::filesystem::path(*p.filename).filename().string();  // never a path from the client's disk
-            if (base.empty() || base == "." || base == "..") throw api_exception(400, "A file part has no usable filename");
-            const auto path = guarded([&] { return contents_store::check_path(dir.empty() ? base : dir + "/" + base); });
+            const auto path = form_file_path(p, dir);
             if (p.data.size() > k->policy().upload_limit_bytes) throw api_exception(413, "A file is larger than the upload limit");
             const auto info = guarded([&] {
                 store->make_parents(path);
@@ -338,7 +273,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
                                           {{"path", info.path},
                                            {"size", info.size},
                                            {"mime_type", std::string(contents::mime_type_for(info.name))},
-                                           {"url", files_url(k->id()) + url_path(info.path)}}));
+                                           {"url", files_url(k->id()) + url_encode_path(info.path)}}));
                   }});
     r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
@@ -354,7 +289,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         res.file_size = size;
         res.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'");
         if (req->query.count("download") != 0 && req->query_value("download") != "0")
-            res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "\"");
+            res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
         reply(std::move(res));
     });
     r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
@@ -374,19 +309,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body(false);
         if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
-        std::vector<std::pair<std::string, std::string>> files;
-        if (const auto it = body.find("files"); it != body.end() && !it->is_null()) {
-            if (!it->is_array()) throw api_exception(400, "'files' must be an array of {path, content_base64}");
-            for (const auto& f : *it) {
-                if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content_base64") ||
-                    !f["content_base64"].is_string())
-                    throw api_exception(400, "each file needs 'path' and 'content_base64' strings");
-                auto data = base64_decode(f["content_base64"].get<std::string>());
-                if (!data) throw api_exception(400, "'content_base64' of " + f["path"].get<std::string>().substr(0, 100) + " is not base64");
-                files.emplace_back(guarded([&] { return contents_store::check_path(f["path"].get<std::string>()); }),
-                                   std::move(*data));
-            }
-        }
+        auto files = inline_files_from(body);
         auto policy = policy_from(body, agents.limits());
         policy.idle_timeout = std::chrono::seconds(0);
         s.kernels.start_kernel(

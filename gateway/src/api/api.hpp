@@ -1,5 +1,6 @@
 #pragma once
 
+#include "api/request_models.hpp"
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
@@ -40,8 +41,5 @@ void register_static_api(http::router& r, const web_options& web);  // /, /stati
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
-
-// Environment for a new kernel from a request's "env": KERNEL_* names only.
-std::map<std::string, std::string> kernel_env_from(const nlohmann::json& body);
 
 }  // namespace cellgate::api

@@ -111,6 +111,8 @@ nlohmann::json model_for(services& s, const located& l, const entry_info& e, boo
     if (!with_content) return m;
     const auto data = l.store->read(e.path, s.max_read_bytes);
     if (type == "notebook") {
+        // The kernel wrote this file: a deep one would overflow the stack in dump().
+        if (!json_nesting_within(data, max_body_json_depth)) throw api_exception(400, "Unreadable notebook: " + l.full(e.path));
         auto nb = nlohmann::json::parse(data, nullptr, false);
         if (nb.is_discarded() || !nb.is_object()) throw api_exception(400, "Unreadable notebook: " + l.full(e.path));
         m["content"] = std::move(nb);
@@ -264,43 +266,19 @@ void put_contents(services& s, const request_ptr& req, reply_fn reply, std::stri
     const bool existed = guarded([&] { return l.store->exists(l.rel); });
     const auto saved = guarded([&]() -> entry_info {
         if (type == "directory") return existed ? l.store->stat(l.rel) : l.store->make_dir(l.rel);
-        const auto content = body.find("content");
-        if (content == body.end() || content->is_null()) {
+        const auto payload = contents_payload_from(body, type);
+        if (!payload.data) {
             if (existed) return l.store->stat(l.rel);
             return l.store->write(l.rel, "");
         }
-        std::string data;
-        if (type == "notebook") {
-            if (!content->is_object()) throw api_exception(400, "A notebook's content must be a JSON object");
-            data = content->dump(1);
-        } else {
-            if (!content->is_string()) throw api_exception(400, "'content' must be a string");
-            const auto format = body.value("format", std::string("text"));
-            if (format == "base64") {
-                auto decoded = base64_decode(content->get_ref<const std::string&>());
-                if (!decoded) throw api_exception(400, "'content' is not valid base64");
-                data = std::move(*decoded);
-            } else if (format == "text") {
-                data = content->get<std::string>();
-            } else {
-                throw api_exception(400, "Unknown format '" + format.substr(0, 32) + "'");
-            }
-        }
         // Chunked upload as JupyterLab sends it: chunk 1 starts the file, later
         // chunks append, -1 is the last one.
-        const auto chunk = body.find("chunk");
-        if (chunk != body.end() && !chunk->is_null()) {
-            if (!chunk->is_number_integer()) throw api_exception(400, "'chunk' must be an integer");
-            const auto n = chunk->get<long long>();
-            if (n == 1) return l.store->write(l.rel, data);
-            if (n > 1 || n == -1) return l.store->append(l.rel, data);
-            throw api_exception(400, "'chunk' must be 1, 2, … or -1");
-        }
-        return l.store->write(l.rel, data);
+        if (payload.chunk && *payload.chunk != 1) return l.store->append(l.rel, *payload.data);
+        return l.store->write(l.rel, *payload.data);
     });
     auto model = guarded([&] { return model_for(s, l, saved, false, std::nullopt, std::nullopt); });
     auto res = json_response(existed ? 200 : 201, model);
-    res.headers.emplace_back("Location", "/api/contents/" + l.full(saved.path));
+    res.headers.emplace_back("Location", "/api/contents/" + url_encode_path(l.full(saved.path)));
     reply(std::move(res));
 }
 
@@ -312,9 +290,10 @@ void post_contents(services& s, const request_ptr& req, reply_fn reply, std::str
     const auto saved = guarded([&]() -> entry_info {
         const auto dir = l.store->stat(l.rel);
         if (dir.type != entry_type::directory) throw api_exception(400, "POST creates inside a directory");
-        if (const auto from = body.find("copy_from"); from != body.end() && from->is_string()) {
+        const auto wanted = new_entry_from(body);
+        if (wanted.copy_from) {
             // copy_from is a contents path in the same workspace.
-            auto src = locate(s, req, from->get<std::string>());
+            auto src = locate(s, req, *wanted.copy_from);
             if (src.kernel->id() != l.kernel->id()) throw api_exception(400, "copy_from must be in the same workspace");
             const auto src_name = fs::path(src.rel).filename().string();
             const auto dot = src_name.find('.', 1);
@@ -323,10 +302,8 @@ void post_contents(services& s, const request_ptr& req, reply_fn reply, std::str
             const auto name = l.store->untitled_name(l.rel, stem, ext);
             return l.store->copy(src.rel, l.rel.empty() ? name : l.rel + "/" + name);
         }
-        const auto type = body.value("type", std::string("file"));
-        auto ext = body.value("ext", std::string());
-        if (type == "notebook") ext = ".ipynb";
-        if (!ext.empty() && ext.front() != '.') ext.insert(0, ".");
+        const auto& type = wanted.type;
+        const auto& ext = wanted.ext;
         const auto name = l.store->untitled_name(l.rel, type == "directory" ? "Untitled Folder" : "Untitled", type == "directory" ? "" : ext);
         const auto target = l.rel.empty() ? name : l.rel + "/" + name;
         if (type == "directory") return l.store->make_dir(target);
@@ -339,16 +316,15 @@ void post_contents(services& s, const request_ptr& req, reply_fn reply, std::str
         return l.store->write(target, "");
     });
     auto res = json_response(201, guarded([&] { return model_for(s, l, saved, false, std::nullopt, std::nullopt); }));
-    res.headers.emplace_back("Location", "/api/contents/" + l.full(saved.path));
+    res.headers.emplace_back("Location", "/api/contents/" + url_encode_path(l.full(saved.path)));
     reply(std::move(res));
 }
 
 void patch_contents(services& s, const request_ptr& req, reply_fn reply, const std::string& path) {
     const auto body = req->json_body(false);
-    const auto to = body.find("path");
-    if (to == body.end() || !to->is_string()) throw api_exception(400, "PATCH needs the new 'path'");
+    const auto to = rename_target_from(body);
     auto from = locate(s, req, path);
-    auto dest = locate(s, req, to->get<std::string>());
+    auto dest = locate(s, req, to);
     if (from.kernel->id() != dest.kernel->id()) throw api_exception(400, "Cannot move files between workspaces");
     if (from.rel.empty() || dest.rel.empty()) throw api_exception(400, "The workspace root cannot be renamed");
     const auto moved = guarded([&] { return from.store->rename(from.rel, dest.rel); });
@@ -385,7 +361,7 @@ void get_file(services& s, const request_ptr& req, reply_fn reply, const std::st
     // the gateway's origin.
     res.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'");
     if (req->query.count("download") != 0 && req->query_value("download") != "0")
-        res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "\"");
+        res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
     reply(std::move(res));
 }
 

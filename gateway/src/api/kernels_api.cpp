@@ -15,21 +15,6 @@ kernels::kernel_ptr kernel_or_404(services& s, const request_ptr& req, const std
     return k;
 }
 
-std::map<std::string, std::string> kernel_env_from(const nlohmann::json& body) {
-    std::map<std::string, std::string> env;
-    const auto it = body.find("env");
-    if (it == body.end() || it->is_null()) return env;
-    if (!it->is_object()) throw api_exception(400, "'env' must be an object of strings");
-    for (const auto& [name, value] : it->items()) {
-        // Only KERNEL_* variables reach a sandbox (as Enterprise Gateway does);
-        // anything else a client sends is ignored.
-        if (name.rfind("KERNEL_", 0) != 0) continue;
-        if (!value.is_string()) throw api_exception(400, "env value of '" + name.substr(0, 64) + "' must be a string");
-        env[name] = value.get<std::string>();
-    }
-    return env;
-}
-
 namespace {
 
 response created(const nlohmann::json& model) {
@@ -83,11 +68,8 @@ void register_kernels_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/api/kernels", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
-        std::string name = s.kernels.specs().default_name();
-        if (const auto it = body.find("name"); it != body.end() && !it->is_null()) {
-            if (!it->is_string()) throw api_exception(400, "'name' must be a string");
-            if (!it->get<std::string>().empty()) name = it->get<std::string>();
-        }
+        auto name = kernel_name_from(body);
+        if (name.empty()) name = s.kernels.specs().default_name();
         s.kernels.start_kernel(req->who.tenant, name, kernel_env_from(body),
                                [reply](std::optional<api_error> e, kernels::kernel_ptr k) {
                                    if (e) reply(error_response(e->status, e->message));

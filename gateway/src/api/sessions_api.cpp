@@ -15,22 +15,11 @@ nlohmann::json session_model(services& s, const kernels::session_record& rec) {
     return m;
 }
 
-std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "") {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_string()) throw api_exception(400, std::string("'") + key + "' must be a string");
-    return it->get<std::string>();
-}
-
 // Resolves the "kernel" member of a session request: an existing kernel by id,
 // or a spec name to start. Calls back with the kernel or an error.
 void resolve_kernel(services& s, const request_ptr& req, const nlohmann::json& body,
                     std::function<void(std::optional<api_error>, kernels::kernel_ptr)> then) {
-    nlohmann::json kernel = nlohmann::json::object();
-    if (const auto it = body.find("kernel"); it != body.end() && !it->is_null()) {
-        if (!it->is_object()) throw api_exception(400, "'kernel' must be an object with 'id' or 'name'");
-        kernel = *it;
-    }
+    const auto kernel = kernel_member(body);
     const auto id = string_field(kernel, "id");
     if (!id.empty()) {
         auto k = s.kernels.find(req->who.tenant, id);
@@ -53,13 +42,12 @@ void register_sessions_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/api/sessions", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body(false);
+        auto fields = session_fields_from(body);
         kernels::session_record rec;
         rec.tenant = req->who.tenant;
-        rec.path = string_field(body, "path");
-        rec.name = string_field(body, "name");
-        rec.type = string_field(body, "type", "notebook");
-        if (rec.path.empty()) rec.path = string_field(body, "notebook") ;
-        if (rec.path.empty()) throw api_exception(400, "A session needs a 'path'");
+        rec.path = std::move(fields.path);
+        rec.name = std::move(fields.name);
+        rec.type = std::move(fields.type);
         if (auto existing = s.sessions.find_by_path(rec.tenant, rec.path)) {
             if (s.kernels.find(rec.tenant, existing->kernel_id)) {
                 reply(json_response(201, session_model(s, *existing)));

@@ -2,6 +2,8 @@
 
 #include "util/api_error.hpp"
 
+#include <cctype>
+
 namespace cellgate::http {
 
 response json_response(unsigned status, const nlohmann::json& body) {
@@ -23,12 +25,37 @@ response empty_response(unsigned status) {
     return r;
 }
 
+bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept {
+    std::size_t depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max_depth) return false;
+        } else if ((c == '}' || c == ']') && depth > 0) {
+            --depth;
+        }
+    }
+    return true;
+}
+
 nlohmann::json request_context::json_body(bool allow_empty) const {
     const auto& body = req.body();
     if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
         if (allow_empty) return nlohmann::json::object();
         throw api_exception(400, "A JSON body is required");
     }
+    // nlohmann parses without recursion but copies and dumps recursively: a
+    // body nested a million deep would overflow the stack of whatever
+    // handler copies it.
+    if (!json_nesting_within(body, max_body_json_depth))
+        throw api_exception(400, "The request body is nested more than " + std::to_string(max_body_json_depth) +
+                                     " levels deep");
     auto j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded()) throw api_exception(400, "The request body is not valid JSON");
     if (!j.is_object()) throw api_exception(400, "The request body must be a JSON object");
@@ -82,6 +109,79 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
         out.emplace(std::move(*key), std::move(*value));
     }
     return out;
+}
+
+std::string url_encode_path(std::string_view path) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(path.size());
+    for (const char ch : path) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+            out.push_back(ch);
+        } else {
+            out.push_back('%');
+            out.push_back(digits[c >> 4]);
+            out.push_back(digits[c & 15]);
+        }
+    }
+    return out;
+}
+
+bool header_list_contains(std::string_view list, std::string_view item) {
+    while (!list.empty()) {
+        const auto comma = list.find(',');
+        auto entry = list.substr(0, comma);
+        while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+        while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+        if (entry == item) return true;
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    }
+    return false;
+}
+
+std::string attachment_disposition(std::string_view filename) {
+    std::string fallback;
+    for (const char ch : filename) {
+        const auto c = static_cast<unsigned char>(ch);
+        fallback.push_back(c < 0x20 || c >= 0x7f || c == '"' || c == '\\' ? '_' : ch);
+    }
+    auto out = "attachment; filename=\"" + fallback + "\"";
+    if (fallback != filename) out += "; filename*=UTF-8''" + url_encode_path(filename);
+    return out;
+}
+
+bool safe_header_value(std::string_view value) noexcept {
+    return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+std::size_t set_response_headers(bhttp::response_header<>& h, const response& r, const request* req,
+                                 const std::vector<std::string>& allow_origins) {
+    std::size_t dropped = 0;
+    h.set(bhttp::field::server, "cellgate");
+    if (!r.content_type.empty()) {
+        if (safe_header_value(r.content_type)) h.set(bhttp::field::content_type, r.content_type);
+        else ++dropped;
+    }
+    h.set(bhttp::field::cache_control, "no-store");
+    h.set("X-Content-Type-Options", "nosniff");
+    for (const auto& [k, v] : r.headers) {
+        if (safe_header_value(v)) h.set(k, v);
+        else ++dropped;
+    }
+    // Origins named explicitly may call the REST API from a browser.
+    if (req == nullptr) return dropped;
+    const auto origin = (*req)[bhttp::field::origin];
+    if (origin.empty() || !safe_header_value(origin)) return dropped;
+    bool allowed = false;
+    for (const auto& a : allow_origins) allowed = allowed || a == "*" || a == origin;
+    if (!allowed) return dropped;
+    h.set(bhttp::field::access_control_allow_origin, origin);
+    h.set(bhttp::field::vary, "Origin");
+    h.set(bhttp::field::access_control_allow_headers, "Authorization, Content-Type, X-XSRFToken, Accept");
+    h.set(bhttp::field::access_control_allow_methods, "GET, POST, PUT, PATCH, DELETE, OPTIONS");
+    h.set(bhttp::field::access_control_max_age, "600");
+    return dropped;
 }
 
 }  // namespace cellgate::http

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -74,6 +75,13 @@ struct request_context {
     nlohmann::json json_body(bool allow_empty = true) const;
 };
 
+// Request bodies and stored notebooks deeper than this are refused before
+// parsing (a notebook is a handful of levels deep).
+inline constexpr std::size_t max_body_json_depth = 512;
+// Bracket depth outside strings is at most `max_depth`. Exact for valid JSON;
+// for invalid JSON it only has to be safe, as the parser refuses it anyway.
+bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept;
+
 using request_ptr = std::shared_ptr<request_context>;
 // A handler replies exactly once, from any thread.
 using reply_fn = std::function<void(response)>;
@@ -96,5 +104,24 @@ struct upload_handler {
 // URL helpers, strict: bad escapes and NUL are errors (nullopt).
 std::optional<std::string> url_decode(std::string_view in, bool plus_is_space = false);
 std::map<std::string, std::string> parse_query(std::string_view query);
+// A path for a URL: every byte but [A-Za-z0-9/._~-] %-escaped.
+std::string url_encode_path(std::string_view path);
+
+// Whether `list` (a comma-separated header such as Sec-WebSocket-Protocol)
+// names `item`.
+bool header_list_contains(std::string_view list, std::string_view item);
+
+// Content-Disposition for a download of `filename`, whatever it holds (a
+// kernel names its files): a plain-ASCII fallback in filename="…" and the
+// exact name, %-escaped, in filename*=UTF-8''… (RFC 6266).
+std::string attachment_disposition(std::string_view filename);
+
+// Sets what every response carries, the handler's own headers, and CORS for
+// an Origin named in `allow_origins`. A value holding CR, LF or NUL (built
+// from a path, a file name or a header of the request) is dropped: written
+// out, it would split the response. Returns how many were dropped.
+std::size_t set_response_headers(bhttp::response_header<>& h, const response& r, const request* req,
+                                 const std::vector<std::string>& allow_origins);
+bool safe_header_value(std::string_view value) noexcept;
 
 }  // namespace cellgate::http

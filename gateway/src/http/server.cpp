@@ -41,20 +41,6 @@ constexpr const char* channels_pattern = "/api/kernels/{kernel_id}/channels";
 
 using clock = std::chrono::steady_clock;
 
-// Origins named explicitly may call the REST API from a browser.
-void add_cors(const request& req, const server_options& o, bhttp::response_header<>& h) {
-    const auto origin = req[bhttp::field::origin];
-    if (origin.empty()) return;
-    bool allowed = false;
-    for (const auto& a : o.allow_origins) allowed = allowed || a == "*" || a == origin;
-    if (!allowed) return;
-    h.set(bhttp::field::access_control_allow_origin, origin);
-    h.set(bhttp::field::vary, "Origin");
-    h.set(bhttp::field::access_control_allow_headers, "Authorization, Content-Type, X-XSRFToken, Accept");
-    h.set(bhttp::field::access_control_allow_methods, "GET, POST, PUT, PATCH, DELETE, OPTIONS");
-    h.set(bhttp::field::access_control_max_age, "600");
-}
-
 bool public_route(const std::string& pattern) {
     return pattern == "/api" || pattern == "/healthz" || pattern == "/" || pattern.rfind("/static/", 0) == 0 ||
            pattern == "/static-config.json";
@@ -286,16 +272,8 @@ private:
             return send(error_response(403, "Origin not allowed"), keep_alive, ctx);
         auto k = ctx_.kernels.find(ctx->who.tenant, ctx->param("kernel_id"));
         if (!k) return send(error_response(404, "No such kernel"), keep_alive, ctx);
-        bool v1 = false;
         const auto offered = ctx->req[bhttp::field::sec_websocket_protocol];
-        for (std::string_view rest(offered.data(), offered.size()); !rest.empty();) {
-            const auto comma = rest.find(',');
-            auto item = rest.substr(0, comma);
-            while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-            while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-            if (item == ws::v1_subprotocol) v1 = true;
-            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-        }
+        const bool v1 = header_list_contains(std::string_view(offered.data(), offered.size()), ws::v1_subprotocol);
         const auto session_id = ctx->query_value("session_id").value_or("");
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         beast::get_lowest_layer(stream_).expires_never();
@@ -305,12 +283,8 @@ private:
 
     template <class Body>
     void finish_headers(bhttp::response<Body>& res, const response& r, const request_ptr& ctx) {
-        res.set(bhttp::field::server, "cellgate");
-        if (!r.content_type.empty()) res.set(bhttp::field::content_type, r.content_type);
-        res.set(bhttp::field::cache_control, "no-store");
-        res.set("X-Content-Type-Options", "nosniff");
-        for (const auto& [k, v] : r.headers) res.set(k, v);
-        if (ctx) add_cors(ctx->req, ctx_.options, res.base());
+        if (set_response_headers(res.base(), r, ctx ? &ctx->req : nullptr, ctx_.options.allow_origins) != 0)
+            spdlog::warn("{}: a response header holding CR, LF or NUL was dropped", ctx ? ctx->route : "(no route)");
     }
 
     void send(response r, bool keep_alive, request_ptr ctx) {

@@ -1,0 +1,210 @@
+#include "api/request_models.hpp"
+
+#include "agent/agent_service.hpp"
+#include "contents/contents_store.hpp"
+#include "kernels/kernel.hpp"
+#include "util/api_error.hpp"
+#include "util/encoding.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace cellgate::api {
+
+using nlohmann::json;
+
+namespace {
+
+// A positive whole number of seconds or bytes from the request, capped.
+template <class T>
+T requested(const json& body, const char* key, T fallback, T maximum) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_number() || it->get<double>() <= 0)
+        throw api_exception(400, std::string("'") + key + "' must be a positive number");
+    const double v = it->get<double>();
+    return v >= static_cast<double>(maximum) ? maximum : static_cast<T>(v);
+}
+
+// A workspace path from a request; a malformed one is a 400.
+std::string checked_path(std::string_view path) {
+    try {
+        return contents::contents_store::check_path(path);
+    } catch (const contents::contents_error& e) {
+        throw api_exception(400, e.what());
+    }
+}
+
+}  // namespace
+
+std::string string_field(const json& body, const char* key, const std::string& fallback) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_string()) throw api_exception(400, std::string("'") + key + "' must be a string");
+    return it->get<std::string>();
+}
+
+std::map<std::string, std::string> kernel_env_from(const json& body) {
+    std::map<std::string, std::string> env;
+    const auto it = body.find("env");
+    if (it == body.end() || it->is_null()) return env;
+    if (!it->is_object()) throw api_exception(400, "'env' must be an object of strings");
+    for (const auto& [name, value] : it->items()) {
+        // Only KERNEL_* variables reach a sandbox (as Enterprise Gateway does);
+        // anything else a client sends is ignored.
+        if (name.rfind("KERNEL_", 0) != 0) continue;
+        if (!value.is_string()) throw api_exception(400, "env value of '" + name.substr(0, 64) + "' must be a string");
+        env[name] = value.get<std::string>();
+    }
+    return env;
+}
+
+std::map<std::string, std::string> strict_env(const json& body) {
+    if (const auto it = body.find("env"); it != body.end() && it->is_object())
+        for (const auto& [name, value] : it->items())
+            if (name.rfind("KERNEL_", 0) != 0)
+                throw api_exception(400, "env takes KERNEL_* names only; '" + name.substr(0, 64) + "' is not one");
+    return kernel_env_from(body);
+}
+
+std::string kernel_name_from(const json& body) {
+    if (const auto it = body.find("name"); it != body.end() && !it->is_null()) {
+        if (!it->is_string()) throw api_exception(400, "'name' must be a string");
+        return it->get<std::string>();
+    }
+    return {};
+}
+
+session_fields session_fields_from(const json& body) {
+    session_fields f;
+    f.path = string_field(body, "path");
+    f.name = string_field(body, "name");
+    f.type = string_field(body, "type", "notebook");
+    if (f.path.empty()) f.path = string_field(body, "notebook");
+    if (f.path.empty()) throw api_exception(400, "A session needs a 'path'");
+    return f;
+}
+
+json kernel_member(const json& body) {
+    if (const auto it = body.find("kernel"); it != body.end() && !it->is_null()) {
+        if (!it->is_object()) throw api_exception(400, "'kernel' must be an object with 'id' or 'name'");
+        return *it;
+    }
+    return json::object();
+}
+
+contents_payload contents_payload_from(const json& body, const std::string& type) {
+    contents_payload p;
+    const auto content = body.find("content");
+    if (content == body.end() || content->is_null()) return p;
+    if (type == "notebook") {
+        if (!content->is_object()) throw api_exception(400, "A notebook's content must be a JSON object");
+        p.data = content->dump(1);
+    } else {
+        if (!content->is_string()) throw api_exception(400, "'content' must be a string");
+        const auto format = body.value("format", std::string("text"));
+        if (format == "base64") {
+            auto decoded = base64_decode(content->get_ref<const std::string&>());
+            if (!decoded) throw api_exception(400, "'content' is not valid base64");
+            p.data = std::move(*decoded);
+        } else if (format == "text") {
+            p.data = content->get<std::string>();
+        } else {
+            throw api_exception(400, "Unknown format '" + format.substr(0, 32) + "'");
+        }
+    }
+    // Chunked upload as JupyterLab sends it.
+    const auto chunk = body.find("chunk");
+    if (chunk != body.end() && !chunk->is_null()) {
+        if (!chunk->is_number_integer()) throw api_exception(400, "'chunk' must be an integer");
+        const auto n = chunk->get<long long>();
+        if (n < 1 && n != -1) throw api_exception(400, "'chunk' must be 1, 2, … or -1");
+        p.chunk = n;
+    }
+    return p;
+}
+
+new_entry_request new_entry_from(const json& body) {
+    new_entry_request r;
+    if (const auto from = body.find("copy_from"); from != body.end() && from->is_string()) {
+        r.copy_from = from->get<std::string>();
+        return r;
+    }
+    r.type = body.value("type", std::string("file"));
+    r.ext = body.value("ext", std::string());
+    if (r.type == "notebook") r.ext = ".ipynb";
+    if (!r.ext.empty() && r.ext.front() != '.') r.ext.insert(0, ".");
+    return r;
+}
+
+std::string rename_target_from(const json& body) {
+    const auto to = body.find("path");
+    if (to == body.end() || !to->is_string()) throw api_exception(400, "PATCH needs the new 'path'");
+    return to->get<std::string>();
+}
+
+std::string agent_kernel_name(const json& body) {
+    const auto it = body.find("kernel");
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_string()) throw api_exception(400, "'kernel' must be a string");
+    return it->get<std::string>();
+}
+
+kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& l) {
+    kernels::kernel_policy p = l.defaults;
+    using secs = std::chrono::seconds;
+    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(l.defaults.exec_timeout.count()),
+                                          static_cast<long>(l.maxima.exec_timeout.count())));
+    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(l.defaults.idle_timeout.count()),
+                                          static_cast<long>(l.maxima.idle_timeout.count())));
+    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(l.defaults.lifetime.count()),
+                                      static_cast<long>(l.maxima.lifetime.count())));
+    p.output_limit_bytes = requested<std::size_t>(body, "output_limit_bytes", l.defaults.output_limit_bytes,
+                                                  l.maxima.output_limit_bytes);
+    return p;
+}
+
+agent::execution_options execution_options_from(const json& body, const kernels::kernel_policy& p,
+                                                const agent::agent_limits& l) {
+    agent::execution_options o;
+    const auto code = body.find("code");
+    if (code == body.end() || !code->is_string()) throw api_exception(400, "'code' (a string) is required");
+    o.code = code->get<std::string>();
+    o.timeout = std::chrono::seconds(
+        requested<long>(body, "timeout_s", static_cast<long>(p.exec_timeout.count()),
+                        static_cast<long>(std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
+    o.output_limit_bytes = p.output_limit_bytes;
+    o.result_limit_bytes = p.result_limit_bytes;
+    return o;
+}
+
+std::vector<std::pair<std::string, std::string>> inline_files_from(const json& body) {
+    std::vector<std::pair<std::string, std::string>> files;
+    const auto it = body.find("files");
+    if (it == body.end() || it->is_null()) return files;
+    if (!it->is_array()) throw api_exception(400, "'files' must be an array of {path, content_base64}");
+    for (const auto& f : *it) {
+        if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content_base64") ||
+            !f["content_base64"].is_string())
+            throw api_exception(400, "each file needs 'path' and 'content_base64' strings");
+        auto data = base64_decode(f["content_base64"].get<std::string>());
+        if (!data) throw api_exception(400, "'content_base64' of " + f["path"].get<std::string>().substr(0, 100) + " is not base64");
+        files.emplace_back(checked_path(f["path"].get<std::string>()), std::move(*data));
+    }
+    return files;
+}
+
+std::string form_directory(const std::vector<form_part>& parts) {
+    std::string dir;
+    for (const auto& p : parts)
+        if (!p.filename && p.name == "path") dir = std::string(p.data);
+    return dir;
+}
+
+std::string form_file_path(const form_part& part, const std::string& directory) {
+    const std::string base = std::filesystem::path(part.filename.value_or("")).filename().string();
+    if (base.empty() || base == "." || base == "..") throw api_exception(400, "A file part has no usable filename");
+    return checked_path(directory.empty() ? base : directory + "/" + base);
+}
+
+}  // namespace cellgate::api

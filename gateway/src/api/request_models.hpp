@@ -1,0 +1,82 @@
+#pragma once
+
+// What the REST handlers read from request bodies, as pure functions: each
+// checks types and values in the order the handler needs them and throws
+// api_exception with the message the client sees (a nlohmann type error
+// becomes a 400 in the server). None touches a kernel, a session or a file,
+// so unit tests and the HTTP fuzz target call exactly the code the server runs.
+
+#include "util/multipart.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cellgate::kernels { struct kernel_policy; }
+namespace cellgate::agent {
+struct agent_limits;
+struct execution_options;
+}  // namespace cellgate::agent
+
+namespace cellgate::api {
+
+// An optional string member: absent or null gives `fallback`.
+std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "");
+
+// Environment for a new kernel from a request's "env": KERNEL_* names only,
+// other names are dropped (Jupyter gateway clients send some).
+std::map<std::string, std::string> kernel_env_from(const nlohmann::json& body);
+// The agent API's form: a name other than KERNEL_* is a 400.
+std::map<std::string, std::string> strict_env(const nlohmann::json& body);
+
+// POST /api/kernels {name, env}: the kernelspec name, "" for the default.
+std::string kernel_name_from(const nlohmann::json& body);
+
+// POST /api/sessions {path, name, type, kernel}; "notebook" is the old name of path.
+struct session_fields {
+    std::string path, name, type;
+};
+session_fields session_fields_from(const nlohmann::json& body);
+// The "kernel" member of a session request ({id} or {name, env}); {} when absent.
+nlohmann::json kernel_member(const nlohmann::json& body);
+
+// PUT /api/contents for a file or notebook model: the bytes to write (nullopt
+// when the model has no content) and JupyterLab's chunk number, if any.
+struct contents_payload {
+    std::optional<std::string> data;
+    std::optional<long long> chunk;  // 1 starts the file, 2… append, -1 is the last
+};
+contents_payload contents_payload_from(const nlohmann::json& body, const std::string& type);
+// POST /api/contents: a copy, or a new untitled entry of a type.
+struct new_entry_request {
+    std::optional<std::string> copy_from;
+    std::string type;  // "file", "notebook" or "directory"
+    std::string ext;   // "" or starting with '.'
+};
+new_entry_request new_entry_from(const nlohmann::json& body);
+// PATCH /api/contents {path}: the new path.
+std::string rename_target_from(const nlohmann::json& body);
+
+// POST /v1/sessions {kernel, env, timeout_s, …}: the kernelspec name ("" for
+// the default) and the session's limits, each capped by the server's maxima.
+std::string agent_kernel_name(const nlohmann::json& body);
+kernels::kernel_policy policy_from(const nlohmann::json& body, const agent::agent_limits& limits);
+// POST /v1/sessions/{id}/execute and /v1/execute {code, timeout_s}, for a
+// session with `policy`.
+agent::execution_options execution_options_from(const nlohmann::json& body, const kernels::kernel_policy& policy,
+                                                const agent::agent_limits& limits);
+// POST /v1/execute "files": [{path, content_base64}] as checked workspace
+// paths and their bytes.
+std::vector<std::pair<std::string, std::string>> inline_files_from(const nlohmann::json& body);
+
+// POST /v1/sessions/{id}/files (multipart): the "path" field, and the
+// workspace path a file part is saved to (its base name only, never a path
+// from the client's disk).
+std::string form_directory(const std::vector<form_part>& parts);
+std::string form_file_path(const form_part& part, const std::string& directory);
+
+}  // namespace cellgate::api

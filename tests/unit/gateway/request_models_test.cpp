@@ -1,0 +1,173 @@
+#include "api/request_models.hpp"
+#include "agent/agent_service.hpp"
+#include "kernels/kernel.hpp"
+#include "util/api_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace cellgate;
+using namespace cellgate::api;
+using nlohmann::json;
+
+namespace {
+
+// The status a body model answers with: 200 when it is accepted, the
+// api_exception's status, or 400 for a nlohmann type error (as the server maps it).
+template <class Fn>
+unsigned status_of(Fn fn) {
+    try {
+        fn();
+        return 200;
+    } catch (const api_exception& e) {
+        return e.status();
+    } catch (const json::exception&) {
+        return 400;
+    }
+}
+
+form_part file_part(std::string filename) {
+    form_part p;
+    p.name = "file";
+    p.filename = std::move(filename);
+    p.data = "data";
+    return p;
+}
+
+}  // namespace
+
+TEST(request_models, kernel_start) {
+    EXPECT_EQ(kernel_name_from(json::object()), "");
+    EXPECT_EQ(kernel_name_from({{"name", nullptr}}), "");
+    EXPECT_EQ(kernel_name_from({{"name", "python3"}}), "python3");
+    EXPECT_EQ(status_of([] { kernel_name_from({{"name", 3}}); }), 400u);
+
+    const auto env = kernel_env_from({{"env", {{"KERNEL_USERNAME", "u"}, {"PATH", "/evil"}, {"LD_PRELOAD", 1}}}});
+    EXPECT_EQ(env, (std::map<std::string, std::string>{{"KERNEL_USERNAME", "u"}}));
+    EXPECT_EQ(status_of([] { kernel_env_from({{"env", "x"}}); }), 400u);
+    EXPECT_EQ(status_of([] { kernel_env_from({{"env", {{"KERNEL_X", 1}}}}); }), 400u);
+    EXPECT_TRUE(kernel_env_from({{"env", nullptr}}).empty());
+}
+
+TEST(request_models, agent_env_is_strict) {
+    EXPECT_EQ(strict_env({{"env", {{"KERNEL_A", "1"}}}}).at("KERNEL_A"), "1");
+    EXPECT_EQ(status_of([] { strict_env({{"env", {{"PATH", "/x"}}}}); }), 400u);
+}
+
+TEST(request_models, session_create) {
+    const auto f = session_fields_from({{"path", "a.ipynb"}, {"name", "a"}});
+    EXPECT_EQ(f.path, "a.ipynb");
+    EXPECT_EQ(f.name, "a");
+    EXPECT_EQ(f.type, "notebook");
+    EXPECT_EQ(session_fields_from({{"notebook", "old.ipynb"}}).path, "old.ipynb");
+    EXPECT_EQ(status_of([] { session_fields_from({{"name", "a"}}); }), 400u);
+    EXPECT_EQ(status_of([] { session_fields_from({{"path", 1}}); }), 400u);
+
+    EXPECT_EQ(kernel_member(json::object()), json::object());
+    EXPECT_EQ(kernel_member({{"kernel", {{"id", "k"}}}}).at("id"), "k");
+    EXPECT_EQ(status_of([] { kernel_member({{"kernel", "python3"}}); }), 400u);
+    EXPECT_EQ(string_field({{"type", nullptr}}, "type", "console"), "console");
+}
+
+TEST(request_models, contents_put_payload) {
+    EXPECT_FALSE(contents_payload_from({{"type", "file"}}, "file").data);
+    EXPECT_EQ(*contents_payload_from({{"content", "hi"}}, "file").data, "hi");
+    EXPECT_EQ(*contents_payload_from({{"content", "aGk="}, {"format", "base64"}}, "file").data, "hi");
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "!!"}, {"format", "base64"}}, "file"); }), 400u);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "x"}, {"format", "hex"}}, "file"); }), 400u);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", 1}}, "file"); }), 400u);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "x"}, {"format", 1}}, "file"); }), 400u);
+
+    EXPECT_EQ(*contents_payload_from({{"content", {{"cells", json::array()}}}}, "notebook").data,
+              "{\n \"cells\": []\n}");
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "text"}}, "notebook"); }), 400u);
+
+    EXPECT_EQ(contents_payload_from({{"content", "x"}, {"chunk", 1}}, "file").chunk, 1);
+    EXPECT_EQ(contents_payload_from({{"content", "x"}, {"chunk", 7}}, "file").chunk, 7);
+    EXPECT_EQ(contents_payload_from({{"content", "x"}, {"chunk", -1}}, "file").chunk, -1);
+    EXPECT_FALSE(contents_payload_from({{"content", "x"}, {"chunk", nullptr}}, "file").chunk);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "x"}, {"chunk", 0}}, "file"); }), 400u);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "x"}, {"chunk", -2}}, "file"); }), 400u);
+    EXPECT_EQ(status_of([] { contents_payload_from({{"content", "x"}, {"chunk", 1.5}}, "file"); }), 400u);
+}
+
+TEST(request_models, contents_post_and_patch) {
+    auto r = new_entry_from({{"copy_from", "k/a.txt"}, {"type", 5}});  // type is not read for a copy
+    EXPECT_EQ(*r.copy_from, "k/a.txt");
+    r = new_entry_from(json::object());
+    EXPECT_FALSE(r.copy_from);
+    EXPECT_EQ(r.type, "file");
+    EXPECT_EQ(r.ext, "");
+    EXPECT_EQ(new_entry_from({{"type", "file"}, {"ext", "py"}}).ext, ".py");
+    EXPECT_EQ(new_entry_from({{"type", "notebook"}, {"ext", ".txt"}}).ext, ".ipynb");
+    EXPECT_EQ(status_of([] { new_entry_from({{"type", 5}}); }), 400u);
+
+    EXPECT_EQ(rename_target_from({{"path", "k/b.txt"}}), "k/b.txt");
+    EXPECT_EQ(status_of([] { rename_target_from(json::object()); }), 400u);
+    EXPECT_EQ(status_of([] { rename_target_from({{"path", nullptr}}); }), 400u);
+}
+
+TEST(request_models, agent_session_policy_is_capped) {
+    const agent::agent_limits limits;
+    EXPECT_EQ(agent_kernel_name(json::object()), "");
+    EXPECT_EQ(agent_kernel_name({{"kernel", "python3"}}), "python3");
+    EXPECT_EQ(status_of([] { agent_kernel_name({{"kernel", {{"name", "x"}}}}); }), 400u);
+
+    const auto d = policy_from(json::object(), limits);
+    EXPECT_EQ(d.exec_timeout, limits.defaults.exec_timeout);
+    EXPECT_EQ(d.output_limit_bytes, limits.defaults.output_limit_bytes);
+    const auto p = policy_from({{"timeout_s", 1e300}, {"lifetime_s", 60.9}, {"output_limit_bytes", 1}}, limits);
+    EXPECT_EQ(p.exec_timeout, limits.maxima.exec_timeout);
+    EXPECT_EQ(p.lifetime, std::chrono::seconds(60));
+    EXPECT_EQ(p.output_limit_bytes, 1u);
+    for (const json bad : {json(0), json(-1), json("10"), json(true), json::array()})
+        EXPECT_EQ(status_of([&] { policy_from({{"idle_timeout_s", bad}}, limits); }), 400u) << bad;
+}
+
+TEST(request_models, execute_options) {
+    const agent::agent_limits limits;
+    kernels::kernel_policy policy;
+    policy.exec_timeout = std::chrono::seconds(30);
+    policy.output_limit_bytes = 1234;
+    const auto o = execution_options_from({{"code", "1+1"}}, policy, limits);
+    EXPECT_EQ(o.code, "1+1");
+    EXPECT_EQ(o.timeout, std::chrono::seconds(30));
+    EXPECT_EQ(o.output_limit_bytes, 1234u);
+    EXPECT_EQ(execution_options_from({{"code", ""}, {"timeout_s", 1e9}}, policy, limits).timeout,
+              limits.maxima.exec_timeout);
+    EXPECT_EQ(status_of([&] { execution_options_from(json::object(), policy, limits); }), 400u);
+    EXPECT_EQ(status_of([&] { execution_options_from({{"code", 1}}, policy, limits); }), 400u);
+}
+
+TEST(request_models, one_shot_files) {
+    const auto files = inline_files_from({{"files", {{{"path", "data/in.csv"}, {"content_base64", "YSxi"}}}}});
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].first, "data/in.csv");
+    EXPECT_EQ(files[0].second, "a,b");
+    EXPECT_TRUE(inline_files_from({{"files", nullptr}}).empty());
+    EXPECT_EQ(status_of([] { inline_files_from({{"files", "x"}}); }), 400u);
+    EXPECT_EQ(status_of([] { inline_files_from({{"files", {1}}}); }), 400u);
+    EXPECT_EQ(status_of([] { inline_files_from({{"files", {{{"path", "a"}}}}}); }), 400u);
+    EXPECT_EQ(status_of([] { inline_files_from({{"files", {{{"path", "a"}, {"content_base64", "%"}}}}}); }), 400u);
+    for (const char* bad : {"../etc/passwd", "/etc/passwd", "a//b", "a/./b", "a\\b"})
+        EXPECT_EQ(status_of([&] { inline_files_from({{"files", {{{"path", bad}, {"content_base64", ""}}}}}); }),
+                  400u)
+            << bad;
+}
+
+TEST(request_models, multipart_file_paths) {
+    form_part dir;
+    dir.name = "path";
+    dir.data = "data/in";
+    EXPECT_EQ(form_directory({dir, file_part("a.csv")}), "data/in");
+    EXPECT_EQ(form_directory({file_part("a.csv")}), "");
+
+    EXPECT_EQ(form_file_path(file_part("a.csv"), ""), "a.csv");
+    EXPECT_EQ(form_file_path(file_part("a.csv"), "data/in"), "data/in/a.csv");
+    EXPECT_EQ(form_file_path(file_part("../../etc/passwd"), ""), "passwd");  // never a client-side path
+    for (const char* bad : {"", ".", "..", "dir/"})
+        EXPECT_EQ(status_of([&] { form_file_path(file_part(bad), ""); }), 400u) << bad;
+    EXPECT_EQ(status_of([] { form_file_path(file_part("a"), "../up"); }), 400u);
+    EXPECT_EQ(status_of([] { form_file_path(file_part("a"), "/abs"); }), 400u);
+}
