@@ -2,8 +2,10 @@
 """Writes the seed corpus of the fuzz targets into fuzz/corpus/<target>/.
 
 A handful of valid and invalid inputs per target, so the fuzzer starts from
-real framings instead of discovering offset tables byte by byte. Deterministic:
-running it again gives the same files. Standard library only.
+real framings and real client requests instead of discovering offset tables
+and header syntax byte by byte. Deterministic: running it again gives the same
+files. Inputs merged in by `fuzz/run.sh --update-corpus` (40-hex names) are
+left alone. Standard library only.
 
     /usr/bin/python3 fuzz/make_corpus.py
 """
@@ -12,11 +14,12 @@ import hashlib
 import hmac
 import json
 import pathlib
-import shutil
+import re
 import struct
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
+MERGED_NAME = re.compile(r"[0-9a-f]{40}")
 
 # Must match fuzz_key in zmq_wire_fuzzer.cpp.
 FUZZ_KEY = b"cellgate-fuzz-key-0123456789abcdef"
@@ -123,6 +126,9 @@ def ws_v1_seeds():
         "truncated": v1(v1_parts())[:-7],
         "array_content": v1([b"shell", compact(HEADER), b"{}", b"{}", b"[{}]"]),
         "nul_junk": v1([b"shell", compact(HEADER), b"{}", b"{}", b"{}\x00junk"]),
+        # Valid JSON that no double holds: v1 passes it, the legacy framing cannot.
+        "overflow_number": v1([b"control", b'{"msg_id":"a","msg_type":"t"}', b"{}", b"{}",
+                               b'{"a":[5.1e4003,null]}']),
     }
 
 
@@ -151,17 +157,176 @@ def zmq_seeds():
     }
 
 
+# HTTP requests as our clients send them. Must match fuzz_token in
+# http_request_fuzzer.cpp.
+TOKEN = "fuzz-token-0123456789"
+KID = "5b3a4f2e-7d1c-4e8a-9f60-2c4b8d1e0a37"
+SID = "0f9e8d7c-6b5a-4938-8271-605f4e3d2c1b"
+BROWSER = (
+    "Host: 127.0.0.1:8888\r\n"
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n"
+    "Accept: */*\r\n"
+    "Accept-Language: en-US,en;q=0.5\r\n"
+    "Accept-Encoding: gzip, deflate, br\r\n"
+    "Referer: http://127.0.0.1:8888/lab\r\n"
+    "X-XSRFToken: 2|1a2b3c4d|5e6f|1700000000\r\n"
+    "Cookie: _xsrf=2|1a2b3c4d|5e6f|1700000000\r\n"
+)
+
+
+def http_request(method, target, headers=(), body=b"", auth=True, length=True, base=BROWSER):
+    head = f"{method} {target} HTTP/1.1\r\n{base}"
+    if auth:
+        head += f"Authorization: token {TOKEN}\r\n"
+    for h in headers:
+        head += h + "\r\n"
+    if length and (body or method in ("POST", "PUT", "PATCH")):
+        head += f"Content-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+def http_json(method, target, obj, headers=(), **kw):
+    return http_request(method, target, ("Content-Type: application/json", *headers), compact(obj), **kw)
+
+
+def chunked(body, sizes):
+    out, pos = b"", 0
+    for n in sizes:
+        piece = body[pos:pos + n]
+        pos += n
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+def multipart(boundary, fields, files):
+    out = b""
+    for name, value in fields:
+        out += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n").encode() + value + b"\r\n"
+    for name, filename, ctype, data in files:
+        out += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
+                f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode()
+
+
+NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a1", "metadata": {},
+                       "outputs": [], "source": ["import pandas as pd\n", "pd.DataFrame({'a': [1]})"]}],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def http_seeds():
+    ws_headers = ("Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Origin: http://127.0.0.1:8888")
+    boundary = "----WebKitFormBoundary7MA4YWxkTrZu0gW"
+    form = multipart(boundary, [("path", b"data")],
+                     [("file", "sales.csv", "text/csv", b"region,amount\nnorth,10\n"),
+                      ("file", "../../etc/passwd", "application/octet-stream", b"\x00\x01")])
+    upload = b"x,y\n" + b"1,2\n" * 40
+    deep = {"path": "deep.ipynb", "kernel": {"name": "python3"}}
+    deep_body = compact(deep)[:-2] + b',"x":' + b"[" * 600 + b"]" * 600 + b"}}"
+    spec = {"id": "sb-1", "image": "python", "runtime": "runc",
+            "limits": {"memory_bytes": 2147483648, "pids": 256, "cpu_millis": 1000, "workspace_bytes": 1073741824,
+                       "tmp_bytes": 268435456, "nofile": 4096, "fsize_bytes": 0, "cpu_shares": 1024},
+            "workspace_dir": "", "env": {"KERNEL_USERNAME": "u"}, "uid": 1000, "gid": 1000,
+            "preload": ["numpy"], "start_timeout_ms": 30000}
+    return {
+        # JupyterLab and @jupyterlab/services.
+        "lab_get_api": http_request("GET", "/api", auth=False),
+        "lab_list_kernels": http_request("GET", "/api/kernels?1700000000000"),
+        "lab_kernelspecs": http_request("GET", "/api/kernelspecs"),
+        "lab_sessions": http_request("GET", "/api/sessions?1700000000001"),
+        "lab_contents_root": http_request("GET", "/api/contents?content=1&hash=0"),
+        "lab_contents_dir": http_request("GET", f"/api/contents/{KID}/data?content=1&type=directory"),
+        "lab_contents_file": http_request("GET", f"/api/contents/{KID}/notes%20%C3%A9.txt?type=file&format=text&content=1"),
+        "lab_checkpoints": http_request("GET", f"/api/contents/{KID}/a.ipynb/checkpoints"),
+        "lab_me": http_request("GET", "/api/me"),
+        "lab_ws_upgrade": http_request("GET", f"/api/kernels/{KID}/channels?session_id={SID}", ws_headers),
+        "lab_ws_upgrade_v1": http_request(
+            "GET", f"/api/kernels/{KID}/channels?session_id={SID}&token={TOKEN}",
+            ws_headers + ("Sec-WebSocket-Protocol: v1.kernel.websocket.jupyter.org",), auth=False),
+        "lab_ws_wrong_origin": http_request("GET", f"/api/kernels/{KID}/channels",
+                                            ws_headers[:4] + ("Origin: https://evil.example", "Origin: x")),
+        "lab_start_kernel": http_json("POST", "/api/kernels", {"name": "python3", "env": {"KERNEL_USERNAME": "u",
+                                                                                           "PATH": "/x"}}),
+        "lab_start_kernel_empty": http_request("POST", "/api/kernels"),
+        "lab_session_create": http_json("POST", "/api/sessions", {"path": "Untitled.ipynb", "name": "Untitled.ipynb",
+                                                                   "type": "notebook",
+                                                                   "kernel": {"name": "python3"}}),
+        "lab_session_patch": http_json("PATCH", f"/api/sessions/{SID}", {"path": "b.ipynb", "kernel": {"id": KID}}),
+        "lab_save_notebook": http_json("PUT", f"/api/contents/{KID}/analysis.ipynb",
+                                       {"type": "notebook", "format": "json", "content": NOTEBOOK}),
+        "lab_upload_chunk1": http_json("PUT", f"/api/contents/{KID}/big.bin",
+                                       {"type": "file", "format": "base64", "content": "AAECAwQF", "chunk": 1,
+                                        "name": "big.bin", "path": f"{KID}/big.bin"}),
+        "lab_upload_chunk_last": http_json("PUT", f"/api/contents/{KID}/big.bin",
+                                           {"type": "file", "format": "base64", "content": "BgcICQ==", "chunk": -1}),
+        "lab_new_untitled": http_json("POST", f"/api/contents/{KID}", {"type": "file", "ext": "py"}),
+        "lab_copy": http_json("POST", f"/api/contents/{KID}/data", {"copy_from": f"{KID}/a.ipynb"}),
+        "lab_rename": http_json("PATCH", f"/api/contents/{KID}/a.txt", {"path": f"{KID}/b.txt"}),
+        "lab_delete": http_request("DELETE", f"/api/contents/{KID}/b.txt"),
+        "lab_download": http_request("GET", f"/files/{KID}/out/plot.png?download=1"),
+        "lab_download_crlf": http_request("GET", f"/files/{KID}/a%0D%0ASet-Cookie:%20x=1.txt?download=1"),
+        "lab_interrupt": http_request("POST", f"/api/kernels/{KID}/interrupt"),
+        "cors_preflight": http_request("OPTIONS", "/api/kernels", (
+            "Origin: https://lab.example.com", "Access-Control-Request-Method: POST",
+            "Access-Control-Request-Headers: authorization,content-type"), auth=False),
+        # Agent API (Python SDK, curl, the JS client).
+        "v1_create": http_json("POST", "/v1/sessions", {"kernel": "python3", "timeout_s": 30, "idle_timeout_s": 600,
+                                                        "lifetime_s": 3600, "output_limit_bytes": 1048576,
+                                                        "env": {"KERNEL_DATASET": "sales"}},
+                               base="Host: localhost\r\nUser-Agent: python-requests/2.28.1\r\n"
+                                    "Accept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\n"),
+        "v1_execute": http_json("POST", f"/v1/sessions/{SID}/execute",
+                                {"code": "import matplotlib.pyplot as plt\nplt.plot([1,2])\nplt.savefig('p.png')",
+                                 "timeout_s": 10}),
+        "v1_execute_sse": http_json("POST", f"/v1/sessions/{SID}/execute", {"code": "print(1)"},
+                                    ("Accept: text/event-stream",)),
+        "v1_one_shot": http_json("POST", "/v1/execute",
+                                 {"code": "open('out.txt','w').write(open('data/in.csv').read())", "timeout_s": 60,
+                                  "files": [{"path": "data/in.csv", "content_base64": "YSxiCjEsMgo="}],
+                                  "env": {"KERNEL_X": "1"}}),
+        "v1_multipart": http_request("POST", f"/v1/sessions/{SID}/files",
+                                     (f"Content-Type: multipart/form-data; boundary={boundary}",), form),
+        "v1_put_expect": http_request("PUT", f"/v1/sessions/{SID}/files/data/x.csv",
+                                      ("Expect: 100-continue", "Content-Type: text/csv"), upload,
+                                      base="Host: 127.0.0.1:8888\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n"),
+        "v1_put_chunked": http_request("PUT", f"/v1/sessions/{SID}/files/big/x.csv",
+                                       ("Transfer-Encoding: chunked",), chunked(upload, (7, 64, 1000)),
+                                       length=False),
+        "v1_list_files": http_request("GET", f"/v1/sessions/{SID}/files?path=data%2Fsub"),
+        "v1_download": http_request("GET", f"/v1/sessions/{SID}/files/out/report%20final.pdf?download=1"),
+        "v1_bearer": http_request("GET", "/v1/sessions", ("Authorization: Bearer other-tenant-token",), auth=False),
+        # Connections and limits.
+        "pipelined": http_request("GET", "/healthz", auth=False) + http_request("GET", "/api/status") +
+        http_request("GET", "/api/kernels", ("Connection: close",)),
+        "http10": b"GET /api/kernelspecs HTTP/1.0\r\nAuthorization: token " + TOKEN.encode() + b"\r\n\r\n",
+        "bad_escape": http_request("GET", "/api/contents/%zz"),
+        "method_not_allowed": http_request("PUT", "/api/kernels", body=b"{}"),
+        "no_token": http_request("GET", "/api/kernels", auth=False),
+        "wrong_token": http_request("GET", "/api/kernels", ("Authorization: token nope",), auth=False),
+        "static": http_request("GET", "/static/app.js", auth=False),
+        "too_large_declared": http_request("POST", "/v1/execute", ("Content-Length: 999999999999",),
+                                           length=False),
+        "deep_json": http_request("POST", "/api/sessions", ("Content-Type: application/json",), deep_body),
+        "spec_body": http_json("POST", "/api/kernels", spec),
+    }
+
+
 def main():
     targets = {
         "ws_json_fuzzer": ws_json_seeds(),
         "ws_v1_fuzzer": ws_v1_seeds(),
         "zmq_wire_fuzzer": zmq_seeds(),
+        "http_request_fuzzer": http_seeds(),
     }
     for target, seeds in targets.items():
         folder = CORPUS / target
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        # Named files are seeds from here; 40-hex names are inputs the fuzzer
+        # found and fuzz/run.sh --update-corpus merged in. Those stay.
+        for old in folder.iterdir():
+            if not MERGED_NAME.fullmatch(old.name):
+                old.unlink()
         for name, data in seeds.items():
             (folder / name).write_bytes(data)
         print(f"{target}: {len(seeds)} seeds in {folder.relative_to(HERE.parent)}")

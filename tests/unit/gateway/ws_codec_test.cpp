@@ -443,6 +443,29 @@ TEST(ws_codec_v1, keeps_parts_byte_for_byte) {
     EXPECT_EQ(r.msg.msg_id, "\xc3\xa9");
 }
 
+// Found by ws_v1_fuzzer: v1 checks parts with protocol::is_valid_json, which
+// takes numbers beyond a double's range as RFC 8259 and JSON.parse do, and
+// passes them through; the legacy framing parses with nlohmann, which refuses
+// them. Pinned here so that a change to either side is a decision.
+TEST(ws_codec_v1, passes_numbers_the_legacy_framing_refuses) {
+    const std::string content = R"({"a":[5.1e4003,null]})";
+    const auto r = decode_v1(v1_frame({"control", R"({"msg_id":"a","msg_type":"t"})", "{}", "{}", content}));
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.msg.content, content);
+    outgoing_view v{};
+    v.chan = r.msg.chan;
+    v.header = r.msg.header;
+    v.parent_header = r.msg.parent_header;
+    v.metadata = r.msg.metadata;
+    v.content = r.msg.content;
+    v.buffers = &r.msg.buffers;
+    v.msg_id = r.msg.msg_id;
+    v.msg_type = r.msg.msg_type;
+    const auto legacy = decode_json_text(encode_json(v).bytes);
+    EXPECT_FALSE(legacy.ok);
+    EXPECT_EQ(legacy.error, "message is not valid JSON");
+}
+
 TEST(ws_codec_v1, ignores_bytes_after_the_last_offset) {
     const auto r = decode_v1(v1_frame(v1_parts()) + "trailing");
     ASSERT_TRUE(r.ok) << r.error;
