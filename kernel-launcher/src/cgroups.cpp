@@ -119,10 +119,14 @@ void kill_stragglers(const fs::path& dir, const std::string& cgroups_path) {
 
 }  // namespace
 
-std::vector<std::string> remove_cgroup(const std::string& cgroups_path) {
+std::vector<std::string> remove_cgroup(const std::string& cgroups_path, bool kill_busy) {
     std::vector<std::string> left;
     for (const auto& dir : cgroup_dirs(cgroups_path)) {
         if (remove_tree(dir)) continue;
+        if (!kill_busy) {
+            left.push_back(dir);
+            continue;
+        }
         // Busy: whatever is left there belongs to the sandbox being removed.
         bool removed = false;
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);

@@ -19,7 +19,10 @@ cgroup_usage read_cgroup(const std::string& cgroups_path);
 // Directories for `cgroups_path` that still exist, in every hierarchy.
 std::vector<std::string> cgroup_dirs(const std::string& cgroups_path);
 // Removes them (they must be empty of tasks); returns what could not be removed.
-std::vector<std::string> remove_cgroup(const std::string& cgroups_path);
+// `kill_busy`: a busy cgroup's processes are SIGKILLed first. Only for the
+// sandbox being removed; never for cgroups found while reaping, which may
+// belong to another launcher instance sharing the hierarchy.
+std::vector<std::string> remove_cgroup(const std::string& cgroups_path, bool kill_busy = false);
 // Writes a relative CPU weight (v1 cpu.shares; v2 cpu.weight, converted).
 bool write_cpu_shares(const std::string& cgroups_path, std::uint32_t shares);
 // Child names under `parent` ("/cellgate") in any hierarchy.

@@ -136,7 +136,7 @@ struct launcher::impl {
         // A relay ends by itself once its sandbox is gone; one that does not is killed.
         attempt([&] { stop_relay(run_dir(id), std::chrono::seconds(1)); });
         attempt([&] {
-            const auto left = remove_cgroup(cgroup_path_of(id));
+            const auto left = remove_cgroup(cgroup_path_of(id), /*kill_busy=*/true);
             if (!left.empty())
                 throw launch_error("remove-cgroup", "cgroup still busy: " + left.front(), EBUSY);
         });
