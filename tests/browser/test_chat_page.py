@@ -20,7 +20,6 @@ from disk instead of the compiled-in copy.
 """
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import GATEWAY, IMAGE_STORE, Gateway  # noqa: E402
+from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("CELLGATE_CHROMIUM", "/usr/bin/chromium"))
 STAMP = HERE / "node_modules" / ".cellgate-lock-sha256"
@@ -48,36 +47,11 @@ NO_DOWNLOADS = {
 }
 
 
-def _missing_prerequisite():
-    if os.geteuid() != 0:
-        return "needs root (runc, cgroups, loop mounts)"
-    if shutil.which("runc") is None:
-        return "runc is not installed"
-    if not GATEWAY.exists():
-        return f"{GATEWAY} is not built"
-    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
-        return "the kernel image is not built (images/build.sh)"
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
-    try:
-        if int(version.lstrip("v").split(".")[0]) < 20:
-            return f"Node.js ≥ 20 is needed (found {version})"
-    except ValueError:
-        return f"cannot tell the Node.js version ({version!r})"
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"{CHROMIUM} is not installed (apt-get install chromium)"
-    return None
-
-
 def _require():
-    why = _missing_prerequisite()
-    if why is None:
-        return
-    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"browser tests required but cannot run: {why}", pytrace=False)
-    pytest.skip(why)
+    why = gateway_missing() or node_missing("npm")
+    if why is None and not os.access(CHROMIUM, os.X_OK):
+        why = f"{CHROMIUM} is not installed (apt-get install chromium)"
+    require("browser tests", why)
 
 
 def _log_tail(gw, chars=6000):

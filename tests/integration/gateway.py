@@ -18,6 +18,45 @@ GATEWAY = BUILD / "bin" / "cellgate"
 IMAGE_STORE = Path(os.environ.get("CELLGATE_IMAGE_STORE", "/var/cache/cellgate/images"))
 
 
+def gateway_missing():
+    """Why a real gateway with runc sandboxes cannot run here (None if it can)."""
+    import shutil
+    if os.geteuid() != 0:
+        return "needs root (runc, cgroups, loop mounts)"
+    if shutil.which("runc") is None:
+        return "runc is not installed"
+    if not GATEWAY.exists():
+        return f"{GATEWAY} is not built"
+    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
+        return "the kernel image is not built (images/build.sh)"
+    return None
+
+
+def node_missing(*tools):
+    """Why Node.js ≥ 20 (and the other named tools) cannot run here."""
+    import shutil
+    for tool in ("node", *tools):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    version = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    try:
+        if int(version.lstrip("v").split(".")[0]) < 20:
+            return f"Node.js ≥ 20 is needed (found {version})"
+    except ValueError:
+        return f"cannot tell the Node.js version ({version!r})"
+    return None
+
+
+def require(suite, why):
+    """Skips when `why` is set, or fails under CELLGATE_REQUIRE_SANDBOX=1 (CI)."""
+    import pytest
+    if why is None:
+        return
+    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"{suite} required but cannot run: {why}", pytrace=False)
+    pytest.skip(why)
+
+
 class Gateway:
     def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None):
         self.token = token

@@ -14,7 +14,6 @@ CELLGATE_WEB_STATIC_DIR=/path/to/clients (development only) makes the gateway
 serve clients/web and clients/js from disk instead of its compiled-in copy.
 """
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,39 +25,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import GATEWAY, IMAGE_STORE, Gateway  # noqa: E402
+from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
 
 CLIENT_JS = REPO / "clients" / "js"
 
 
-def _missing_prerequisite():
-    if os.geteuid() != 0:
-        return "needs root (runc, cgroups, loop mounts)"
-    if shutil.which("runc") is None:
-        return "runc is not installed"
-    if not GATEWAY.exists():
-        return f"{GATEWAY} is not built"
-    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
-        return "the kernel image is not built (images/build.sh)"
-    node = shutil.which("node")
-    if node is None:
-        return "node is not installed"
-    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    try:
-        if int(version.lstrip("v").split(".")[0]) < 20:
-            return f"Node.js ≥ 20 is needed (found {version})"
-    except ValueError:
-        return f"cannot tell the Node.js version ({version!r})"
-    return None
-
-
 def _require():
-    why = _missing_prerequisite()
-    if why is None:
-        return
-    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"JS client tests required but cannot run: {why}", pytrace=False)
-    pytest.skip(why)
+    require("JS client tests", gateway_missing() or node_missing())
 
 
 def _log_tail(gw, chars=6000):
