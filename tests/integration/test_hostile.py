@@ -245,8 +245,6 @@ KNOWN_GAPS = {
         (False, "iopub queues are bounded by count, not bytes: gateway RSS can grow by hundreds of MiB"),
     ("test_a_fork_bomb_is_stopped_and_a_fork_loop_ends_at_the_pids_limit", "runsc"):
         (True, "under gVisor each guest process costs ~34 MiB of host memory: a fork loop is OOM-killed first"),
-    ("test_a_memory_bomb_is_oom_killed_reported_and_the_session_restarted", "runsc"):
-        (False, "under runsc an OOM kill is sometimes reported as a plain exit"),
 }
 
 

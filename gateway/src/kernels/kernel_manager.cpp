@@ -312,10 +312,6 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
         const auto state = k->state();
         if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
             return;
-        asio::post(launch_pool_, [this, id = k->id(), why] {
-            const auto status = launcher_.status(id);
-            spdlog::warn("kernel {}: died ({}{})", id, why, status.oom_killed ? ", OOM-killed by its memory limit" : "");
-        });
         ++metrics_.kernel_deaths;
         k->set_state(kernel_state::dead);
         k->broadcast_status("dead");
@@ -327,7 +323,22 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
             restart_now = true;
         }
     }
-    if (restart_now) do_restart(k, [](std::optional<api_error>) {}, true);
+    // The cause is read before anything removes the sandbox: the restart reads
+    // it first in its own task; otherwise a task of its own reads it.
+    if (restart_now)
+        do_restart(k, [](std::optional<api_error>) {}, true, why);
+    else
+        asio::post(launch_pool_, [this, id = k->id(), why] { report_death(id, why); });
+}
+
+void kernel_manager::report_death(const std::string& id, const std::string& why) {
+    bool oom = false;
+    try {
+        oom = launcher_.status(id).oom_killed;
+    } catch (const std::exception& e) {
+        spdlog::debug("kernel {}: no status after its death: {}", id, e.what());
+    }
+    spdlog::warn("kernel {}: died ({}{})", id, why, oom ? ", OOM-killed by its memory limit" : "");
 }
 
 void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
@@ -344,7 +355,7 @@ void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
 
 void kernel_manager::restart(const kernel_ptr& k, done callback) { do_restart(k, std::move(callback), false); }
 
-void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic) {
+void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic, std::optional<std::string> died) {
     std::map<std::string, std::string> env;
     {
         std::lock_guard lock(mutex_);
@@ -368,7 +379,8 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     // asked for itself it reconnects anyway (jupyter_server does the same).
     if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
-    asio::post(launch_pool_, [this, k, spec, automatic, callback = std::move(callback)] {
+    asio::post(launch_pool_, [this, k, spec, automatic, died = std::move(died), callback = std::move(callback)] {
+        if (died) report_death(k->id(), *died);
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
