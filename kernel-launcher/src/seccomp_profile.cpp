@@ -55,6 +55,27 @@ nlohmann::json default_seccomp_profile() {
                                                    {"valueTwo", flag},
                                                    {"op", "SCMP_CMP_MASKED_EQ"}}})}});
 
+    // Socket address families: AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK only.
+    // The network namespace confines the IP families; others (AF_VSOCK reaches
+    // the hypervisor from a VM guest, AF_ALG is kernel crypto attack surface)
+    // are not confined by it. A rule per refused value or range, one condition
+    // each: everything below 17 but 1, 2, 10 and 16, and everything from 17 up
+    // (AF_PACKET is 17; the comparison is on all 64 bits, so a value with high
+    // bits set is refused too). socketcall, the x86 multiplexer, would hide the
+    // family from seccomp: it is refused outright.
+    constexpr int eafnosupport = 97;
+    auto refuse_family = [&](const char* op, std::uint64_t value) {
+        syscalls.push_back({{"names", json::array({"socket", "socketpair"})},
+                            {"action", "SCMP_ACT_ERRNO"},
+                            {"errnoRet", eafnosupport},
+                            {"args", json::array({{{"index", 0}, {"value", value}, {"op", op}}})}});
+    };
+    for (const std::uint64_t family : {0U, 3U, 4U, 5U, 6U, 7U, 8U, 9U, 11U, 12U, 13U, 14U, 15U})
+        refuse_family("SCMP_CMP_EQ", family);
+    refuse_family("SCMP_CMP_GE", 17);
+    syscalls.push_back(
+        {{"names", json::array({"socketcall"})}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", enosys}});
+
     return {{"defaultAction", "SCMP_ACT_ALLOW"},
             {"architectures", json::array({"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"})},
             {"syscalls", syscalls}};

@@ -233,8 +233,6 @@ def still_serving(request, gw):
 # fail until fixed, and a strict one that starts passing fails the run so
 # its entry here (and in SECURITY.md) gets removed.
 KNOWN_GAPS = {
-    ("test_socket_families_that_bypass_the_network_namespace_are_refused", "runc"):
-        (True, "AF_VSOCK can be bound under runc: seccomp needs a socket-family allow-list"),
     ("test_display_metadata_counts_against_the_results_cap", "runc"):
         (True, "display metadata is not counted against the results cap"),
     ("test_display_metadata_counts_against_the_results_cap", "runsc"):

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstdint>
 #include <fstream>
+#include <set>
+#include <string>
 
 using namespace cellgate::launcher;
 using nlohmann::json;
@@ -197,4 +200,38 @@ TEST(seccomp_profile, denies_what_kernels_never_need) {
     for (const auto& rule : p.at("syscalls"))
         if (rule.contains("args") && rule.at("names").at(0) == "clone") ++clone_rules;
     EXPECT_EQ(clone_rules, 7) << "one rule per namespace flag";
+}
+
+// Evaluates the profile's conditional rules for socket(2) the way seccomp
+// would: a family is refused when any rule's single condition matches it.
+TEST(seccomp_profile, socket_allows_only_unix_inet_inet6_and_netlink) {
+    const auto p = default_seccomp_profile();
+    auto refused = [&](std::uint64_t family, const std::string& call) {
+        for (const auto& rule : p.at("syscalls")) {
+            if (!rule.contains("args")) continue;
+            bool names_call = false;
+            for (const auto& n : rule.at("names")) names_call = names_call || n == call;
+            if (!names_call) continue;
+            const auto& a = rule.at("args").at(0);
+            EXPECT_EQ(rule.at("args").size(), 1u);
+            EXPECT_EQ(a.at("index"), 0);
+            const auto v = a.at("value").get<std::uint64_t>();
+            if ((a.at("op") == "SCMP_CMP_EQ" && family == v) || (a.at("op") == "SCMP_CMP_GE" && family >= v))
+                return true;
+        }
+        return false;
+    };
+    for (const std::string call : {"socket", "socketpair"}) {
+        std::set<std::uint64_t> allowed;
+        for (std::uint64_t f = 0; f < 256; ++f)
+            if (!refused(f, call)) allowed.insert(f);
+        EXPECT_EQ(allowed, (std::set<std::uint64_t>{1, 2, 10, 16})) << call;
+        EXPECT_TRUE(refused(40, call)) << "AF_VSOCK";
+        EXPECT_TRUE(refused(38, call)) << "AF_ALG";
+        EXPECT_TRUE(refused((std::uint64_t{1} << 32) | 40, call)) << "high bits set";
+    }
+    bool socketcall_refused = false;
+    for (const auto& rule : p.at("syscalls"))
+        if (rule.at("names") == json::array({"socketcall"}) && !rule.contains("args")) socketcall_refused = true;
+    EXPECT_TRUE(socketcall_refused);
 }
