@@ -439,7 +439,9 @@ void launcher::remove(const std::string& id, remove_options options) {
         if (spec && !spec->workspace_dir.empty())
             ws = fs::path(spec->workspace_dir);
         else if (!spec)
-            ws = std::nullopt;  // unknown: leave any workspace to an explicit clean-up
+            // No run dir (a restart that failed removed it): the workspace, if
+            // any, is the one named after the sandbox, as reap_orphans finds it.
+            ws = config_.workspace_root / id;
     }
     const std::string runtime_name = spec ? spec->runtime : "runc";
     impl_->destroy(id, runtime_name, ws);

@@ -61,11 +61,7 @@ class Split:
         self.token = "ps-" + uuid.uuid4().hex
         self.launchd_log = open(self.base / "launchd.log", "wb")
         self.gateway_log_path = self.base / "gateway.log"
-        self.launchd = subprocess.Popen(
-            [str(LAUNCHD), "--socket", str(self.socket), "--client-user", USER, "--state-dir", str(self.state),
-             "--image-store", str(IMAGE_STORE), "--workspace-root", str(self.workspaces)],
-            stdout=self.launchd_log, stderr=subprocess.STDOUT)
-        wait_for(self.socket.exists, what="the launcher socket")
+        self.start_launchd()
         self.gateway_log = open(self.gateway_log_path, "wb")
         port_file = self.gw_dir / "port"
         self.gateway = subprocess.Popen(
@@ -81,6 +77,18 @@ class Split:
         self.port = int(port_file.read_text())
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
+
+    def start_launchd(self):
+        self.launchd = subprocess.Popen(
+            [str(LAUNCHD), "--socket", str(self.socket), "--client-user", USER, "--state-dir", str(self.state),
+             "--image-store", str(IMAGE_STORE), "--workspace-root", str(self.workspaces)],
+            stdout=self.launchd_log, stderr=subprocess.STDOUT)
+        wait_for(self.socket.exists, what="the launcher socket")
+
+    def stop_launchd(self):
+        self.launchd.terminate()
+        self.launchd.wait(timeout=60)
+        wait_for(lambda: not self.socket.exists(), what="the launcher socket to go")
 
     def log(self):
         return (self.gateway_log_path.read_text(errors="replace") + "\n--- launchd ---\n" +
@@ -227,3 +235,40 @@ def test_a_sandbox_the_gateway_did_not_ask_for_is_not_reachable_by_it(split):
         assert r.stdout.split() == ["denied"] * 3, r.stdout + r.stderr
     finally:
         split.api("DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_kernel_whose_restart_fails_answers_at_once_and_is_restarted_later(split):
+    """The kernel dies while the launcher service is down, so its automatic
+    restart fails. An execution must be told so at once (503, Retry-After),
+    not wait out its timeout; the gateway keeps trying and, once the service
+    is back, the session runs again with its files."""
+    s = split.api("POST", "/v1/sessions").json()
+    sid = s["id"]
+    try:
+        r = split.api("POST", f"/v1/sessions/{sid}/execute",
+                      json={"code": "x = 41\nopen('kept.txt', 'w').write('kept')"}).json()
+        assert r["status"] == "ok", r
+        pid = split.raw(json.dumps({"op": "status", "id": sid}).encode() + b"\n")["result"]["pid"]
+        split.stop_launchd()
+        try:
+            os.kill(pid, 9)
+            wait_for(lambda: split.api("GET", f"/v1/sessions/{sid}").json()["state"] == "dead", timeout=60,
+                     what="the session to be reported dead")
+            wait_for(lambda: "restart failed" in split.log(), timeout=30, what="the failed restart in the log")
+            t0 = time.monotonic()
+            r = split.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print(1)", "timeout": 60})
+            took = time.monotonic() - t0
+            assert r.status_code == 503, r.text
+            assert "dead" in r.json()["message"] and r.headers.get("Retry-After"), r.text
+            assert took < 10, f"the refusal took {took:.1f} s"
+        finally:
+            split.start_launchd()
+        # The gateway retries on its own (and the refused execution asked it to).
+        wait_for(lambda: split.api("GET", f"/v1/sessions/{sid}").json()["state"] == "idle", timeout=90,
+                 what="the session to be restarted")
+        r = split.api("POST", f"/v1/sessions/{sid}/execute",
+                      json={"code": "print(open('kept.txt').read(), 'x' in globals())"}).json()
+        assert r["status"] == "ok" and r["stdout"] == "kept False\n", r
+    finally:
+        assert split.api("DELETE", f"/v1/sessions/{sid}").status_code == 204
+    wait_for(lambda: sid not in split.sandboxes(), what="the sandbox to go")

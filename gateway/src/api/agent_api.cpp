@@ -203,6 +203,15 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto body = req->json_body(false);
+        if (k->state() == kernels::kernel_state::dead) {
+            // Its restart failed (or is spent): say so now rather than let the
+            // cell wait out its timeout, and try the restart again.
+            s.kernels.revive(k);
+            auto res = error_response(503, "The session's kernel is dead and is being restarted; its memory is lost, "
+                                           "its files are kept. Try again in a few seconds.");
+            res.headers.emplace_back("Retry-After", "2");
+            return reply(std::move(res));
+        }
         run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
     });
 

@@ -355,6 +355,18 @@ void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
 
 void kernel_manager::restart(const kernel_ptr& k, done callback) { do_restart(k, std::move(callback), false); }
 
+bool kernel_manager::revive(const kernel_ptr& k) {
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = kernels_.find(k->id());
+        if (it == kernels_.end() || it->second.busy_lifecycle || shutting_down_ || k->state() != kernel_state::dead)
+            return false;
+    }
+    spdlog::info("kernel {}: dead; restarting it", k->id());
+    do_restart(k, [](std::optional<api_error>) {}, true);
+    return true;
+}
+
 void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic, std::optional<std::string> died) {
     std::map<std::string, std::string> env;
     {
@@ -388,14 +400,27 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
             info = launcher_.launch(spec);
         } catch (const std::exception& e) {
             ++metrics_.sandbox_start_failures;
-            spdlog::error("kernel {}: restart failed: {}", k->id(), e.what());
+            int failures = 0;
             {
                 std::lock_guard lock(mutex_);
-                if (auto it = kernels_.find(k->id()); it != kernels_.end()) it->second.busy_lifecycle = false;
+                if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
+                    it->second.busy_lifecycle = false;
+                    failures = ++it->second.failed_restarts;
+                }
             }
             k->set_state(kernel_state::dead);
             k->broadcast_status("dead");
-            callback(api_error{500, "The kernel could not be restarted"});
+            // Tried again with a growing pause (1, 2, 4 … 30 s), for as long as
+            // the kernel lives here; a client's request can also revive it.
+            const auto pause = std::chrono::seconds(std::min(30, 1 << std::min(failures - 1, 5)));
+            spdlog::error("kernel {}: restart failed (attempt {}): {}; trying again in {} s", k->id(), failures,
+                          e.what(), pause.count());
+            auto retry = std::make_shared<asio::steady_timer>(ioc_, pause);
+            std::weak_ptr<kernel> weak = k;
+            retry->async_wait([this, weak, retry](const boost::system::error_code& ec) {
+                if (auto alive = weak.lock(); alive && !ec) revive(alive);
+            });
+            callback(api_error{500, "The kernel could not be restarted: " + std::string(e.what())});
             return;
         }
         ++metrics_.sandbox_starts;
@@ -405,7 +430,10 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
         wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
             {
                 std::lock_guard lock(mutex_);
-                if (auto it = kernels_.find(k->id()); it != kernels_.end()) it->second.busy_lifecycle = false;
+                if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
+                    it->second.busy_lifecycle = false;
+                    it->second.failed_restarts = 0;
+                }
             }
             if (!ok) k->set_state(kernel_state::idle);
             metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());

@@ -82,6 +82,10 @@ public:
 
     void interrupt(const kernel_ptr& k, done callback);
     void restart(const kernel_ptr& k, done callback);
+    // A kernel left dead (its restart failed, or the restart budget is spent)
+    // is restarted now, unless a restart or shutdown is already under way.
+    // Returns whether one was started.
+    bool revive(const kernel_ptr& k);
     void shutdown(const kernel_ptr& k, done callback, const std::string& reason = "kernel shut down");
     // Stops every kernel; blocks until all are gone.
     void shutdown_all();
@@ -96,6 +100,7 @@ private:
         std::vector<steady::time_point> restarts;
         bool busy_lifecycle = false;  // a restart or shutdown is under way
         std::chrono::system_clock::time_point saved_activity{};  // as last written to the store
+        int failed_restarts = 0;  // automatic restarts that failed in a row
     };
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
 
