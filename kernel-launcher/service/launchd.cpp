@@ -112,6 +112,17 @@ private:
                 throw launch_error("open-to-client", "not a socket: " + path);
             if (::lchown(path.c_str(), 0, o_.client_gid) != 0 || ::chmod(path.c_str(), 0660) != 0)
                 throw launch_error("open-to-client", "cannot open " + path + " to the client", errno);
+            // Under gVisor the sockets are the host relay's, in a directory of
+            // the sandbox's uid that others may not enter: the client's group
+            // may (r-x, so it finds the sockets but creates nothing there).
+            const auto dir = fs::path(path).parent_path();
+            struct stat ds {};
+            if (::lstat(dir.c_str(), &ds) != 0 || !S_ISDIR(ds.st_mode))
+                throw launch_error("open-to-client", "not a directory: " + dir.string());
+            if ((ds.st_mode & S_IXOTH) == 0 && ds.st_gid != o_.client_gid &&
+                (::lchown(dir.c_str(), static_cast<uid_t>(-1), o_.client_gid) != 0 ||
+                 ::chmod(dir.c_str(), (ds.st_mode & 0700) | 0050) != 0))
+                throw launch_error("open-to-client", "cannot open " + dir.string() + " to the client", errno);
         }
         const auto view = views_ / info.id;
         service::remove_workspace_view(view);

@@ -62,6 +62,14 @@ class Split:
         self.launchd_log = open(self.base / "launchd.log", "wb")
         self.gateway_log_path = self.base / "gateway.log"
         self.start_launchd()
+        # A second kernelspec under gVisor, when runsc is here: its relay
+        # sockets must be reachable by the unprivileged gateway too.
+        specs = {"python3": {}}
+        if shutil.which("runsc"):
+            specs["python3-gvisor"] = {"display_name": "Python 3 (gVisor)", "runtime": "runsc"}
+        self.config = self.base / "config.json"
+        self.config.write_text(json.dumps({"kernelspecs": specs}))
+        os.chmod(self.config, 0o644)
         self.gateway_log = open(self.gateway_log_path, "wb")
         port_file = self.gw_dir / "port"
         self.gateway = subprocess.Popen(
@@ -69,7 +77,7 @@ class Split:
              "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
              str(self.gateway_bin), "--ip", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
              "--token", self.token, "--launcher-socket", str(self.socket), "--state-dir", str(self.gw_dir),
-             "--image-store", str(IMAGE_STORE), "--pool-size", "0"],
+             "--image-store", str(IMAGE_STORE), "--pool-size", "0", "--config", str(self.config)],
             stdout=self.gateway_log, stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin"})
         wait_for(lambda: port_file.exists() and port_file.read_text().strip() or self.gateway.poll() is not None,
                  what="the gateway's port")
@@ -188,6 +196,26 @@ def test_sessions_run_code_and_move_files_through_the_service(split):
         assert split.api("DELETE", f"/v1/sessions/{s['id']}").status_code == 204
     wait_for(lambda: s["id"] not in split.sandboxes(), what="the sandbox to go")
     assert str(split.state / "views" / s["id"]) not in Path("/proc/self/mountinfo").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("runsc"), reason="gVisor's runsc is not installed")
+def test_a_gvisor_session_runs_through_the_service(split):
+    """Under runsc the kernel is reached through a relay whose sockets the
+    launcher makes: the unprivileged gateway must be able to use them."""
+    r = split.api("POST", "/v1/sessions", json={"kernel": "python3-gvisor"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        r = split.api("POST", f"/v1/sessions/{sid}/execute",
+                      json={"code": "import platform\nopen('g.txt', 'w').write('gvisor')\nprint(6 * 7)"}).json()
+        assert r["status"] == "ok" and r["stdout"] == "42\n", r
+        assert split.api("GET", f"/v1/sessions/{sid}/files/g.txt").content == b"gvisor"
+        ch = KernelChannel(split, sid)
+        assert ch.execute("print('ws')")["stdout"] == "ws\n"
+        ch.close()
+    finally:
+        assert split.api("DELETE", f"/v1/sessions/{sid}").status_code == 204
+    wait_for(lambda: sid not in split.sandboxes(), what="the sandbox to go")
 
 
 @pytest.mark.parametrize("payload, expect", [
