@@ -15,9 +15,25 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::array<std::string_view, 8> kept_mime_types = {
-    "text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg", "image/svg+xml",
-    "application/json"};
+namespace peek = wire::json_peek;
+
+// Error messages waiting for the strand; past this a hostile kernel's flood
+// of errors (each with a traceback of megabytes) is dropped on arrival.
+constexpr std::size_t max_pending_error_bytes = 64u << 20;
+
+// The unescaped string in a raw JSON value, or "" when it is not a string.
+std::string string_value(std::string_view raw) {
+    if (raw.size() < 2 || raw.front() != '"') return {};
+    const auto v = json::parse(raw, nullptr, false);
+    return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+// A raw JSON value parsed, or null (the kernel's JSON was validated on arrival).
+json parse_value(std::string_view raw, json fallback = nullptr) {
+    if (raw.empty()) return fallback;
+    auto v = json::parse(raw, nullptr, false);
+    return v.is_discarded() ? fallback : v;
+}
 
 std::string url_encode_path(const std::string& path) {
     static constexpr char digits[] = "0123456789ABCDEF";
@@ -51,10 +67,17 @@ std::string strip_ansi(std::string_view text) {
     return out;
 }
 
+// A rich result's kept parts, copied out of its message (raw JSON).
+struct execution::kept_result {
+    std::array<std::string, kept_mime_types.size()> data;
+    std::string metadata, execution_count;
+};
+
 execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, kernels::kernel_ptr k,
                      execution_options options, event_fn on_event, done_fn on_done)
     : strand_(asio::make_strand(ioc)), manager_(manager), kernel_(std::move(k)), options_(std::move(options)),
-      on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_) {}
+      on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_),
+      admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results)} {}
 
 void execution::start() {
     asio::post(strand_, [self = shared_from_this()] {
@@ -68,8 +91,6 @@ void execution::start() {
                 spdlog::warn("kernel {}: workspace snapshot failed: {}", self->kernel_->id(), e.what());
             }
         }
-        self->kernel_->add_observer(self);
-        self->kernel_->touch();
         auto msg = protocol::make_message("execute_request",
                                           {{"code", self->options_.code},
                                            {"silent", false},
@@ -81,7 +102,11 @@ void execution::start() {
                                            // would abort the next request if it came quickly.
                                            {"stop_on_error", false}},
                                           "cellgate-agent-" + self->kernel_->id());
+        // Before the first deliver(): add_observer takes the kernel's lock,
+        // under which every deliver() runs.
         self->msg_id_ = json::parse(msg.header).at("msg_id").get<std::string>();
+        self->kernel_->add_observer(self);
+        self->kernel_->touch();
         self->kernel_->gateway_send(ws::channel::shell, std::move(msg));
         self->timer_.expires_after(self->options_.timeout);
         self->timer_.async_wait([self](const boost::system::error_code& ec) {
@@ -99,7 +124,64 @@ void execution::cancel() {
 }
 
 void execution::deliver(wire::kernel_message_ptr m) {
-    asio::post(strand_, [self = shared_from_this(), m = std::move(m)] { self->handle(*m); });
+    // On the kernel's thread, under its lock: scans only, and nothing is
+    // queued that the caps will not keep.
+    if (done_.load(std::memory_order_relaxed)) return;
+    const auto& type = m->fields.msg_type;
+    const std::string_view content = m->msg.content;
+    auto self = shared_from_this();
+    if (m->fields.parent_msg_id.empty()) {
+        // A status the gateway made up for the whole kernel: "dead" ends the execution.
+        if (type == "status" && peek::string_member(content, "execution_state") == "dead")
+            asio::post(strand_, [self] { self->on_kernel_dead(); });
+        return;
+    }
+    if (m->fields.parent_msg_id != msg_id_) return;
+    if (type == "status") {
+        if (peek::string_member(content, "execution_state") == "idle") asio::post(strand_, [self] { self->on_idle(); });
+    } else if (type == "execute_reply") {
+        auto count = peek::member(content, "execution_count").value_or(std::string_view{});
+        if (count.size() > 32) count = {};  // a number, or it is not one
+        asio::post(strand_, [self, status = peek::string_member(content, "status").value_or(""),
+                             count = std::string(count)] { self->on_reply(status, count); });
+    } else if (type == "stream") {
+        const bool to_stderr = peek::string_member(content, "name") == "stderr";
+        auto text = peek::member(content, "text").value_or(std::string_view{});
+        if (text.size() < 2 || text.front() != '"') text = {};
+        const auto bytes = text.empty() ? 0 : peek::decoded_size(text.substr(1, text.size() - 2)).value_or(0);
+        {
+            std::lock_guard lock(admission_mutex_);
+            if (admission_.text_bytes > options_.output_limit_bytes) {
+                // The strand has cut the text already: this stream lost some too.
+                (to_stderr ? admission_.stderr_dropped : admission_.stdout_dropped) = true;
+                return;
+            }
+            admission_.text_bytes += bytes;
+        }
+        asio::post(strand_, [self, to_stderr, text = std::string(text)] { self->on_stream(to_stderr, text); });
+    } else if (type == "display_data" || type == "execute_result") {
+        const auto parts = peek_result(content);
+        {
+            std::lock_guard lock(admission_mutex_);
+            if (!admission_.results.admit(parts.cost_bytes)) return;
+        }
+        kept_result r;
+        for (std::size_t i = 0; i < parts.data.size(); ++i) r.data[i] = parts.data[i];
+        r.metadata = parts.metadata;
+        r.execution_count = parts.execution_count;
+        asio::post(strand_, [self, type, r = std::move(r)]() mutable { self->on_result(type, std::move(r)); });
+    } else if (type == "error") {
+        const auto bytes = m->wire_bytes();
+        if (pending_error_bytes_.fetch_add(bytes) + bytes > max_pending_error_bytes) {
+            pending_error_bytes_ -= bytes;
+            spdlog::warn("kernel {}: dropped an error message of {} bytes (too many waiting)", kernel_->id(), bytes);
+            return;
+        }
+        asio::post(strand_, [self, m = std::move(m), bytes] {
+            self->pending_error_bytes_ -= bytes;
+            self->on_error(*m);
+        });
+    }
 }
 
 void execution::kernel_closed(const std::string& reason) {
@@ -111,67 +193,68 @@ void execution::kernel_closed(const std::string& reason) {
     });
 }
 
-void execution::handle(const wire::kernel_message& m) {
+void execution::on_kernel_dead() {
+    if (finished_ || timed_out_) return;
+    kernel_died_ = true;
+    append_text("stderr", "[cellgate: the kernel died during this execution; it is being restarted]\n");
+    finish();
+}
+
+void execution::on_stream(bool to_stderr, const std::string& raw_text) {
     if (finished_) return;
-    const auto& type = m.fields.msg_type;
-    if (m.fields.parent_msg_id.empty() && type == "status") {
-        // A status the gateway made up for the whole kernel: it died.
-        const auto content = json::parse(m.msg.content, nullptr, false);
-        if (content.is_object() && content.value("execution_state", "") == "dead" && !timed_out_) {
-            kernel_died_ = true;
-            append_text("stderr", "[cellgate: the kernel died during this execution; it is being restarted]\n");
-            finish();
-        }
-        return;
+    append_text(to_stderr ? "stderr" : "stdout", string_value(raw_text));
+}
+
+void execution::on_result(const std::string& type, kept_result kept) {
+    if (finished_) return;
+    json data = json::object();
+    for (std::size_t i = 0; i < kept.data.size(); ++i)
+        if (!kept.data[i].empty()) data[std::string(kept_mime_types[i])] = parse_value(kept.data[i]);
+    json r = {{"type", type},
+              {"data", std::move(data)},
+              {"metadata", parse_value(kept.metadata, json::object())},
+              {"is_main_result", type == "execute_result"}};
+    if (type == "execute_result") {
+        r["execution_count"] = parse_value(kept.execution_count);
+        emit("result", {{"data", r["data"]}, {"metadata", r["metadata"]}, {"execution_count", r["execution_count"]}});
+    } else {
+        emit("display", {{"data", r["data"]}, {"metadata", r["metadata"]}});
     }
-    if (m.fields.parent_msg_id != msg_id_) return;
+    results_.push_back(std::move(r));
+}
+
+void execution::on_error(const wire::kernel_message& m) {
+    if (finished_) return;
     const auto content = json::parse(m.msg.content, nullptr, false);
     if (!content.is_object()) return;
-    if (type == "stream") {
-        append_text(content.value("name", "stdout") == "stderr" ? "stderr" : "stdout", content.value("text", ""));
-    } else if (type == "display_data" || type == "execute_result") {
-        json data = json::object();
-        if (const auto it = content.find("data"); it != content.end() && it->is_object())
-            for (const auto mime : kept_mime_types)
-                if (const auto d = it->find(std::string(mime)); d != it->end()) data[std::string(mime)] = *d;
-        const auto size = data.dump().size();
-        if (result_bytes_ + size > options_.result_limit_bytes) {
-            results_truncated_ = true;
-            return;
-        }
-        result_bytes_ += size;
-        json r = {{"type", type},
-                  {"data", data},
-                  {"metadata", content.value("metadata", json::object())},
-                  {"is_main_result", type == "execute_result"}};
-        if (type == "execute_result") {
-            r["execution_count"] = content.value("execution_count", json(nullptr));
-            emit("result", {{"data", data}, {"metadata", r["metadata"]}, {"execution_count", r["execution_count"]}});
-        } else {
-            emit("display", {{"data", data}, {"metadata", r["metadata"]}});
-        }
-        results_.push_back(std::move(r));
-    } else if (type == "error") {
-        std::string tb;
-        json traceback = content.value("traceback", json::array());
-        for (const auto& line : traceback)
-            if (line.is_string()) tb += line.get<std::string>() + "\n";
-        error_ = {{"ename", content.value("ename", "")},
-                  {"evalue", content.value("evalue", "")},
-                  {"traceback", traceback},
-                  {"traceback_text", strip_ansi(tb)}};
-        emit("error", error_);
-    } else if (type == "execute_reply") {
-        replied_ = true;
-        reply_status_ = content.value("status", "");
-        execution_count_ = content.value("execution_count", json(nullptr));
-        maybe_finish();
-    } else if (type == "status") {
-        if (content.value("execution_state", "") == "idle") {
-            idle_ = true;
-            maybe_finish();
-        }
-    }
+    auto text_member = [&content](const char* key) {
+        const auto it = content.find(key);
+        return it != content.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    json traceback = json::array();
+    if (const auto it = content.find("traceback"); it != content.end() && it->is_array()) traceback = *it;
+    std::string tb;
+    for (const auto& line : traceback)
+        if (line.is_string()) tb += line.get<std::string>() + "\n";
+    error_ = {{"ename", text_member("ename")},
+              {"evalue", text_member("evalue")},
+              {"traceback", std::move(traceback)},
+              {"traceback_text", strip_ansi(tb)}};
+    emit("error", error_);
+}
+
+void execution::on_reply(const std::string& status, const std::string& raw_execution_count) {
+    if (finished_) return;
+    replied_ = true;
+    reply_status_ = status;
+    execution_count_ = parse_value(raw_execution_count);
+    maybe_finish();
+}
+
+void execution::on_idle() {
+    if (finished_) return;
+    idle_ = true;
+    maybe_finish();
 }
 
 void execution::append_text(const std::string& stream, const std::string& text) {
@@ -258,7 +341,14 @@ json execution::collect_files() {
 void execution::finish() {
     if (finished_) return;
     finished_ = true;
+    done_ = true;
     timer_.cancel();
+    {
+        std::lock_guard lock(admission_mutex_);
+        stdout_truncated_ = stdout_truncated_ || admission_.stdout_dropped;
+        stderr_truncated_ = stderr_truncated_ || admission_.stderr_dropped;
+        results_truncated_ = admission_.results.truncated();
+    }
     std::string status = "ok";
     if (kernel_died_) status = "kernel_died";
     else if (timed_out_) status = "timeout";
@@ -276,9 +366,9 @@ void execution::finish() {
     if (!files.empty()) emit("files", {{"files", files}});
     json result = {{"status", status},
                    {"execution_count", execution_count_},
-                   {"stdout", stdout_},
-                   {"stderr", stderr_},
-                   {"results", results_},
+                   {"stdout", std::move(stdout_)},
+                   {"stderr", std::move(stderr_)},
+                   {"results", std::move(results_)},
                    {"error", error_},
                    {"files", files},
                    {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(

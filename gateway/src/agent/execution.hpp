@@ -1,5 +1,6 @@
 #pragma once
 
+#include "agent/result_budget.hpp"
 #include "agent/workspace_snapshot.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernel_subscriber.hpp"
@@ -9,9 +10,11 @@
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -22,7 +25,8 @@ struct execution_options {
     std::chrono::milliseconds timeout{300000};
     std::chrono::milliseconds interrupt_grace{3000};  // after the interrupt, before a kill and restart
     std::size_t output_limit_bytes = 1u << 20;        // stdout + stderr
-    std::size_t result_limit_bytes = 32u << 20;       // display data
+    std::size_t result_limit_bytes = 32u << 20;       // rich results, see result_budget.hpp
+    std::size_t max_results = 10000;
     std::string files_url_prefix;                     // "/v1/sessions/<id>/files/"
     bool inline_files = false;                        // one-shot: file contents in the result
     std::size_t inline_files_limit_bytes = 32u << 20;
@@ -33,6 +37,13 @@ struct execution_options {
 // (status, stdout, stderr, rich results, error, changed files, timing), with
 // an optional live event for each piece (for Server-Sent Events). Runs on its
 // own strand; the kernel only posts to it.
+//
+// Output past the caps never reaches the strand: deliver() (on the kernel's
+// thread) reads only the few members it needs from each message's raw text,
+// admits stream text and rich results against the caps there, and queues
+// copies of the kept parts, not the messages. So a flood costs the gateway
+// the caps and a scan, however much the kernel sends; the messages that end
+// an execution (execute_reply, status) are tiny once read and always pass.
 class execution : public kernels::kernel_subscriber, public std::enable_shared_from_this<execution> {
 public:
     using event_fn = std::function<void(const std::string& event, const nlohmann::json& data)>;
@@ -50,7 +61,14 @@ public:
     void kernel_closed(const std::string& reason) override;
 
 private:
-    void handle(const wire::kernel_message& m);
+    struct kept_result;
+
+    void on_stream(bool to_stderr, const std::string& raw_text);
+    void on_result(const std::string& type, kept_result r);
+    void on_error(const wire::kernel_message& m);
+    void on_reply(const std::string& status, const std::string& raw_execution_count);
+    void on_idle();
+    void on_kernel_dead();
     void on_timeout();
     void append_text(const std::string& stream, const std::string& text);
     void maybe_finish();
@@ -66,13 +84,24 @@ private:
     done_fn on_done_;
     boost::asio::steady_timer timer_;
 
-    std::string msg_id_;
+    std::string msg_id_;  // set before the first deliver(), constant after
+
+    // Admission, on the kernel's thread; finish() reads the drop flags.
+    struct admission {
+        std::size_t text_bytes = 0;
+        bool stdout_dropped = false, stderr_dropped = false;
+        results_budget results;
+    };
+    std::mutex admission_mutex_;
+    admission admission_;
+    std::atomic<bool> done_{false};                // finished: deliver() drops everything
+    std::atomic<std::size_t> pending_error_bytes_{0};  // error messages queued, not yet handled
+
     std::optional<workspace_snapshot> before_;
     std::chrono::steady_clock::time_point started_;
     std::string stdout_, stderr_;
     std::size_t text_bytes_ = 0;
     bool stdout_truncated_ = false, stderr_truncated_ = false, results_truncated_ = false;
-    std::size_t result_bytes_ = 0;
     nlohmann::json results_ = nlohmann::json::array();
     nlohmann::json error_ = nullptr;
     std::string reply_status_;
