@@ -1,12 +1,16 @@
 #include "wire/zmq_reactor.hpp"
 
 #include <spdlog/spdlog.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -17,6 +21,18 @@ namespace {
 
 constexpr int max_messages_per_turn = 32;
 constexpr std::size_t max_bytes_per_turn = 16u << 20;
+
+// After a flood the heap keeps the pages it carried, freed but not returned:
+// once this much kernel traffic has passed and the kernels have been quiet
+// for a moment, the reactor gives it back.
+constexpr std::size_t trim_after_bytes = 64u << 20;
+constexpr std::chrono::milliseconds trim_after_quiet{1000};
+
+void release_freed_memory() {
+#ifdef __GLIBC__
+    ::malloc_trim(0);
+#endif
+}
 
 enum class socket_role { iopub, hb, shell, control, stdin_ };
 
@@ -63,6 +79,8 @@ struct zmq_reactor::impl {
     int epoll_fd = -1;
     std::vector<watched*> ready;
     std::atomic<std::uint64_t> received{0}, sent{0}, dropped{0};
+    std::size_t bytes_since_trim = 0;
+    std::chrono::steady_clock::time_point last_traffic;
 
     std::unique_ptr<watched> make_socket(kernel_entry& k, zmq::socket_type type, const std::string& endpoint,
                                          std::uint64_t set_id, socket_role role) {
@@ -155,7 +173,10 @@ struct zmq_reactor::impl {
         std::vector<std::string> frames;
         std::size_t bytes = 0;
         for (int n = 0; n < max_messages_per_turn && bytes < max_bytes_per_turn; ++n) {
-            if (!receive(w.sock, frames, bytes)) return;  // drained: the next edge will tell
+            if (!receive(w.sock, frames, bytes)) {  // drained: the next edge will tell
+                note_traffic(bytes);
+                return;
+            }
             kernel_entry& k = *w.kernel;
             if (w.role == socket_role::hb) {
                 if (k.handlers.on_heartbeat) k.handlers.on_heartbeat();
@@ -179,6 +200,29 @@ struct zmq_reactor::impl {
             if (k.handlers.on_message) k.handlers.on_message(w.set_id, std::move(m));
         }
         if (has_input(w)) mark_ready(&w);  // more than its share: back of the line
+        note_traffic(bytes);
+    }
+
+    void note_traffic(std::size_t bytes) {
+        if (bytes == 0) return;
+        bytes_since_trim += bytes;
+        last_traffic = std::chrono::steady_clock::now();
+    }
+
+    // How long epoll may sleep: not at all with sockets waiting, until the
+    // trim is due after a flood, else until woken.
+    int wait_timeout_ms() {
+        if (!ready.empty()) return 0;
+        if (bytes_since_trim < trim_after_bytes) return -1;
+        const auto due = last_traffic + trim_after_quiet;
+        const auto now = std::chrono::steady_clock::now();
+        if (now < due)
+            return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(due - now).count());
+        spdlog::debug("zmq reactor: {} MiB of kernel traffic since the last trim; returning freed memory",
+                      bytes_since_trim >> 20);
+        release_freed_memory();
+        bytes_since_trim = 0;
+        return -1;
     }
 
     void send_frames(watched& w, const std::vector<std::string>& frames) {
@@ -240,7 +284,7 @@ void zmq_reactor::run() {
     impl& r = *impl_;
     std::array<epoll_event, 256> events{};
     while (running_) {
-        const int n = ::epoll_wait(r.epoll_fd, events.data(), static_cast<int>(events.size()), r.ready.empty() ? -1 : 0);
+        const int n = ::epoll_wait(r.epoll_fd, events.data(), static_cast<int>(events.size()), r.wait_timeout_ms());
         if (n < 0 && errno != EINTR) {
             spdlog::error("zmq reactor: epoll_wait failed: {}", std::strerror(errno));
             continue;
