@@ -8,7 +8,9 @@
 // encoded only when written. If the queue grows past max_ws_queue_bytes the
 // connection is closed with 1013 (try again later) and every unsent message
 // goes back to the session's buffer, so a client that reconnects with the same
-// session_id receives them; nothing is dropped silently.
+// session_id receives them; nothing is dropped silently. The queue counts what
+// is still on its way to the strand, and a fixed cost per message besides its
+// bytes (a flood of tiny messages holds more memory than its bytes say).
 
 #include "http/server.hpp"
 #include "kernels/kernel.hpp"
@@ -20,6 +22,7 @@
 #include <boost/beast/websocket.hpp>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <deque>
 
 namespace cellgate::ws {
@@ -28,6 +31,14 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 
 inline constexpr const char* v1_subprotocol = "v1.kernel.websocket.jupyter.org";
+
+// What a queued kernel message costs beyond its bytes: its share of the
+// message object, its queue entry.
+inline constexpr std::size_t queued_message_overhead_bytes = 512;
+
+inline std::size_t queued_cost(const wire::kernel_message& m) noexcept {
+    return m.wire_bytes() + queued_message_overhead_bytes;
+}
 
 template <class Stream>
 class channels_session : public kernels::kernel_subscriber,
@@ -53,7 +64,11 @@ public:
     }
 
     void deliver(wire::kernel_message_ptr m) override {
+        // Counted from here, not from the strand: a strand that falls behind
+        // must not hide a backlog of posted messages from the limit.
+        inbound_bytes_ += queued_cost(*m);
         boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), m = std::move(m)]() mutable {
+            self->inbound_bytes_ -= queued_cost(*m);
             self->enqueue_message(std::move(m));
         });
     }
@@ -90,7 +105,7 @@ private:
         const auto r = kernel_->attach(session_id_, this->shared_from_this());
         set_id_ = r.set_id;
         // The replay arrives as one burst; it does not count as falling behind.
-        replay_credit_ = r.replayed_bytes;
+        replay_credit_ = r.replayed_bytes + r.replayed * queued_message_overhead_bytes;
         spdlog::info("kernel {}: client connected ({} protocol, session {}, {} buffered messages replayed)",
                      kernel_->id(), v1_ ? "v1" : "json", session_id_.empty() ? "-" : session_id_, r.replayed);
         do_read();
@@ -171,9 +186,9 @@ private:
             return;
         }
         if (closing_) return;
-        queued_bytes_ += m->wire_bytes();
+        queued_bytes_ += queued_cost(*m);
         enqueue(outgoing{std::move(m), {}, false});
-        if (queued_bytes_ > ctx_.options.max_ws_queue_bytes + replay_credit_) cut_off_slow_client();
+        if (queued_bytes_ + inbound_bytes_ > ctx_.options.max_ws_queue_bytes + replay_credit_) cut_off_slow_client();
     }
 
     void enqueue(outgoing o) {
@@ -192,8 +207,8 @@ private:
         // The backlog the limit applies to is what waits behind the frame in
         // flight: one large output is not a slow client.
         if (o.msg) {
-            queued_bytes_ -= o.msg->wire_bytes();
-            replay_credit_ -= std::min(replay_credit_, o.msg->wire_bytes());
+            queued_bytes_ -= queued_cost(*o.msg);
+            replay_credit_ -= std::min(replay_credit_, queued_cost(*o.msg));
         }
         if (o.msg) {
             if (v1_) {
@@ -273,7 +288,8 @@ private:
     std::uint64_t set_id_ = 0;
     beast::flat_buffer read_buffer_;
     std::deque<outgoing> queue_;
-    std::size_t queued_bytes_ = 0;   // waiting behind the frame in flight
+    std::size_t queued_bytes_ = 0;   // waiting behind the frame in flight (queued_cost)
+    std::atomic<std::size_t> inbound_bytes_{0};  // posted by deliver(), not yet on the strand
     std::size_t replay_credit_ = 0;  // replayed bytes not yet written
     std::string write_buffer_;
     bool writing_ = false, closing_ = false, finished_ = false, detached_ = false, counted_ = false;
