@@ -233,14 +233,6 @@ def still_serving(request, gw):
 # fail until fixed, and a strict one that starts passing fails the run so
 # its entry here (and in SECURITY.md) gets removed.
 KNOWN_GAPS = {
-    ("test_display_metadata_counts_against_the_results_cap", "runc"):
-        (True, "display metadata is not counted against the results cap"),
-    ("test_display_metadata_counts_against_the_results_cap", "runsc"):
-        (True, "display metadata is not counted against the results cap"),
-    ("test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded", "runc"):
-        (False, "iopub queues are bounded by count, not bytes: gateway RSS can grow by hundreds of MiB"),
-    ("test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded", "runsc"):
-        (False, "iopub queues are bounded by count, not bytes: gateway RSS can grow by hundreds of MiB"),
     ("test_a_fork_bomb_is_stopped_and_a_fork_loop_ends_at_the_pids_limit", "runsc"):
         (True, "under gVisor each guest process costs ~34 MiB of host memory: a fork loop is OOM-killed first"),
 }
@@ -1048,6 +1040,9 @@ def test_a_memory_bomb_is_oom_killed_reported_and_the_session_restarted(gw, atta
             host_mem_available_mib_before_after=[avail_before >> 20, _mem_available() >> 20])
     assert r["status"] == "kernel_died", r
     assert "allocated" not in r["stdout"]
+    # The client is told why, in the cell's error and its stderr.
+    assert r["error"]["ename"] == "KernelDied" and "memory limit of 512 MiB" in r["error"]["evalue"], r
+    assert "OOM-killed" in r["stderr"], r
     # The log names the cause.
     died = death_lines(gw, attacker)
     assert died and "OOM-killed by its memory limit" in died[-1], died

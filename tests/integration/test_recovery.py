@@ -114,6 +114,13 @@ def test_sigkill_loses_no_session_file_or_variable(gw):
     assert b["id"] not in sandboxes_of(gw)
 
 
+def process_ended(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def test_a_restart_reaps_what_expired_or_was_forgotten_and_restarts_dead_kernels(gw):
     short = api(gw, "POST", "/v1/sessions", json={"idle_timeout_s": 2}).json()
     forgotten = api(gw, "POST", "/v1/sessions").json()
@@ -132,6 +139,11 @@ def test_a_restart_reaps_what_expired_or_was_forgotten_and_restarts_dead_kernels
     db.close()
     dying = sandboxes_of(gw)[dies["id"]]
     subprocess.run(["kill", "-9", str(dying["pid"])], check=True)
+    # Dead before the gateway looks (SIGKILL is delivered, not yet acted on,
+    # when kill returns): gone, or a zombie nobody reaped.
+    deadline = time.time() + 30
+    while time.time() < deadline and not process_ended(dying["pid"]):
+        time.sleep(0.05)
     gw.log.close()
     gw.port_file.unlink()
     gw.start()

@@ -132,8 +132,11 @@ void execution::deliver(wire::kernel_message_ptr m) {
     auto self = shared_from_this();
     if (m->fields.parent_msg_id.empty()) {
         // A status the gateway made up for the whole kernel: "dead" ends the execution.
-        if (type == "status" && peek::string_member(content, "execution_state") == "dead")
-            asio::post(strand_, [self] { self->on_kernel_dead(); });
+        if (type == "status" && peek::string_member(content, "execution_state") == "dead") {
+            auto reason = std::string(peek::string_member(content, "cellgate_reason").value_or(""));
+            if (reason.size() > 1024) reason.resize(1024);
+            asio::post(strand_, [self, reason = std::move(reason)] { self->on_kernel_dead(reason); });
+        }
         return;
     }
     if (m->fields.parent_msg_id != msg_id_) return;
@@ -193,10 +196,17 @@ void execution::kernel_closed(const std::string& reason) {
     });
 }
 
-void execution::on_kernel_dead() {
+void execution::on_kernel_dead(const std::string& reason) {
     if (finished_ || timed_out_) return;
     kernel_died_ = true;
-    append_text("stderr", "[cellgate: the kernel died during this execution; it is being restarted]\n");
+    append_text("stderr", "[cellgate: the kernel died during this execution" + (reason.empty() ? "" : " (" + reason + ")") +
+                              "; it is being restarted]\n");
+    // Why, where an agent looks first: the error of its cell.
+    if (!error_.is_object())
+        error_ = {{"ename", "KernelDied"},
+                  {"evalue", reason.empty() ? "the kernel's process ended" : reason},
+                  {"traceback", json::array()},
+                  {"traceback_text", ""}};
     finish();
 }
 

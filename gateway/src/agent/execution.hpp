@@ -68,7 +68,7 @@ private:
     void on_error(const wire::kernel_message& m);
     void on_reply(const std::string& status, const std::string& raw_execution_count);
     void on_idle();
-    void on_kernel_dead();
+    void on_kernel_dead(const std::string& reason);
     void on_timeout();
     void append_text(const std::string& stream, const std::string& text);
     void maybe_finish();

@@ -128,11 +128,13 @@ steady::time_point kernel::last_heartbeat() const {
     return last_heartbeat_;
 }
 
-wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state) {
+wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
     auto m = std::make_shared<wire::kernel_message>();
     m->seq = next_seq_++;
     m->chan = ws::channel::iopub;
-    m->msg = protocol::make_message("status", {{"execution_state", execution_state}}, "cellgate-gateway-" + id_);
+    nlohmann::json content = {{"execution_state", execution_state}};
+    if (!reason.empty()) content["cellgate_reason"] = reason;
+    m->msg = protocol::make_message("status", content, "cellgate-gateway-" + id_);
     const auto header = nlohmann::json::parse(m->msg.header);
     m->fields.msg_id = header.at("msg_id").get<std::string>();
     m->fields.msg_type = "status";
@@ -152,9 +154,11 @@ wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
     return m;
 }
 
-void kernel::broadcast_status(std::string_view execution_state) {
+void kernel::broadcast_status(std::string_view execution_state, std::string_view reason) {
     std::lock_guard lock(mutex_);
-    fan_out_locked(synthesize_status(execution_state));
+    if (!reason.empty())
+        fan_out_locked(gateway_notice("[cellgate] The kernel died: " + std::string(reason) + ".\n"));
+    fan_out_locked(synthesize_status(execution_state, reason));
 }
 
 void kernel::close(const std::string& reason) {

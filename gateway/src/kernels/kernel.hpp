@@ -102,7 +102,9 @@ public:
     void set_state(kernel_state s);
     kernel_state state() const;
     // Synthesises an iopub status message ("restarting", "dead") to every session.
-    void broadcast_status(std::string_view execution_state);
+    // `reason` (for "dead") goes to every client: as a stderr notice, and in
+    // the status content as "cellgate_reason", which the agent API reports.
+    void broadcast_status(std::string_view execution_state, std::string_view reason = {});
     void heartbeat_seen();
     steady::time_point last_heartbeat() const;
     // Closes every attached client (the kernel is gone) and stops its sockets.
@@ -164,7 +166,7 @@ private:
     void send_locked(std::uint64_t set_id, ws::client_message msg);
     void flush_pending_locked();
     // Both must be called with the lock held (they take the next sequence number).
-    wire::kernel_message_ptr synthesize_status(std::string_view execution_state);
+    wire::kernel_message_ptr synthesize_status(std::string_view execution_state, std::string_view reason = {});
     wire::kernel_message_ptr gateway_notice(std::string_view text);
 
     const std::string id_, spec_name_;

@@ -292,7 +292,6 @@ void kernel_manager::watch_process(const kernel_ptr& k, std::int64_t pid) {
 }
 
 void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why) {
-    bool restart_now = false;
     bool warm = false;
     {
         std::lock_guard lock(mutex_);
@@ -303,18 +302,40 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
         }
     }
     if (warm) return drop_from_pool(k, "died while waiting in the pool (" + why + ")");
+    // The cause is read from the sandbox first, before anything (a restart)
+    // removes it, and before clients are told: they hear why.
+    asio::post(launch_pool_, [this, k, pid, why] {
+        bool oom = false;
+        try {
+            oom = launcher_.status(k->id()).oom_killed;
+        } catch (const std::exception& e) {
+            spdlog::debug("kernel {}: no status after its death: {}", k->id(), e.what());
+        }
+        asio::post(ioc_, [this, k, pid, why, oom] { confirm_death(k, pid, why, oom); });
+    });
+}
+
+void kernel_manager::confirm_death(const kernel_ptr& k, std::int64_t pid, const std::string& why, bool oom) {
+    bool restart_now = false;
+    std::string reason = why;
     {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
-        if (it == kernels_.end() || it->second.busy_lifecycle || shutting_down_) return;
+        if (it == kernels_.end() || it->second.k != k || it->second.busy_lifecycle || shutting_down_) return;
         const auto sb = k->sandbox();
         if (!sb || sb->pid != pid) return;  // an old process of a restarted kernel
         const auto state = k->state();
         if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
             return;
+        if (oom) {
+            const auto* ks = specs_.find(k->spec_name());
+            reason = "OOM-killed: it used more than its memory limit" +
+                     (ks != nullptr ? " of " + std::to_string(ks->limits.memory_bytes >> 20) + " MiB" : std::string());
+        }
+        spdlog::warn("kernel {}: died ({}{})", k->id(), why, oom ? ", OOM-killed by its memory limit" : "");
         ++metrics_.kernel_deaths;
         k->set_state(kernel_state::dead);
-        k->broadcast_status("dead");
+        k->broadcast_status("dead", reason);
         auto& r = it->second;
         const auto now = steady::now();
         std::erase_if(r.restarts, [&](auto t) { return now - t > config_.restart_window; });
@@ -323,22 +344,7 @@ void kernel_manager::on_died(const kernel_ptr& k, std::int64_t pid, const std::s
             restart_now = true;
         }
     }
-    // The cause is read before anything removes the sandbox: the restart reads
-    // it first in its own task; otherwise a task of its own reads it.
-    if (restart_now)
-        do_restart(k, [](std::optional<api_error>) {}, true, why);
-    else
-        asio::post(launch_pool_, [this, id = k->id(), why] { report_death(id, why); });
-}
-
-void kernel_manager::report_death(const std::string& id, const std::string& why) {
-    bool oom = false;
-    try {
-        oom = launcher_.status(id).oom_killed;
-    } catch (const std::exception& e) {
-        spdlog::debug("kernel {}: no status after its death: {}", id, e.what());
-    }
-    spdlog::warn("kernel {}: died ({}{})", id, why, oom ? ", OOM-killed by its memory limit" : "");
+    if (restart_now) do_restart(k, [](std::optional<api_error>) {}, true);
 }
 
 void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
@@ -355,6 +361,12 @@ void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
 
 void kernel_manager::restart(const kernel_ptr& k, done callback) { do_restart(k, std::move(callback), false); }
 
+bool kernel_manager::is_registered(const kernel_ptr& k) const {
+    std::lock_guard lock(mutex_);
+    const auto it = kernels_.find(k->id());
+    return it != kernels_.end() && it->second.k == k;
+}
+
 bool kernel_manager::revive(const kernel_ptr& k) {
     {
         std::lock_guard lock(mutex_);
@@ -367,7 +379,7 @@ bool kernel_manager::revive(const kernel_ptr& k) {
     return true;
 }
 
-void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic, std::optional<std::string> died) {
+void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automatic) {
     std::map<std::string, std::string> env;
     {
         std::lock_guard lock(mutex_);
@@ -391,8 +403,7 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     // asked for itself it reconnects anyway (jupyter_server does the same).
     if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
-    asio::post(launch_pool_, [this, k, spec, automatic, died = std::move(died), callback = std::move(callback)] {
-        if (died) report_death(k->id(), *died);
+    asio::post(launch_pool_, [this, k, spec, automatic, callback = std::move(callback)] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
@@ -400,6 +411,11 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
             info = launcher_.launch(spec);
         } catch (const std::exception& e) {
             ++metrics_.sandbox_start_failures;
+            if (!is_registered(k)) {
+                spdlog::info("kernel {}: shut down during its restart ({})", k->id(), e.what());
+                callback(api_error{404, "The kernel was shut down"});
+                return;
+            }
             int failures = 0;
             {
                 std::lock_guard lock(mutex_);
@@ -424,6 +440,18 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
             return;
         }
         ++metrics_.sandbox_starts;
+        if (!is_registered(k)) {
+            // Shut down while this restart ran (its remove may have come
+            // before the launch): the new sandbox must not outlive it.
+            spdlog::info("kernel {}: shut down during its restart; removing the new sandbox", k->id());
+            try {
+                launcher_.remove(k->id());
+            } catch (const std::exception& e) {
+                spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+            }
+            callback(api_error{404, "The kernel was shut down"});
+            return;
+        }
         const auto pid = info.pid;
         k->connect(std::move(info));
         watch_process(k, pid);

@@ -108,10 +108,9 @@ private:
     void watch_process(const kernel_ptr& k, std::int64_t pid);
     void wait_ready(const kernel_ptr& k, std::function<void(bool)> then);
     void on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why);
-    void report_death(const std::string& id, const std::string& why);
-    // `died` is the reason when the restart follows a death: the cause (an OOM
-    // kill, say) is read from the sandbox before the restart removes it.
-    void do_restart(const kernel_ptr& k, done callback, bool automatic, std::optional<std::string> died = {});
+    void confirm_death(const kernel_ptr& k, std::int64_t pid, const std::string& why, bool oom);
+    bool is_registered(const kernel_ptr& k) const;
+    void do_restart(const kernel_ptr& k, done callback, bool automatic);
     void tick();
     void gauges(std::string& out) const;
     // Warm pool.
