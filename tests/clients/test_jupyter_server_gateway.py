@@ -140,7 +140,27 @@ def _cellgate_kernel_ids(cellgate):
 def _channel(js, kernel_id):
     # KernelChannel speaks the JSON protocol; pointed at jupyter_server it uses
     # jupyter_server's own URL and token.
-    return KernelChannel(SimpleNamespace(ws_url=js.ws_url, token=js.token), kernel_id)
+    ch = KernelChannel(SimpleNamespace(ws_url=js.ws_url, token=js.token), kernel_id)
+    # Debian's jupyter_server (1.23) drops a message that reaches it before
+    # its own connection to the gateway has begun: on_message waits on a
+    # placeholder future that _connect replaces and never resolves. Seen in
+    # CI as a test waiting forever on its first execute_request, with the
+    # gateway never receiving it. So do what JupyterLab does on connecting:
+    # ask kernel_info until a reply proves the path is up (bounded).
+    import websocket
+    for _ in range(20):
+        msg_id = ch.send("kernel_info_request", {})
+        ch.ws.settimeout(1.5)
+        end = time.monotonic() + 1.5
+        try:
+            while time.monotonic() < end:
+                m = ch.recv()
+                if m.get("channel") == "shell" and m.get("parent_header", {}).get("msg_id") == msg_id:
+                    return ch
+        except websocket.WebSocketTimeoutException:
+            pass
+    ch.close()
+    raise AssertionError("no kernel_info_reply through jupyter_server in 30 s" + _logs(js))
 
 
 def test_kernelspecs_are_proxied_from_cellgate(jupyter_server):
