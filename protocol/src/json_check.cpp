@@ -257,4 +257,23 @@ bool is_valid_json(std::string_view text, json_check_options options) noexcept {
     }
 }
 
+bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept {
+    std::size_t depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max_depth) return false;
+        } else if ((c == '}' || c == ']') && depth > 0) {
+            --depth;
+        }
+    }
+    return true;
+}
+
 }  // namespace cellgate::protocol

@@ -1,6 +1,7 @@
 #include "agent/execution.hpp"
 
 #include "cellgate/protocol/message.hpp"
+#include "http/http_types.hpp"
 #include "util/encoding.hpp"
 
 #include <boost/asio/post.hpp>
@@ -33,22 +34,6 @@ json parse_value(std::string_view raw, json fallback = nullptr) {
     if (raw.empty()) return fallback;
     auto v = json::parse(raw, nullptr, false);
     return v.is_discarded() ? fallback : v;
-}
-
-std::string url_encode_path(const std::string& path) {
-    static constexpr char digits[] = "0123456789ABCDEF";
-    std::string out;
-    for (const char ch : path) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
-            out.push_back(ch);
-        } else {
-            out.push_back('%');
-            out.push_back(digits[c >> 4]);
-            out.push_back(digits[c & 15]);
-        }
-    }
-    return out;
 }
 
 }  // namespace
@@ -327,7 +312,7 @@ json execution::collect_files() {
                       {"size", c.size},
                       {"mime_type", std::string(contents::mime_type_for(c.path))},
                       {"change", c.change},
-                      {"url", options_.files_url_prefix + url_encode_path(c.path)}};
+                      {"url", options_.files_url_prefix + http::url_encode_path(c.path)}};
             if (options_.inline_files) {
                 if (inline_bytes + c.size <= options_.inline_files_limit_bytes) {
                     try {

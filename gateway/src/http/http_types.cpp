@@ -25,25 +25,6 @@ response empty_response(unsigned status) {
     return r;
 }
 
-bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept {
-    std::size_t depth = 0;
-    bool in_string = false;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > max_depth) return false;
-        } else if ((c == '}' || c == ']') && depth > 0) {
-            --depth;
-        }
-    }
-    return true;
-}
-
 nlohmann::json request_context::json_body(bool allow_empty) const {
     const auto& body = req.body();
     if (body.find_first_not_of(" \t\r\n") == std::string::npos) {

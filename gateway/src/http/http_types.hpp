@@ -1,5 +1,7 @@
 #pragma once
 
+#include "cellgate/protocol/json_check.hpp"
+
 #include <boost/beast/http.hpp>
 
 #include <nlohmann/json.hpp>
@@ -78,9 +80,7 @@ struct request_context {
 // Request bodies and stored notebooks deeper than this are refused before
 // parsing (a notebook is a handful of levels deep).
 inline constexpr std::size_t max_body_json_depth = 512;
-// Bracket depth outside strings is at most `max_depth`. Exact for valid JSON;
-// for invalid JSON it only has to be safe, as the parser refuses it anyway.
-bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept;
+using protocol::json_nesting_within;
 
 using request_ptr = std::shared_ptr<request_context>;
 // A handler replies exactly once, from any thread.

@@ -82,29 +82,6 @@ std::optional<channel> client_channel(std::string_view name, std::string* error)
 
 // Bracket depth outside strings. Exact for valid JSON; on invalid JSON it may
 // be off, which does not matter because the parser rejects that text anyway.
-bool nesting_within(std::string_view text, std::size_t max_depth) noexcept {
-    std::size_t depth = 0;
-    bool in_string = false;
-    bool escaped = false;
-    for (const char c : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > max_depth) return false;
-        } else if ((c == '}' || c == ']') && depth > 0) {
-            --depth;
-        }
-    }
-    return true;
-}
-
 // nlohmann's lexer takes a NUL byte for the end of input, so "{}\0junk" would
 // pass; a JSON text can never hold a raw NUL, so refuse it before parsing.
 bool parsable(std::string_view text) noexcept { return text.find('\0') == std::string_view::npos; }
@@ -170,7 +147,7 @@ bool optional_object_part(const json& root, const char* key, std::string* out,
 // frame (whose caller adds the buffers once the message is known to be good).
 decode_result decode_legacy_json(std::string_view text, bool from_binary_frame) {
     if (!parsable(text)) return fail("message is not valid JSON");
-    if (!nesting_within(text, max_json_depth)) return fail("JSON nested too deeply");
+    if (!protocol::json_nesting_within(text, max_json_depth)) return fail("JSON nested too deeply");
     const auto root = json::parse(text.begin(), text.end(), nullptr, false);
     if (root.is_discarded()) return fail("message is not valid JSON");
     if (!root.is_object()) return fail("message is not a JSON object");

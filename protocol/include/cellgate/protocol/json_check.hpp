@@ -19,4 +19,10 @@ struct json_check_options {
 
 bool is_valid_json(std::string_view text, json_check_options options = {}) noexcept;
 
+// Bracket depth outside strings is at most `max_depth`: a cheap pass before a
+// recursive parser (request bodies, notebooks, legacy WebSocket frames). Exact
+// for valid JSON; for invalid JSON it only has to be safe, as the parser
+// refuses it anyway.
+bool json_nesting_within(std::string_view text, std::size_t max_depth) noexcept;
+
 }  // namespace cellgate::protocol
