@@ -1,11 +1,13 @@
 // libFuzzer target: what the gateway does with the bytes of an HTTP
 // connection before any sandbox is involved. The input is the byte stream a
-// client sends; it is read the way http_session in gateway/src/http/server.cpp
+// client sends; it is read the way http_session (gateway/src/http/http_session.hpp)
 // reads it (Beast's parser, headers first, the gateway's header and body
-// limits, Expect: 100-continue, keep-alive pipelining, short reads), and each
-// request goes through the gateway's own code: route matching with per-segment
-// %-decoding, query parsing, token and Origin checks, the WebSocket
-// subprotocol offer, the JSON body models of the handlers (api/request_models),
+// limits, keep-alive pipelining, short reads), and each request goes through
+// the gateway's own request handling, http::admit and http::dispatch (route
+// matching with per-segment %-decoding, query parsing, the token check before
+// any body is read, body limits per kind of route, exception mapping), then
+// Origin checks, the WebSocket subprotocol offer, the JSON body models of the
+// handlers (api/request_models),
 // multipart forms, workspace path checks, and the sandbox spec schema the
 // launcher service will read. What needs a live kernel (starting one, files in
 // a workspace) is left out; the body models are parsed as if the kernel
@@ -14,6 +16,8 @@
 // Beyond "no crash and no sanitizer report", it traps on:
 //   - a handler-side exception other than api_exception (status 400-599) or a
 //     nlohmann type error: the server would answer 500 to a client's mistake;
+//   - a body admitted for reading on a route that needs a token, without one,
+//     or a public route admitted with more than its small body limit;
 //   - a response that, written out and parsed again, has other headers or
 //     another body than were set (response splitting through a path, a file
 //     name or a request header), or whose JSON error body does not parse;
@@ -30,7 +34,8 @@
 #include "http/auth.hpp"
 #include "http/http_types.hpp"
 #include "http/router.hpp"
-#include "http/server.hpp"
+#include "http/dispatch.hpp"
+#include "http/server_options.hpp"
 #include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
@@ -119,7 +124,9 @@ constexpr route_def gateway_routes[] = {
     {bhttp::verb::get, "/static/{path*}", false},
     {bhttp::verb::get, "/static-config.json", false},
 };
-constexpr const char* channels_pattern = "/api/kernels/{kernel_id}/channels";
+struct fixture;
+std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, const http::request_context& ctx,
+                                                             bhttp::verb method);
 
 struct fixture {
     http::router routes;
@@ -130,8 +137,17 @@ struct fixture {
 
     fixture() {
         for (const auto& r : gateway_routes) {
-            if (r.upload) routes.add_upload(r.method, r.pattern, {});
-            else routes.add(r.method, r.pattern, [](const http::request_ptr&, http::reply_fn) {});
+            if (r.upload) {
+                routes.add_upload(r.method, r.pattern, {});
+                continue;
+            }
+            // The handlers' reading of the request; the reply carries the
+            // headers they would set from request data.
+            routes.add(r.method, r.pattern, [this](const http::request_ptr& ctx, http::reply_fn reply) {
+                http::response res = http::json_response(200, json::object());
+                res.headers = run_handler(*this, *ctx, ctx->req.method());
+                reply(std::move(res));
+            });
         }
     }
 };
@@ -364,80 +380,31 @@ void check_response(const http::response& r, const request* req, const fixture& 
     }
 }
 
-// One request, as handle() and start_upload() in server.cpp treat it. Returns
-// whether the connection stays open.
-bool handle(const fixture& fx, request req) {
-    auto ctx = std::make_shared<http::request_context>();
-    const auto target = std::string_view(req.target().data(), req.target().size());
-    const auto q = target.find('?');
-    const auto raw_path = target.substr(0, q);
-    if (q != std::string_view::npos) ctx->query = http::parse_query(target.substr(q + 1));
-    for (const auto& [k, v] : ctx->query)
+// The checks on what admit() decided for one request.
+void check_admission(const http::admission& a, const http::server_options& opts) {
+    using action = http::admission::action;
+    const auto& ctx = *a.ctx;
+    for (const auto& [k, v] : ctx.query)
         if (k.find('\0') != std::string::npos || v.find('\0') != std::string::npos) finding();
-    const bool keep_alive = req.keep_alive();
-    const auto method = req.method();
-
-    if (method == bhttp::verb::options) {
-        ctx->req = std::move(req);
-        check_response(http::empty_response(204), &ctx->req, fx);
-        return keep_alive;
-    }
-    const auto m = fx.routes.find(method, raw_path);
-    ctx->route = m.pattern.empty() ? "(unmatched)" : m.pattern;
-    ctx->req = std::move(req);
-    if (m.handler == nullptr && m.upload == nullptr) {
-        http::response r;
-        if (m.status == 400) {
-            r = http::error_response(400, "The request path has a malformed %-escape");
-        } else if (m.status == 405) {
-            r = http::error_response(405, "Method not allowed here");
-            r.headers.emplace_back("Allow", m.allow);
-        } else {
-            if (m.status != 404) finding();
-            r = http::error_response(404, "Not found: " + std::string(raw_path.substr(0, 200)));
-        }
-        check_response(r, &ctx->req, fx);
-        return keep_alive;
-    }
-    for (const auto& [name, value] : m.params)
+    for (const auto& [name, value] : ctx.params)
         if (value.find('\0') != std::string::npos) finding();
-    ctx->params = m.params;
-    ctx->path = std::string(raw_path);
-
-    const bool is_public = m.pattern == "/api" || m.pattern == "/healthz" || m.pattern == "/" ||
-                           m.pattern.rfind("/static/", 0) == 0 || m.pattern == "/static-config.json";
-    if (!is_public || m.upload != nullptr) {
-        const auto a = fx.auth.check(ctx->req, ctx->query);
-        if (a.status == http::authenticator::outcome::missing) {
-            check_response(http::error_response(401, "Authentication required"), &ctx->req, fx);
-            return m.upload != nullptr ? false : keep_alive;
-        }
-        if (a.status == http::authenticator::outcome::wrong) {
-            check_response(http::error_response(403, "Invalid token"), &ctx->req, fx);
-            return m.upload != nullptr ? false : keep_alive;
-        }
-        if (a.who.tenant.empty()) finding();
-        ctx->who = a.who;
+    if (a.what == action::respond) return;
+    const bool is_public = http::public_route(ctx.route) && a.what != action::upload;
+    if (!is_public && ctx.who.tenant.empty()) finding();  // past the token check without a token
+    if (a.what == action::read_body) {
+        if (a.handler == nullptr) finding();
+        if (is_public && a.body_limit > opts.max_public_body_bytes) finding();
     }
+    if (a.what == action::upgrade && ctx.route != http::channels_pattern) finding();
+}
 
-    if (beast::websocket::is_upgrade(ctx->req)) {
-        if (m.pattern != channels_pattern) {
-            check_response(http::error_response(400, "No WebSocket endpoint here"), &ctx->req, fx);
-            return keep_alive;
-        }
-        (void)http::origin_allowed(ctx->req, fx.allow_origins);
-        (void)http::origin_allowed(ctx->req, {});
-        const auto offered = ctx->req[bhttp::field::sec_websocket_protocol];
-        (void)http::header_list_contains(std::string_view(offered.data(), offered.size()),
-                                         "v1.kernel.websocket.jupyter.org");
-        (void)ctx->query_value("session_id");
-        return false;  // the socket now belongs to the WebSocket session
-    }
-
-    http::response r = http::json_response(200, json::object());
-    r.headers = run_handler(fx, *ctx, method);
-    check_response(r, &ctx->req, fx);
-    return keep_alive;
+// The WebSocket upgrade's reading of the request (http_session::upgrade).
+void check_upgrade(const http::request_context& ctx, const fixture& fx) {
+    (void)http::origin_allowed(ctx.req, fx.allow_origins);
+    (void)http::origin_allowed(ctx.req, {});
+    const auto offered = ctx.req[bhttp::field::sec_websocket_protocol];
+    (void)http::header_list_contains(std::string_view(offered.data(), offered.size()), "v1.kernel.websocket.jupyter.org");
+    (void)kernels::valid_session_id(ctx.query_value("session_id").value_or(""));
 }
 
 }  // namespace
@@ -452,8 +419,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     client.close_remote();  // the client sends these bytes, then EOF
     beast::flat_buffer buffer;
 
+    http::server_options opts;
+    opts.max_body_bytes = lim.body_bytes;
+    opts.max_public_body_bytes = std::min<std::size_t>(opts.max_public_body_bytes, lim.body_bytes);
     for (std::size_t n = 0; n < max_requests_per_input; ++n) {
-        // Headers first (do_read / on_header).
+        // Headers first (http_session::do_read / on_header).
         bhttp::request_parser<bhttp::empty_body> header_parser;
         header_parser.header_limit(lim.header_bytes);
         header_parser.body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -464,32 +434,45 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             break;
         }
         if (ec) break;  // end of stream, malformed, cut short: nothing to answer
-        const auto& h = header_parser.get();
-        const auto target = std::string_view(h.target().data(), h.target().size());
-        const auto m = fx.routes.find(h.method(), target.substr(0, target.find('?')));
-        const bool upload = m.upload != nullptr && !beast::websocket::is_upgrade(h);
-        const auto max_body = upload ? lim.upload_bytes : lim.body_bytes;
-        if (header_parser.content_length() && *header_parser.content_length() > max_body) {
-            check_response(http::error_response(413, "The request body is too large"), nullptr, fx);
-            break;
+        const auto a = http::admit({fx.routes, fx.auth, opts}, header_parser.get(), "127.0.0.1");
+        check_admission(a, opts);
+        const auto& ctx = *a.ctx;
+        using action = http::admission::action;
+        if (a.what == action::respond) {
+            check_response(a.reply, &ctx.req, fx);
+            if (a.close_after || !ctx.req.keep_alive()) break;
+            continue;
         }
-        // Expect: 100-continue is answered before the body is read.
-        if (beast::iequals(h[bhttp::field::expect], "100-continue")) {
-            bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, h.version()};
-            std::ostringstream out;
-            out << cont;
+        if (a.what == action::upgrade) {
+            check_upgrade(ctx, fx);
+            break;  // the socket now belongs to the WebSocket session
         }
-        // The body: into memory (a streamed upload goes to a file in the
-        // server; the parsing is the same).
+        // The body: into memory (an upload goes to a file in the server; the
+        // parsing is the same).
+        const auto max_body = a.what == action::upload ? lim.upload_bytes : a.body_limit;
         bhttp::request_parser<bhttp::string_body> parser(std::move(header_parser));
         parser.body_limit(max_body);
         bhttp::read(client, buffer, parser, ec);
         if (ec == bhttp::error::body_limit) {
-            check_response(http::error_response(413, "The request body is too large"), nullptr, fx);
+            check_response(http::body_too_large(max_body), &ctx.req, fx);
             break;
         }
         if (ec) break;
-        if (!handle(fx, parser.release())) break;
+        a.ctx->req.body() = std::move(parser.get().body());
+        if (a.what == action::upload) {
+            http::response r = http::empty_response(201);
+            r.headers = run_handler(fx, ctx, ctx.req.method());
+            check_response(r, &ctx.req, fx);
+        } else {
+            bool replied = false;
+            http::dispatch(a, [&](http::response r) {
+                if (replied) finding();
+                replied = true;
+                check_response(r, &ctx.req, fx);
+            });
+            if (!replied) finding();
+        }
+        if (!ctx.req.keep_alive()) break;
     }
     return 0;
 }

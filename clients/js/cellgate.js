@@ -568,6 +568,8 @@ export class Session {
           case 'error': if (opts.onError) opts.onError(payload); break;
           case 'files': if (opts.onFiles) opts.onFiles(payload.files || []); break;
           case 'end': end = payload; break;
+          case 'stream_error':  // the gateway ended the stream (the client fell too far behind)
+            throw new CellgateError(res.status, payload.reason || 'stream_error', payload.message || 'the stream was ended');
           default: break;  // anything newer is in the end event's result too
         }
       });

@@ -4,7 +4,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
 #include "config/gateway_config.hpp"
-#include "http/server.hpp"
+#include "http/listener.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/session_registry.hpp"
@@ -192,7 +192,10 @@ int main(int argc, char** argv) {
         agent::agent_service agents(ioc, manager, cfg.agent);
         api::services services{manager, sessions, metrics, checkpoints, "2.0.0"};
 
-        http::server_context ctx{cfg.server, http::authenticator(cfg.tokens), {}, manager, metrics, {}, {}};
+        http::server_context ctx(
+            cfg.server, http::authenticator(cfg.tokens),
+            [&manager](const std::string& tenant, const std::string& id) { return manager.find(tenant, id); }, metrics);
+        metrics.open_connections = [&ctx] { return ctx.connections.open(); };
         api::register_misc_api(ctx.routes, services);
         api::register_kernels_api(ctx.routes, services);
         api::register_sessions_api(ctx.routes, services);
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
         const api::web_options web{cfg.static_dir, cfg.output_scripts};
         api::register_static_api(ctx.routes, web);
 
-        http::server server(ioc, ctx, make_tls(cfg));
+        http::listener server(ioc, ctx, make_tls(cfg));
         const auto port = server.listen();
         if (cfg.port_file) std::ofstream(*cfg.port_file) << port << "\n";
         const std::string url = std::string(cfg.certfile ? "https" : "http") + "://" + cfg.server.ip + ":" + std::to_string(port) + "/";

@@ -74,12 +74,14 @@ class Gateway:
                 *([] if any(a == "--pool-size" for a in extra_args) else ["--pool-size", "0"]),
                 *extra_args]
         self.env = env
+        self.preexec = None  # runs in the child before exec (e.g. to lower a limit)
         self.proc = None
         self.port = None
 
     def start(self, timeout=30):
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
+                                     preexec_fn=self.preexec)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.port_file.exists() and self.port_file.read_text().strip():

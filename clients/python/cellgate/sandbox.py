@@ -207,6 +207,8 @@ class Sandbox:
                     on_error(ExecutionError.from_json(payload))
             elif event == "end":
                 return Execution(payload, self._client)
+            elif event == "stream_error":  # the gateway ended the stream: this client fell too far behind
+                raise StreamIncomplete(payload.get("message", "the gateway ended the event stream"))
             # 'files' (and anything newer) is in the end event's result too.
         raise StreamIncomplete("the event stream ended without its 'end' event")
 

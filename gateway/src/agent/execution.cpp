@@ -20,7 +20,11 @@ namespace peek = wire::json_peek;
 
 // Error messages waiting for the strand; past this a hostile kernel's flood
 // of errors (each with a traceback of megabytes) is dropped on arrival.
-constexpr std::size_t max_pending_error_bytes = 64u << 20;
+constexpr std::size_t max_pending_error_bytes = 16u << 20;
+// A cell raises one error (a few with IPython's showtraceback in a loop).
+// Past this many, only the newest is kept, unparsed, and becomes the cell's
+// error at the end: no stream carries an unbounded number of them.
+constexpr std::size_t max_errors_per_execution = 16;
 
 // The unescaped string in a raw JSON value, or "" when it is not a string.
 std::string string_value(std::string_view raw) {
@@ -159,6 +163,15 @@ void execution::deliver(wire::kernel_message_ptr m) {
         r.execution_count = parts.execution_count;
         asio::post(strand_, [self, type, r = std::move(r)]() mutable { self->on_result(type, std::move(r)); });
     } else if (type == "error") {
+        {
+            std::lock_guard lock(admission_mutex_);
+            if (admission_.errors >= max_errors_per_execution) {
+                admission_.newest_error = std::move(m);
+                ++admission_.errors_dropped;
+                return;
+            }
+            ++admission_.errors;
+        }
         const auto bytes = m->wire_bytes();
         if (pending_error_bytes_.fetch_add(bytes) + bytes > max_pending_error_bytes) {
             pending_error_bytes_ -= bytes;
@@ -335,6 +348,15 @@ json execution::collect_files() {
 
 void execution::finish() {
     if (finished_) return;
+    wire::kernel_message_ptr newest_error;
+    {
+        std::lock_guard lock(admission_mutex_);
+        newest_error = std::move(admission_.newest_error);
+        if (admission_.errors_dropped > 0)
+            append_text("stderr", "[cellgate: " + std::to_string(admission_.errors_dropped) +
+                                      " more error messages were dropped; the last one is this cell's error]\n");
+    }
+    if (newest_error) on_error(*newest_error);
     finished_ = true;
     done_ = true;
     timer_.cancel();

@@ -91,6 +91,8 @@ private:
         std::size_t text_bytes = 0;
         bool stdout_dropped = false, stderr_dropped = false;
         results_budget results;
+        std::size_t errors = 0, errors_dropped = 0;  // error messages admitted, and past the cap
+        wire::kernel_message_ptr newest_error;        // the newest one past the cap
     };
     std::mutex admission_mutex_;
     admission admission_;

@@ -77,10 +77,6 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"limits", limits}};
 }
 
-std::string sse_event(const std::string& event, const json& data) {
-    return "event: " + event + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-}
-
 bool wants_sse(const request_ptr& req) {
     const auto accept = req->req[bhttp::field::accept];
     return std::string_view(accept.data(), accept.size()).find("text/event-stream") != std::string_view::npos;

@@ -87,6 +87,13 @@ const std::map<std::string, setter>& setters() {
         {"max_ws_message_bytes", [](auto& c, const auto& v) { c.server.max_ws_message_bytes = to_u64("max_ws_message_bytes", v); }},
         {"max_ws_queue_bytes", [](auto& c, const auto& v) { c.server.max_ws_queue_bytes = to_u64("max_ws_queue_bytes", v); }},
         {"max_body_bytes", [](auto& c, const auto& v) { c.server.max_body_bytes = to_u64("max_body_bytes", v); }},
+        {"max_sse_queue_bytes", [](auto& c, const auto& v) { c.server.max_sse_queue_bytes = to_u64("max_sse_queue_bytes", v); }},
+        {"max_connections", [](auto& c, const auto& v) {
+             c.server.max_connections = std::max<std::uint64_t>(1, to_u64("max_connections", v));
+         }},
+        {"max_connections_per_address", [](auto& c, const auto& v) {
+             c.server.max_connections_per_address = std::max<std::uint64_t>(1, to_u64("max_connections_per_address", v));
+         }},
         {"log_level", [](auto& c, const auto& v) { c.log_level = v; }},
         {"io_threads", [](auto& c, const auto& v) { c.io_threads = static_cast<int>(to_u64("io_threads", v)); }},
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},

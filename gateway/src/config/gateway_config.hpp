@@ -3,7 +3,7 @@
 #include "agent/agent_service.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
-#include "http/server.hpp"
+#include "http/server_options.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernelspecs.hpp"
 

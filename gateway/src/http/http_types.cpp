@@ -165,4 +165,8 @@ std::size_t set_response_headers(bhttp::response_header<>& h, const response& r,
     return dropped;
 }
 
+std::string sse_event(const std::string& event, const nlohmann::json& data) {
+    return "event: " + event + "\ndata: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
 }  // namespace cellgate::http

@@ -101,6 +101,10 @@ struct upload_handler {
     std::function<void(const request_ptr&, std::uint64_t bytes, reply_fn)> finish;
 };
 
+// One Server-Sent Event: its name and its data as compact JSON (which holds
+// no raw newline, so it cannot break the framing).
+std::string sse_event(const std::string& event, const nlohmann::json& data);
+
 // URL helpers, strict: bad escapes and NUL are errors (nullopt).
 std::optional<std::string> url_decode(std::string_view in, bool plus_is_space = false);
 std::map<std::string, std::string> parse_query(std::string_view query);

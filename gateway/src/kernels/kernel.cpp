@@ -208,6 +208,7 @@ kernel::attach_result kernel::attach(const std::string& session_id, std::shared_
             return r;
         }
     }
+    if (sessions_.size() >= settings_.max_client_sessions && !evict_detached_locked()) return r;
     client_session s;
     s.session_id = session_id;
     s.set_id = next_set_id++;
@@ -216,6 +217,21 @@ kernel::attach_result kernel::attach(const std::string& session_id, std::shared_
     sessions_.emplace(s.set_id, std::move(s));
     reactor_.open_channels(id_, r.set_id);
     return r;
+}
+
+// Makes room for a new client session by dropping the one detached longest
+// ago (its buffered output goes with it). False when every session is attached.
+bool kernel::evict_detached_locked() {
+    auto oldest = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+        if (!it->second.attached() && (oldest == sessions_.end() || it->second.detached_at < oldest->second.detached_at))
+            oldest = it;
+    if (oldest == sessions_.end()) return false;
+    spdlog::info("kernel {}: dropped a disconnected client session to make room ({} at most)", id_,
+                 settings_.max_client_sessions);
+    reactor_.close_channels(id_, oldest->first);
+    sessions_.erase(oldest);
+    return true;
 }
 
 void kernel::detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> unsent) {

@@ -28,6 +28,10 @@ struct kernel_settings {
     std::size_t session_buffer_messages = 10000;
     std::size_t session_buffer_bytes = 64u << 20;
     std::chrono::seconds session_buffer_ttl{600};
+    // Client sessions (attached or kept for a reconnect) per kernel: each
+    // holds three ZMQ sockets. Past it the oldest detached one is dropped;
+    // when every one is attached, a new connection is refused.
+    std::size_t max_client_sessions = 32;
     // Messages a client sends before the kernel is ready are queued, not dropped.
     std::size_t pending_messages = 1000;
     std::size_t pending_bytes = 64u << 20;
@@ -40,6 +44,16 @@ struct kernel_settings {
 };
 
 using steady = std::chrono::steady_clock;
+
+// A WebSocket session_id is the client's name for its stream of messages
+// (jupyter_server's clients send a UUID): at most this long, printable ASCII.
+inline constexpr std::size_t max_session_id_bytes = 128;
+inline bool valid_session_id(std::string_view id) noexcept {
+    if (id.size() > max_session_id_bytes) return false;
+    for (const char c : id)
+        if (c < 0x21 || c > 0x7e) return false;
+    return true;
+}
 
 // Limits a session lives by (server defaults, per-request overrides capped by
 // server maxima). Zero means "none".
@@ -112,7 +126,8 @@ public:
 
     // --- client sessions
     // Attaches a subscriber under `session_id` ("" = a one-off session that is
-    // not buffered when it leaves). Replays what was buffered for it.
+    // not buffered when it leaves). Replays what was buffered for it. A set id
+    // of 0 means refused: the kernel has max_client_sessions attached.
     struct attach_result {
         std::uint64_t set_id = 0;
         std::size_t replayed = 0;
@@ -160,6 +175,7 @@ private:
 
     void on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_message> m);
     void buffer_locked(client_session& s, const wire::kernel_message_ptr& m);
+    bool evict_detached_locked();
     void fan_out_locked(const wire::kernel_message_ptr& m);
     void deliver_locked(client_session& s, const wire::kernel_message_ptr& m);
     bool rate_limited_locked(const wire::kernel_message& m);

@@ -86,6 +86,14 @@ std::string registry::render() const {
             iopub_rate_limited);
     counter(out, "cellgate_ws_slow_client_closes_total",
             "WebSocket connections closed because the client fell behind", ws_slow_client_closes);
+    counter(out, "cellgate_connections_refused_total",
+            "client connections refused at the connection caps (total or per address)", connections_refused);
+    counter(out, "cellgate_sse_slow_client_closes_total",
+            "event streams ended because the client fell behind", sse_slow_client_closes);
+    if (open_connections)
+        out += "# HELP cellgate_connections open client connections (HTTP and WebSocket)\n"
+               "# TYPE cellgate_connections gauge\n"
+               "cellgate_connections " + std::to_string(open_connections()) + "\n";
     out += "# HELP cellgate_ws_connections open kernel WebSocket connections\n"
            "# TYPE cellgate_ws_connections gauge\n"
            "cellgate_ws_connections " + std::to_string(ws_connections.load()) + "\n";

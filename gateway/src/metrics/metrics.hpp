@@ -42,6 +42,9 @@ public:
     std::atomic<std::uint64_t> iopub_rate_limited{0};
     std::atomic<std::uint64_t> ws_slow_client_closes{0};
     std::atomic<std::int64_t> ws_connections{0};
+    std::atomic<std::uint64_t> connections_refused{0};   // over the connection caps
+    std::atomic<std::uint64_t> sse_slow_client_closes{0};
+    std::function<std::size_t()> open_connections;       // set by the HTTP surface
     histogram sandbox_start_seconds;
 
     // A request took `seconds`; `route` is the route pattern, not the raw path.

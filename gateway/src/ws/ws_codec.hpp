@@ -24,6 +24,9 @@
 
 namespace cellgate::ws {
 
+// The subprotocol name of the v1 framing, echoed only when a client offers it.
+inline constexpr const char* v1_subprotocol = "v1.kernel.websocket.jupyter.org";
+
 enum class channel { shell, iopub, stdin_, control };
 
 std::optional<channel> channel_from(std::string_view name) noexcept;

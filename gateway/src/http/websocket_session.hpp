@@ -12,7 +12,8 @@
 // is still on its way to the strand, and a fixed cost per message besides its
 // bytes (a flood of tiny messages holds more memory than its bytes say).
 
-#include "http/server.hpp"
+#include "http/connection_limiter.hpp"
+#include "http/server_context.hpp"
 #include "kernels/kernel.hpp"
 #include "ws/ws_codec.hpp"
 
@@ -25,12 +26,10 @@
 #include <atomic>
 #include <deque>
 
-namespace cellgate::ws {
+namespace cellgate::http {
 
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
-
-inline constexpr const char* v1_subprotocol = "v1.kernel.websocket.jupyter.org";
 
 // What a queued kernel message costs beyond its bytes: its share of the
 // message object, its queue entry.
@@ -41,26 +40,31 @@ inline std::size_t queued_cost(const wire::kernel_message& m) noexcept {
 }
 
 template <class Stream>
-class channels_session : public kernels::kernel_subscriber,
-                         public http::closable,
-                         public std::enable_shared_from_this<channels_session<Stream>> {
+class websocket_session : public kernels::kernel_subscriber,
+                         public closable,
+                         public std::enable_shared_from_this<websocket_session<Stream>> {
 public:
-    channels_session(Stream&& stream, http::server_context& ctx, kernels::kernel_ptr k, std::string session_id,
-                     bool v1)
-        : ws_(std::move(stream)), ctx_(ctx), kernel_(std::move(k)), session_id_(std::move(session_id)), v1_(v1) {}
+    websocket_session(Stream&& stream, server_context& ctx, connection_limiter::slot slot, kernels::kernel_ptr k,
+                      std::string session_id, bool v1)
+        : ws_(std::move(stream)),
+          ctx_(ctx),
+          slot_(std::move(slot)),
+          kernel_(std::move(k)),
+          session_id_(std::move(session_id)),
+          v1_(v1) {}
 
-    ~channels_session() override = default;
+    ~websocket_session() override = default;
 
-    void run(http::request req) {
+    void run(request req) {
         ws_.set_option(websocket::stream_base::timeout{std::chrono::seconds(30), ctx_.options.ws_idle_timeout, true});
         ws_.read_message_max(ctx_.options.max_ws_message_bytes);
         ws_.auto_fragment(false);
         const bool v1 = v1_;
         ws_.set_option(websocket::stream_base::decorator([v1](websocket::response_type& res) {
             res.set(beast::http::field::server, "cellgate");
-            if (v1) res.set(beast::http::field::sec_websocket_protocol, v1_subprotocol);
+            if (v1) res.set(beast::http::field::sec_websocket_protocol, ws::v1_subprotocol);
         }));
-        ws_.async_accept(req, beast::bind_front_handler(&channels_session::on_accept, this->shared_from_this()));
+        ws_.async_accept(req, beast::bind_front_handler(&websocket_session::on_accept, this->shared_from_this()));
     }
 
     void deliver(wire::kernel_message_ptr m) override {
@@ -104,6 +108,11 @@ private:
         ctx_.track(this->shared_from_this());
         const auto r = kernel_->attach(session_id_, this->shared_from_this());
         set_id_ = r.set_id;
+        if (set_id_ == 0) {
+            spdlog::warn("kernel {}: refused a client connection: {} client sessions are attached", kernel_->id(),
+                         kernel_->connections());
+            return close(websocket::close_code::try_again_later, "too many connections to this kernel");
+        }
         // The replay arrives as one burst; it does not count as falling behind.
         replay_credit_ = r.replayed_bytes + r.replayed * queued_message_overhead_bytes;
         spdlog::info("kernel {}: client connected ({} protocol, session {}, {} buffered messages replayed)",
@@ -112,7 +121,7 @@ private:
     }
 
     void do_read() {
-        ws_.async_read(read_buffer_, beast::bind_front_handler(&channels_session::on_read, this->shared_from_this()));
+        ws_.async_read(read_buffer_, beast::bind_front_handler(&websocket_session::on_read, this->shared_from_this()));
     }
 
     void on_read(beast::error_code ec, std::size_t) {
@@ -125,14 +134,14 @@ private:
         }
         const auto data = read_buffer_.cdata();
         const std::string_view frame(static_cast<const char*>(data.data()), data.size());
-        codec_limits limits;
+        ws::codec_limits limits;
         limits.max_frame_bytes = ctx_.options.max_ws_message_bytes;
-        decode_result d;
+        ws::decode_result d;
         if (v1_) {
-            d = ws_.got_binary() ? decode_v1(frame, limits)
-                                 : decode_result{false, "the v1 protocol takes binary frames only", {}};
+            d = ws_.got_binary() ? ws::decode_v1(frame, limits)
+                                 : ws::decode_result{false, "the v1 protocol takes binary frames only", {}};
         } else {
-            d = ws_.got_binary() ? decode_json_binary(frame, limits) : decode_json_text(frame, limits);
+            d = ws_.got_binary() ? ws::decode_json_binary(frame, limits) : ws::decode_json_text(frame, limits);
         }
         read_buffer_.consume(read_buffer_.size());
         if (!d.ok) {
@@ -212,10 +221,10 @@ private:
         }
         if (o.msg) {
             if (v1_) {
-                write_buffer_ = encode_v1(o.msg->view());
+                write_buffer_ = ws::encode_v1(o.msg->view());
                 ws_.binary(true);
             } else {
-                auto e = encode_json(o.msg->view());
+                auto e = ws::encode_json(o.msg->view());
                 write_buffer_ = std::move(e.bytes);
                 ws_.binary(e.binary);
             }
@@ -224,7 +233,7 @@ private:
             ws_.binary(o.binary);
         }
         ws_.async_write(boost::asio::buffer(write_buffer_),
-                        beast::bind_front_handler(&channels_session::on_write, this->shared_from_this()));
+                        beast::bind_front_handler(&websocket_session::on_write, this->shared_from_this()));
     }
 
     void on_write(beast::error_code ec, std::size_t) {
@@ -281,7 +290,8 @@ private:
     }
 
     websocket::stream<Stream> ws_;
-    http::server_context& ctx_;
+    server_context& ctx_;
+    connection_limiter::slot slot_;
     kernels::kernel_ptr kernel_;
     std::string session_id_;
     bool v1_;
@@ -296,4 +306,4 @@ private:
     bool kernel_gone_ = false;
 };
 
-}  // namespace cellgate::ws
+}  // namespace cellgate::http

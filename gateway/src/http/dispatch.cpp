@@ -1,0 +1,138 @@
+#include "http/dispatch.hpp"
+
+#include "util/api_error.hpp"
+
+#include <boost/beast/websocket/rfc6455.hpp>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+namespace cellgate::http {
+
+namespace {
+
+// Whether a body follows the headers, and its declared length when known.
+struct body_info {
+    bool present = false;
+    std::optional<std::uint64_t> length;
+};
+
+body_info body_of(const bhttp::request_header<>& h) {
+    body_info b;
+    // Any Transfer-Encoding on a request means a body of unknown length
+    // (Beast's parser accepts only chunked as the last coding).
+    if (!h[bhttp::field::transfer_encoding].empty()) {
+        b.present = true;
+        return b;
+    }
+    const auto field = h[bhttp::field::content_length];
+    if (field.empty()) return b;
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), n);
+    // Beast's parser has already refused a malformed length; be safe anyway.
+    if (ec != std::errc() || end != field.data() + field.size()) n = std::numeric_limits<std::uint64_t>::max();
+    b.length = n;
+    b.present = n > 0;
+    return b;
+}
+
+admission respond(admission a, response r, const body_info& body) {
+    a.what = admission::action::respond;
+    a.reply = std::move(r);
+    a.close_after = body.present;
+    return a;
+}
+
+}  // namespace
+
+bool public_route(const std::string& pattern) {
+    return pattern == "/api" || pattern == "/healthz" || pattern == "/" || pattern.rfind("/static/", 0) == 0 ||
+           pattern == "/static-config.json";
+}
+
+response body_too_large(std::size_t limit) {
+    return error_response(413, "The request body is larger than " + std::to_string(limit) + " bytes");
+}
+
+admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, const std::string& remote) {
+    admission a;
+    a.ctx = std::make_shared<request_context>();
+    auto& ctx = *a.ctx;
+    ctx.req = request(h);
+    ctx.remote = remote;
+    const auto target = std::string_view(h.target().data(), h.target().size());
+    const auto q = target.find('?');
+    const auto raw_path = target.substr(0, q);
+    if (q != std::string_view::npos) ctx.query = parse_query(target.substr(q + 1));
+    const auto body = body_of(h);
+
+    if (h.method() == bhttp::verb::options) {
+        ctx.route = "(preflight)";
+        return respond(std::move(a), empty_response(204), body);
+    }
+    const auto m = rules.routes.find(h.method(), raw_path);
+    ctx.route = m.pattern.empty() ? "(unmatched)" : m.pattern;
+    if (m.handler == nullptr && m.upload == nullptr) {
+        if (m.status == 400) return respond(std::move(a), error_response(400, "The request path has a malformed %-escape"), body);
+        if (m.status == 405) {
+            auto r = error_response(405, "Method not allowed here");
+            r.headers.emplace_back("Allow", m.allow);
+            return respond(std::move(a), std::move(r), body);
+        }
+        return respond(std::move(a), error_response(404, "Not found: " + std::string(raw_path.substr(0, 200))), body);
+    }
+    ctx.params = m.params;
+    ctx.path = std::string(raw_path);
+
+    const bool is_public = public_route(m.pattern) && m.upload == nullptr;
+    if (!is_public) {
+        const auto who = rules.auth.check(ctx.req, ctx.query);
+        if (who.status == authenticator::outcome::missing)
+            return respond(std::move(a), error_response(401, "Authentication required: send 'Authorization: token <token>'"), body);
+        if (who.status == authenticator::outcome::wrong)
+            return respond(std::move(a), error_response(403, "Invalid token"), body);
+        ctx.who = who.who;
+    }
+
+    if (boost::beast::websocket::is_upgrade(h)) {
+        if (m.pattern != channels_pattern) return respond(std::move(a), error_response(400, "No WebSocket endpoint here"), body);
+        a.what = admission::action::upgrade;
+        return a;
+    }
+    if (m.upload != nullptr) {
+        a.what = admission::action::upload;
+        a.upload = m.upload;
+        return a;
+    }
+    a.body_limit = is_public ? rules.options.max_public_body_bytes : rules.options.max_body_bytes;
+    // A declared length is checked now; a chunked body is held to the same
+    // limit while it is read.
+    if (body.length && *body.length > a.body_limit) return respond(std::move(a), body_too_large(a.body_limit), body);
+    a.what = admission::action::read_body;
+    a.handler = m.handler;
+    return a;
+}
+
+void dispatch(const admission& a, reply_fn reply) {
+    const auto& ctx = a.ctx;
+    // Called at most once, whether the handler replies or throws first.
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    reply_fn guarded = [once, reply](response r) {
+        if (!once->exchange(true)) reply(std::move(r));
+    };
+    const auto method = std::string(bhttp::to_string(ctx->req.method()));
+    try {
+        (*a.handler)(ctx, guarded);
+    } catch (const api_exception& e) {
+        guarded(error_response(e.status(), e.what()));
+    } catch (const nlohmann::json::exception& e) {
+        // Reading a request body's field as the wrong type.
+        spdlog::info("{} {}: {}", method, ctx->route, e.what());
+        guarded(error_response(400, "A field in the request body has the wrong type"));
+    } catch (const std::exception& e) {
+        spdlog::error("{} {}: handler failed: {}", method, ctx->route, e.what());
+        guarded(error_response(500, "Internal error"));
+    }
+}
+
+}  // namespace cellgate::http

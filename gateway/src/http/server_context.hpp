@@ -1,0 +1,60 @@
+#pragma once
+
+// What every connection of the HTTP surface shares: its options, the token
+// check, the routes, the connection caps, the metrics, the live WebSockets
+// (so shutdown can close them) and how an upgrade finds its kernel. The
+// socket layer knows the kernel registry only through that one lookup.
+
+#include "http/auth.hpp"
+#include "http/connection_limiter.hpp"
+#include "http/router.hpp"
+#include "http/server_options.hpp"
+#include "metrics/metrics.hpp"
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace cellgate::kernels {
+class kernel;
+}
+
+namespace cellgate::http {
+
+// Something that can be closed on shutdown (a live WebSocket).
+class closable {
+public:
+    virtual ~closable() = default;
+    virtual void shutdown(const std::string& reason) = 0;
+};
+
+// The kernel `id` of `tenant`, or null.
+using kernel_lookup = std::function<std::shared_ptr<kernels::kernel>(const std::string& tenant, const std::string& id)>;
+
+struct server_context {
+    server_context(server_options o, authenticator a, kernel_lookup k, metrics::registry& m)
+        : options(std::move(o)),
+          auth(std::move(a)),
+          find_kernel(std::move(k)),
+          metrics(m),
+          connections(options.max_connections, options.max_connections_per_address) {}
+
+    server_options options;
+    authenticator auth;
+    router routes;
+    kernel_lookup find_kernel;
+    metrics::registry& metrics;
+    connection_limiter connections;
+
+    void track(const std::shared_ptr<closable>& c);
+    void untrack(const std::shared_ptr<closable>& c);
+    std::vector<std::shared_ptr<closable>> live_sockets();
+
+private:
+    std::mutex live_mutex_;
+    std::set<std::weak_ptr<closable>, std::owner_less<std::weak_ptr<closable>>> live_;
+};
+
+}  // namespace cellgate::http
