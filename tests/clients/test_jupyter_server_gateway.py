@@ -3,6 +3,7 @@ cellgate: the path JupyterLab and Notebook users take. Everything here goes
 through jupyter_server's own REST API and kernel WebSocket (JSON protocol);
 jupyter_server's GatewayClient forwards kernelspecs, kernels and channels to
 cellgate and keeps sessions itself."""
+import json
 import os
 import signal
 import socket
@@ -259,3 +260,43 @@ def test_session_through_jupyter_server(jupyter_server):
     # jupyter_server shuts the session's kernel down, on cellgate too.
     assert _cellgate_kernel_ids(cellgate) == set(), _logs(js)
     assert js.api("GET", "/api/kernels").json() == []
+
+
+def test_input_through_jupyter_server(jupyter_server):
+    """A cell that calls input() gets its input_request through jupyter_server
+    to the client on stdin, and the answer goes back the same way."""
+    js = jupyter_server
+    r = js.api("POST", "/api/kernels", json={"name": "python3"})
+    assert r.status_code == 201, r.text + _logs(js)
+    kernel_id = r.json()["id"]
+    try:
+        ch = _channel(js, kernel_id)
+        try:
+            msg_id = ch.send("execute_request", {"code": 'name = input("name? ")\nprint("hello", name)',
+                                                 "silent": False, "store_history": True, "user_expressions": {},
+                                                 "allow_stdin": True, "stop_on_error": True})
+            ch.ws.settimeout(60)
+            prompt, stdout, reply = None, "", None
+            while reply is None:
+                m = ch.recv()
+                if m.get("header", {}).get("msg_type") == "input_request":
+                    assert m["channel"] == "stdin", m
+                    prompt = m["content"]["prompt"]
+                    ch.ws.send(json.dumps({
+                        "channel": "stdin", "parent_header": m["header"], "metadata": {},
+                        "header": {"msg_id": uuid.uuid4().hex, "msg_type": "input_reply", "session": ch.session_id,
+                                   "username": "test", "version": "5.3", "date": "2026-01-01T00:00:00Z"},
+                        "content": {"value": "jupyter"}}))
+                elif m.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                elif m["header"]["msg_type"] == "stream":
+                    stdout += m["content"]["text"]
+                elif m["channel"] == "shell" and m["header"]["msg_type"] == "execute_reply":
+                    reply = m["content"]
+            assert prompt == "name? ", _logs(js)
+            assert reply["status"] == "ok", reply
+            assert stdout == "hello jupyter\n"
+        finally:
+            ch.close()
+    finally:
+        js.api("DELETE", f"/api/kernels/{kernel_id}")

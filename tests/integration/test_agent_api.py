@@ -556,3 +556,14 @@ def test_a_second_tenant_cannot_read_the_first_tenants_files(gw):
         assert api(gw, "GET", f"/v1/sessions/{a['id']}/files/secret.txt", token=TENANT_A).content == b"alpha's"
     finally:
         api(gw, "DELETE", f"/v1/sessions/{a['id']}", token=TENANT_A)
+
+
+def test_input_in_an_agent_execution_fails_at_once_with_a_clear_error(gw, session):
+    """The agent API has no stdin: a cell that calls input() ends at once with
+    an error that says so, and the session keeps working."""
+    body = run(gw, session["id"], "x = input('name? ')", timeout_s=60)
+    assert body["status"] == "error", body
+    assert body["error"]["ename"] == "StdinNotImplementedError", body["error"]
+    assert "input" in body["error"]["evalue"], body["error"]
+    assert body["duration_ms"] < 30000, body  # not the cell timeout: nothing waits for an answer
+    assert run(gw, session["id"], "6*7")["results"][0]["data"]["text/plain"] == "42"

@@ -80,6 +80,7 @@ struct zmq_reactor::impl {
     std::vector<watched*> ready;
     std::atomic<std::uint64_t> received{0}, sent{0}, dropped{0};
     std::size_t bytes_since_trim = 0;
+    const std::string identity_prefix = "cellgate-" + protocol::make_uuid().substr(0, 8) + "-";
     std::chrono::steady_clock::time_point last_traffic;
 
     std::unique_ptr<watched> make_socket(kernel_entry& k, zmq::socket_type type, const std::string& endpoint,
@@ -90,6 +91,11 @@ struct zmq_reactor::impl {
         w->sock.set(zmq::sockopt::maxmsgsize,
                     static_cast<std::int64_t>(std::max(limits.max_json_part_bytes, limits.max_buffer_bytes)));
         if (type == zmq::socket_type::sub) w->sock.set(zmq::sockopt::subscribe, "");
+        // ipykernel sends input_request on its stdin ROUTER to the identity
+        // the execute_request came from on shell: a set's shell and stdin
+        // must share one routing id, or the prompt goes nowhere and the cell
+        // waits for an answer for ever (as jupyter_client does).
+        if (role == socket_role::shell || role == socket_role::stdin_) w->sock.set(zmq::sockopt::routing_id, set_identity(set_id));
         w->sock.connect(endpoint);
         w->kernel = &k;
         w->set_id = set_id;
@@ -131,6 +137,10 @@ struct zmq_reactor::impl {
         w->ready = true;
         ready.push_back(w);
     }
+
+    // Unique per set and per gateway process (a kernel taken back after a
+    // restart must not see a new set under an old identity).
+    std::string set_identity(std::uint64_t set_id) const { return identity_prefix + std::to_string(set_id); }
 
     channel_set make_set(kernel_entry& k, std::uint64_t set_id) {
         channel_set set;

@@ -190,6 +190,25 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
     assert.ok(Array.isArray(errors[0].content.traceback) && errors[0].content.traceback.length > 0, 'empty traceback');
   });
 
+  test('input() asks the client on stdin and gets its answer', async () => {
+    const future = kernel.requestExecute({ code: 'name = input("name? ")\nprint("hello", name)', allow_stdin: true,
+                                           store_history: true, stop_on_error: false });
+    const prompts = [];
+    let stdout = '';
+    future.onStdin = msg => {
+      if (msg.header.msg_type !== 'input_request') return;
+      prompts.push(msg.content.prompt);
+      future.sendInputReply({ status: 'ok', value: 'lab' }, msg.header);
+    };
+    future.onIOPub = msg => {
+      if (msg.header.msg_type === 'stream' && msg.content.name === 'stdout') stdout += msg.content.text;
+    };
+    const reply = await withTimeout(future.done, 60000, 'execute with input()');
+    assert.equal(reply.content.status, 'ok', JSON.stringify(reply.content));
+    assert.deepEqual(prompts, ['name? ']);
+    assert.equal(stdout, 'hello lab\n');
+  });
+
   test('state persists across cells', async () => {
     const set = await execute(kernel, 'x = 41');
     assert.equal(set.reply.content.status, 'ok');
