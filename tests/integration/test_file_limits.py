@@ -128,11 +128,15 @@ def disk_bytes(root):
     return total
 
 
+# Files of holes: their size costs the kernel nothing.
+SPARSE = "def sparse(path, size):\n    with open(path, 'wb') as f:\n        f.truncate(size)\n"
+
+
 # --- H4: checkpoints ----------------------------------------------------------------------
 
 def test_checkpoints_stay_in_the_workspace_under_its_cap(gw, session):
     sid = session["id"]
-    run(gw, sid, "import os\nos.truncate('/workspace/small.bin', 4 << 20)\nos.truncate('/workspace/huge.bin', 100 << 20)")
+    run(gw, sid, SPARSE + "sparse('/workspace/small.bin', 4 << 20)\nsparse('/workspace/huge.bin', 100 << 20)")
     host_before = disk_bytes(gw.base_dir)
     with Usage(gw, "checkpoints"):
         for _ in range(8):
@@ -195,8 +199,8 @@ def test_a_directory_of_200k_names_keeps_listings_and_executions_bounded(gw, ses
 
 def test_sparse_files_are_not_amplified_by_contents_models(gw, session):
     sid = session["id"]
-    run(gw, sid, "import os\nos.truncate('/workspace/zeros.bin', 12 << 20)\nos.truncate('/workspace/holes.txt', 60 << 20)\n"
-                 "os.truncate('/workspace/big.ipynb', 40 << 20)")
+    run(gw, sid, SPARSE + "sparse('/workspace/zeros.bin', 12 << 20)\nsparse('/workspace/holes.txt', 60 << 20)\n"
+                          "sparse('/workspace/big.ipynb', 40 << 20)")
     with Usage(gw, "sparse GETs"):
         r = api(gw, "GET", f"/api/contents/{sid}/zeros.bin")
         assert r.status_code == 200 and r.json()["format"] == "base64"  # NUL bytes: never six-byte escapes
