@@ -183,14 +183,15 @@ int main(int argc, char** argv) {
         }
         for (const auto& t : cfg.tokens)
             if (t.max_sessions > 0) manager.set_tenant_quota(t.tenant, t.max_sessions);
-        const auto checkpoints = cfg.launcher.state_dir / "checkpoints";
-        manager.on_removed([&sessions, checkpoints](const std::string& kernel_id) {
-            sessions.remove_for_kernel(kernel_id);
-            std::error_code ec;
-            std::filesystem::remove_all(checkpoints / kernel_id, ec);
-        });
-        agent::agent_service agents(ioc, manager, cfg.agent);
-        api::services services{manager, sessions, metrics, checkpoints, "2.0.0"};
+        // Checkpoints live in the workspaces now (.ipynb_checkpoints); earlier
+        // versions kept uncapped copies here, on the host's disk.
+        std::error_code ec;
+        std::filesystem::remove_all(cfg.launcher.state_dir / "checkpoints", ec);
+        manager.on_removed([&sessions](const std::string& kernel_id) { sessions.remove_for_kernel(kernel_id); });
+        // Blocking file-system work (contents, /v1 files, snapshots) stays off the io threads.
+        util::file_io_pool file_io(cfg.file_io);
+        agent::agent_service agents(ioc, manager, cfg.agent, &file_io);
+        api::services services{manager, sessions, metrics, "2.0.0", &file_io};
 
         http::server_context ctx(
             cfg.server, http::authenticator(cfg.tokens),
@@ -233,6 +234,7 @@ int main(int argc, char** argv) {
         ioc.run();
         for (auto& t : threads) t.join();
         if (stopper.joinable()) stopper.join();
+        file_io.stop();  // its jobs use the services and the manager below
         reactor.stop();
         spdlog::info("cellgate stopped");
     } catch (const std::exception& e) {

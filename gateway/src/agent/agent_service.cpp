@@ -2,8 +2,9 @@
 
 namespace cellgate::agent {
 
-agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits)
-    : ioc_(ioc), manager_(manager), limits_(limits) {
+agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits,
+                             util::file_io_pool* file_io)
+    : ioc_(ioc), manager_(manager), limits_(limits), file_io_(file_io) {
     // Executions waiting on a session that goes away finish at once.
     manager_.on_removed([this](const std::string& kernel_id) {
         std::deque<std::shared_ptr<execution>> orphans;
@@ -20,6 +21,7 @@ agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manag
 std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, execution_options options,
                                                  execution::event_fn on_event, execution::done_fn on_done) {
     const std::string id = k->id();
+    options.file_io = file_io_;
     auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
                                          [this, id, on_done = std::move(on_done)](nlohmann::json result) {
                                              on_done(std::move(result));

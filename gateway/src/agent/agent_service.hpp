@@ -22,7 +22,9 @@ struct agent_limits {
 // Runs agent executions one at a time per session, in arrival order.
 class agent_service {
 public:
-    agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits);
+    // Workspace snapshots run on `file_io` (on the executions' strands when null).
+    agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits,
+                  util::file_io_pool* file_io = nullptr);
 
     std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
                                       execution::event_fn on_event, execution::done_fn on_done);
@@ -44,6 +46,7 @@ private:
     boost::asio::io_context& ioc_;
     kernels::kernel_manager& manager_;
     agent_limits limits_;
+    util::file_io_pool* file_io_;
     std::mutex mutex_;
     std::map<std::string, session_queue> queues_;
 };

@@ -71,36 +71,65 @@ execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, ke
 void execution::start() {
     asio::post(strand_, [self = shared_from_this()] {
         self->started_ = std::chrono::steady_clock::now();
-        if (const auto sb = self->kernel_->sandbox()) {
-            try {
-                contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                               sb->host_uid_base + sb->spec.gid);
-                self->before_ = workspace_snapshot::take(store);
-            } catch (const std::exception& e) {
-                spdlog::warn("kernel {}: workspace snapshot failed: {}", self->kernel_->id(), e.what());
-            }
-        }
-        auto msg = protocol::make_message("execute_request",
-                                          {{"code", self->options_.code},
-                                           {"silent", false},
-                                           {"store_history", true},
-                                           {"user_expressions", json::object()},
-                                           {"allow_stdin", false},
-                                           // Executions are serialised here: there is never a queue
-                                           // for an error to abort, and with stop_on_error ipykernel
-                                           // would abort the next request if it came quickly.
-                                           {"stop_on_error", false}},
-                                          "cellgate-agent-" + self->kernel_->id());
-        // Before the first deliver(): add_observer takes the kernel's lock,
-        // under which every deliver() runs.
-        self->msg_id_ = json::parse(msg.header).at("msg_id").get<std::string>();
-        self->kernel_->add_observer(self);
-        self->kernel_->touch();
-        self->kernel_->gateway_send(ws::channel::shell, std::move(msg));
-        self->timer_.expires_after(self->options_.timeout);
-        self->timer_.async_wait([self](const boost::system::error_code& ec) {
-            if (!ec) self->on_timeout();
+        // The snapshot walks the workspace: off the strand, which is an io thread.
+        const bool queued = self->on_file_pool([self] {
+            auto snap = self->take_snapshot();
+            asio::post(self->strand_, [self, snap = std::move(snap)]() mutable {
+                self->before_ = std::move(snap);
+                self->send_request();
+            });
         });
+        if (!queued) {
+            self->files_truncated_ = true;  // no snapshot, so no changed files to report
+            self->send_request();
+        }
+    });
+}
+
+bool execution::on_file_pool(std::function<void()> work) {
+    if (options_.file_io == nullptr) {
+        work();
+        return true;
+    }
+    return options_.file_io->submit(kernel_->tenant(), std::move(work)) == util::file_io_pool::admission::accepted;
+}
+
+std::optional<workspace_snapshot> execution::take_snapshot() const {
+    const auto sb = kernel_->sandbox();
+    if (!sb) return std::nullopt;
+    try {
+        contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                       sb->host_uid_base + sb->spec.gid);
+        return workspace_snapshot::take(store);
+    } catch (const std::exception& e) {
+        spdlog::warn("kernel {}: workspace snapshot failed: {}", kernel_->id(), e.what());
+        return std::nullopt;
+    }
+}
+
+void execution::send_request() {
+    if (finished_) return;  // the kernel went away while the snapshot was taken
+    auto msg = protocol::make_message("execute_request",
+                                      {{"code", options_.code},
+                                       {"silent", false},
+                                       {"store_history", true},
+                                       {"user_expressions", json::object()},
+                                       {"allow_stdin", false},
+                                       // Executions are serialised here: there is never a queue
+                                       // for an error to abort, and with stop_on_error ipykernel
+                                       // would abort the next request if it came quickly.
+                                       {"stop_on_error", false}},
+                                      "cellgate-agent-" + kernel_->id());
+    // Before the first deliver(): add_observer takes the kernel's lock,
+    // under which every deliver() runs.
+    msg_id_ = json::parse(msg.header).at("msg_id").get<std::string>();
+    auto self = shared_from_this();
+    kernel_->add_observer(self);
+    kernel_->touch();
+    kernel_->gateway_send(ws::channel::shell, std::move(msg));
+    timer_.expires_after(options_.timeout);
+    timer_.async_wait([self](const boost::system::error_code& ec) {
+        if (!ec) self->on_timeout();
     });
 }
 
@@ -319,25 +348,18 @@ json execution::collect_files() {
                                        sb->host_uid_base + sb->spec.gid);
         const auto after = workspace_snapshot::take(store);
         files_truncated_ = !after.complete || !before_->complete;
-        std::size_t inline_bytes = 0;
-        for (const auto& c : diff(*before_, after)) {
+        const auto changes = diff(*before_, after);
+        std::vector<std::optional<std::string>> contents;
+        if (options_.inline_files) contents = read_inline(store, changes, options_.inline_files_limit_bytes);
+        for (std::size_t i = 0; i < changes.size(); ++i) {
+            const auto& c = changes[i];
             json f = {{"path", c.path},
                       {"size", c.size},
                       {"mime_type", std::string(contents::mime_type_for(c.path))},
                       {"change", c.change},
                       {"url", options_.files_url_prefix + http::url_encode_path(c.path)}};
-            if (options_.inline_files) {
-                if (inline_bytes + c.size <= options_.inline_files_limit_bytes) {
-                    try {
-                        f["content_base64"] = base64_encode(store.read(c.path, options_.inline_files_limit_bytes));
-                        inline_bytes += c.size;
-                    } catch (const contents::contents_error&) {
-                        f["content_base64"] = nullptr;
-                    }
-                } else {
-                    f["content_base64"] = nullptr;  // over the limit: listed, not inlined
-                }
-            }
+            // Over the limit or unreadable: listed, not inlined.
+            if (options_.inline_files) f["content_base64"] = contents[i] ? json(base64_encode(*contents[i])) : json(nullptr);
             files.push_back(std::move(f));
         }
     } catch (const std::exception& e) {
@@ -366,6 +388,20 @@ void execution::finish() {
         stderr_truncated_ = stderr_truncated_ || admission_.stderr_dropped;
         results_truncated_ = admission_.results.truncated();
     }
+    if (!before_) return complete(json::array());
+    auto self = shared_from_this();
+    const bool queued = on_file_pool([self] {
+        auto files = self->collect_files();
+        asio::post(self->strand_, [self, files = std::move(files)]() mutable { self->complete(std::move(files)); });
+    });
+    if (!queued) {
+        files_truncated_ = true;
+        complete(json::array());
+    }
+}
+
+// The result, once the changed files are known (on the strand).
+void execution::complete(json files) {
     std::string status = "ok";
     if (kernel_died_) status = "kernel_died";
     else if (timed_out_) status = "timeout";
@@ -378,7 +414,6 @@ void execution::finish() {
                   {"traceback", json::array()},
                   {"traceback_text", ""}};
     }
-    auto files = collect_files();
     const bool files_complete = !files_truncated_;
     if (!files.empty()) emit("files", {{"files", files}});
     json result = {{"status", status},

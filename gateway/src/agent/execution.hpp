@@ -4,6 +4,7 @@
 #include "agent/workspace_snapshot.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernel_subscriber.hpp"
+#include "util/file_io_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -30,6 +31,7 @@ struct execution_options {
     std::string files_url_prefix;                     // "/v1/sessions/<id>/files/"
     bool inline_files = false;                        // one-shot: file contents in the result
     std::size_t inline_files_limit_bytes = 32u << 20;
+    util::file_io_pool* file_io = nullptr;            // where the workspace snapshots run (the strand when null)
 };
 
 // One cell run for the agent API: sends execute_request on the gateway's own
@@ -72,7 +74,12 @@ private:
     void on_timeout();
     void append_text(const std::string& stream, const std::string& text);
     void maybe_finish();
+    void send_request();
     void finish();
+    void complete(nlohmann::json files);
+    // Runs `work` on the file-I/O pool (at once, here, without one); false when the pool refused it.
+    bool on_file_pool(std::function<void()> work);
+    std::optional<workspace_snapshot> take_snapshot() const;
     nlohmann::json collect_files();
     void emit(const std::string& event, const nlohmann::json& data);
 

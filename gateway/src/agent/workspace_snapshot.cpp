@@ -13,24 +13,52 @@ workspace_snapshot workspace_snapshot::take(const contents::contents_store& stor
             snap.complete = false;
             return;
         }
-        std::vector<contents::entry_info> entries;
+        if (seen >= max_entries) {
+            snap.complete = false;
+            return;
+        }
+        contents::listing entries;
         try {
-            entries = store.list(dir);
+            // Only what the budget still allows is read and stat'ed.
+            entries = store.list(dir, max_entries - seen);
         } catch (const contents::contents_error&) {
             snap.complete = false;  // vanished or unreadable meanwhile
             return;
         }
-        for (const auto& e : entries) {
-            if (++seen > max_entries) {
-                snap.complete = false;
-                return;
-            }
+        if (entries.truncated) snap.complete = false;
+        seen += entries.entries.size();
+        for (const auto& e : entries.entries) {
             if (e.type == contents::entry_type::directory) walk(e.path, depth + 1);
             else if (e.writable) snap.files[e.path] = {e.size, e.mtime_ns};  // links and special files are skipped
         }
     };
     walk("", 0);
     return snap;
+}
+
+std::vector<std::optional<std::string>> read_inline(const contents::contents_store& store,
+                                                    const std::vector<file_change>& changes, std::size_t limit_bytes) {
+    std::vector<std::optional<std::string>> out;
+    out.reserve(changes.size());
+    std::size_t used = 0;
+    for (const auto& c : changes) {
+        // The sizes are from the snapshot; the kernel may have grown the
+        // files since, so each read is capped by what is left of the budget
+        // and what was really read is counted.
+        const auto left = limit_bytes - used;
+        if (c.size > left) {
+            out.emplace_back();
+            continue;
+        }
+        try {
+            auto data = store.read(c.path, left);
+            used += data.size();
+            out.emplace_back(std::move(data));
+        } catch (const contents::contents_error&) {
+            out.emplace_back();  // grew past the budget, or gone
+        }
+    }
+    return out;
 }
 
 std::vector<file_change> diff(const workspace_snapshot& before, const workspace_snapshot& after) {

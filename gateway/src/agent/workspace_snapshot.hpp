@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace cellgate::agent {
@@ -32,5 +33,10 @@ struct file_change {
 
 // Files created or changed between two snapshots, in path order.
 std::vector<file_change> diff(const workspace_snapshot& before, const workspace_snapshot& after);
+
+// The contents of `changes`, in order, as long as their total stays within
+// `limit_bytes` (nullopt for a file that did not fit, or could not be read).
+std::vector<std::optional<std::string>> read_inline(const contents::contents_store& store,
+                                                    const std::vector<file_change>& changes, std::size_t limit_bytes);
 
 }  // namespace cellgate::agent

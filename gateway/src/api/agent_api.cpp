@@ -147,6 +147,31 @@ json file_entry(const std::string& session_id, const contents::entry_info& e) {
             {"url", files_url(session_id) + url_encode_path(e.path)}};
 }
 
+// After a complete upload body: the temporary file replaces the target.
+void finish_upload(services& s, const request_ptr& req, const reply_fn& reply) {
+    const auto k = kernel_or_404(s, req, req->param("id"));
+    const auto path = contents_store::check_path(req->param("path"));
+    const auto store = store_of(k);
+    const auto temp = req->params["temp"];
+    const auto info = guarded([&] {
+        try {
+            store->rename(temp, path, true);
+        } catch (const contents_error&) {
+            try {
+                store->remove(temp);
+            } catch (const contents_error&) {
+            }
+            throw;
+        }
+        return store->stat(path);
+    });
+    reply(json_response(req->params["created"] == "1" ? 201 : 200,
+                        {{"path", info.path},
+                         {"size", info.size},
+                         {"mime_type", std::string(contents::mime_type_for(info.name))},
+                         {"url", files_url(k->id()) + url_encode_path(info.path)}}));
+}
+
 }  // namespace
 
 void register_agent_api(router& r, services& s, agent::agent_service& agents) {
@@ -211,18 +236,26 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
     });
 
-    // Files.
-    r.add(bhttp::verb::get, "/v1/sessions/{id}/files", [&s](const request_ptr& req, reply_fn reply) {
+    // Files: each handler runs on the file-I/O pool (see run_file_work).
+    using file_handler = std::function<void(const request_ptr&, const reply_fn&)>;
+    const auto on_pool = [&s](file_handler h) {
+        return [&s, h = std::move(h)](const request_ptr& req, reply_fn reply) {
+            run_file_work(s, req, std::move(reply), [h, req](const reply_fn& rep) { h(req, rep); });
+        };
+    };
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto store = store_of(k);
         const auto dir = req->query_value("path").value_or("");
         k->touch();
-        const auto entries = guarded([&] { return store->list(contents_store::check_path(dir)); });
+        const auto listed = guarded([&] { return store->list(contents_store::check_path(dir), s.max_listed_entries); });
         json list = json::array();
-        for (const auto& e : entries) list.push_back(file_entry(k->id(), e));
-        reply(json_response(200, {{"path", dir}, {"entries", list}}));
-    });
-    r.add(bhttp::verb::post, "/v1/sessions/{id}/files", [&s](const request_ptr& req, reply_fn reply) {
+        for (const auto& e : listed.entries) list.push_back(file_entry(k->id(), e));
+        auto res = json_response(200, {{"path", dir}, {"entries", list}, {"truncated", listed.truncated}});
+        if (listed.truncated) res.headers.emplace_back("X-Cellgate-Truncated", std::to_string(s.max_listed_entries));
+        reply(std::move(res));
+    }));
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/files", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto ct = req->req[bhttp::field::content_type];
         const auto boundary = multipart_boundary(std::string_view(ct.data(), ct.size()));
@@ -245,7 +278,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         }
         if (saved.empty()) throw api_exception(400, "No file parts in the form");
         reply(json_response(201, {{"files", saved}}));
-    });
+    }));
     r.add_upload(bhttp::verb::put, "/v1/sessions/{id}/files/{path*}",
                  {[&s](const request_ptr& req) {
                       const auto k = kernel_or_404(s, req, req->param("id"));
@@ -253,34 +286,30 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
                       const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
                       if (path.empty()) throw api_exception(400, "A file path is required");
                       k->touch();
-                      bool created = false;
+                      // The body goes to a temporary file renamed over the old one only
+                      // once complete: a dropped upload leaves the previous file intact.
+                      std::string temp;
                       const int fd = guarded([&] {
                           store->make_parents(path);
-                          return store->open_for_write(path, created);
+                          req->params["created"] = store->exists(path) ? "0" : "1";
+                          return store->open_temp_beside(path, temp);
                       });
-                      req->params["created"] = created ? "1" : "0";
+                      req->params["temp"] = temp;
                       upload_target t;
                       t.fd = fd;
                       t.max_bytes = k->policy().upload_limit_bytes;
-                      t.discard = [k, path] {
+                      t.discard = [k, temp] {
                           try {
-                              store_of(k)->remove(path);
+                              store_of(k)->remove(temp);
                           } catch (...) {
                           }
                       };
                       return t;
                   },
                   [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
-                      const auto k = kernel_or_404(s, req, req->param("id"));
-                      const auto path = contents_store::check_path(req->param("path"));
-                      const auto info = guarded([&] { return store_of(k)->stat(path); });
-                      reply(json_response(req->params["created"] == "1" ? 201 : 200,
-                                          {{"path", info.path},
-                                           {"size", info.size},
-                                           {"mime_type", std::string(contents::mime_type_for(info.name))},
-                                           {"url", files_url(k->id()) + url_encode_path(info.path)}}));
+                      run_file_work(s, req, std::move(reply), [&s, req](const reply_fn& rep) { finish_upload(s, req, rep); });
                   }});
-    r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto store = store_of(k);
         const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
@@ -296,8 +325,8 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         if (req->query.count("download") != 0 && req->query_value("download") != "0")
             res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
         reply(std::move(res));
-    });
-    r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", [&s](const request_ptr& req, reply_fn reply) {
+    }));
+    r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
         if (path.empty()) throw api_exception(400, "Delete the session to remove its whole workspace");
@@ -307,7 +336,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
             return 0;
         });
         reply(empty_response(204));
-    });
+    }));
 
     // One-shot: a fresh sandbox, the files, the code, the result with every
     // produced file inline, and the sandbox gone again.
@@ -324,7 +353,11 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
                 auto finish = [&s, k](std::function<void()> then) {
                     s.kernels.shutdown(k, [then](std::optional<api_error>) { then(); }, "one-shot execution finished");
                 };
-                try {
+                // The files are written on the file-I/O pool; an error there ends the sandbox too.
+                reply_fn finish_with = [finish, reply](response res) {
+                    finish([reply, res = std::move(res)]() mutable { reply(std::move(res)); });
+                };
+                run_file_work(s, req, finish_with, [&agents, k, body, files, finish, reply](const reply_fn&) {
                     const auto store = store_of(k);
                     for (const auto& [path, data] : files) guarded([&] {
                             store->make_parents(path);
@@ -338,9 +371,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
                         for (auto& f : result["files"]) f.erase("url");  // the sandbox is gone
                         finish([reply, result] { reply(json_response(200, result)); });
                     });
-                } catch (const api_exception& ex) {
-                    finish([reply, status = ex.status(), msg = std::string(ex.what())] { reply(error_response(status, msg)); });
-                }
+                });
             },
             policy);
     });

@@ -5,6 +5,7 @@
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
 #include "metrics/metrics.hpp"
+#include "util/file_io_pool.hpp"
 
 #include <filesystem>
 #include <string>
@@ -18,9 +19,13 @@ struct services {
     kernels::kernel_manager& kernels;
     kernels::session_registry& sessions;
     metrics::registry& metrics;
-    std::filesystem::path checkpoint_root;  // gateway-side, outside every workspace
     std::string version;
-    std::size_t max_read_bytes = 256u << 20;
+    util::file_io_pool* file_io = nullptr;  // file-system work runs here (inline when null)
+    // A file in a JSON model: JupyterLab fetches bigger ones through /files/.
+    std::size_t max_read_bytes = 32u << 20;
+    std::size_t max_notebook_bytes = 32u << 20;  // parsed into a DOM: costs several times its size
+    std::size_t max_model_text_bytes = 64u << 20;  // "content" once JSON-escaped
+    std::size_t max_listed_entries = 5000;         // per directory model or /v1 listing
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -41,5 +46,11 @@ void register_static_api(http::router& r, const web_options& web);  // /, /stati
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
+
+// Runs `work` on the file-I/O pool under the caller's tenant, off the io
+// threads; it replies through `reply` as a handler does, and what it throws
+// becomes the error reply. A tenant (or pool) with too much queued gets 429 (503).
+void run_file_work(services& s, const http::request_ptr& req, http::reply_fn reply,
+                   std::function<void(const http::reply_fn&)> work);
 
 }  // namespace cellgate::api

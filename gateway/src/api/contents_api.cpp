@@ -3,12 +3,14 @@
 // kernel's /workspace. Every file operation goes through contents_store, which
 // never follows a link out of the workspace.
 #include "api/api.hpp"
+#include "contents/checkpoints.hpp"
 #include "contents/contents_store.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
-#include <fstream>
 
 namespace cellgate::api {
 
@@ -99,17 +101,31 @@ nlohmann::json model_for(services& s, const located& l, const entry_info& e, boo
     auto m = base_model(l, e, type);
     if (type == "directory") {
         if (with_content) {
+            // One more than shown, for the checkpoint folder, which is hidden as jupyter_server hides it.
+            auto listed = l.store->list(e.path, s.max_listed_entries + 1);
             auto list = nlohmann::json::array();
-            for (const auto& child : l.store->list(e.path))
+            for (const auto& child : listed.entries) {
+                if (child.name == contents::checkpoint_dir_name) continue;
+                if (list.size() == s.max_listed_entries) {
+                    listed.truncated = true;
+                    break;
+                }
                 list.push_back(model_for(s, l, child, false, std::nullopt, std::nullopt));
+            }
             m["content"] = std::move(list);
             m["format"] = "json";
+            // Not in Jupyter's model; JupyterLab ignores members it does not know. See README.md.
+            if (listed.truncated) m["truncated"] = true;
         }
         return m;
     }
     m["mimetype"] = type == "notebook" ? nlohmann::json(nullptr) : nlohmann::json(std::string(contents::mime_type_for(e.name)));
     if (!with_content) return m;
-    const auto data = l.store->read(e.path, s.max_read_bytes);
+    const auto cap = type == "notebook" ? s.max_notebook_bytes : s.max_read_bytes;
+    if (e.size > cap)
+        throw api_exception(413, l.full(e.path) + " is larger than " + std::to_string(cap) +
+                                     " bytes; read it through /files/" + url_encode_path(l.full(e.path)));
+    const auto data = l.store->read(e.path, cap);
     if (type == "notebook") {
         // The kernel wrote this file: a deep one would overflow the stack in dump().
         if (!json_nesting_within(data, max_body_json_depth)) throw api_exception(400, "Unreadable notebook: " + l.full(e.path));
@@ -119,9 +135,12 @@ nlohmann::json model_for(services& s, const located& l, const entry_info& e, boo
         m["format"] = "json";
         return m;
     }
-    const auto format = want_format.value_or(is_valid_utf8(data) ? "text" : "base64");
+    // NUL is valid UTF-8 but JSON makes six bytes of it: such data goes as base64.
+    const auto format = want_format.value_or(is_valid_utf8(data) && !has_control_bytes(data) ? "text" : "base64");
     if (format == "text") {
         if (!is_valid_utf8(data)) throw api_exception(400, l.full(e.path) + " is not UTF-8 encoded");
+        if (json_escaped_size(data) > s.max_model_text_bytes)
+            throw api_exception(413, l.full(e.path) + " is too large as JSON text; read it through /files/");
         m["content"] = data;
         m["format"] = "text";
         if (m["mimetype"] == "application/octet-stream") m["mimetype"] = "text/plain";
@@ -165,15 +184,8 @@ auto guarded(Fn fn) {
     }
 }
 
-fs::path checkpoint_file(services& s, const located& l) {
-    return s.checkpoint_root / l.kernel->id() / hex_encode(l.rel);
-}
-
-nlohmann::json checkpoint_model(const fs::path& p) {
-    std::error_code ec;
-    const auto t = fs::last_write_time(p, ec);
-    const auto sys = std::chrono::file_clock::to_sys(t);
-    return {{"id", "checkpoint"}, {"last_modified", kernels::iso8601(std::chrono::time_point_cast<std::chrono::system_clock::duration>(sys))}};
+nlohmann::json checkpoint_model(const entry_info& e) {
+    return {{"id", "checkpoint"}, {"last_modified", iso_from_ns(e.mtime_ns)}};
 }
 
 // /api/contents/<path>/checkpoints[/<id>] arrives as part of {path*}.
@@ -191,36 +203,59 @@ bool split_checkpoint(std::string& path, std::optional<std::string>& checkpoint_
     return false;
 }
 
-void handle_checkpoints(services& s, const request_ptr& req, reply_fn& reply, const std::string& path,
+// One checkpoint per file ("checkpoint"), as jupyter_server's FileCheckpoints.
+void handle_checkpoints(services& s, const request_ptr& req, const reply_fn& reply, const std::string& path,
                         const std::optional<std::string>& id) {
     auto l = locate(s, req, path);
-    const auto file = checkpoint_file(s, l);
-    std::error_code ec;
+    if (l.rel.empty()) throw api_exception(400, "The workspace root has no checkpoints");
     const auto method = req->req.method();
     if (!id && method == bhttp::verb::get) {
         auto list = nlohmann::json::array();
-        if (fs::exists(file, ec)) list.push_back(checkpoint_model(file));
+        if (const auto cp = guarded([&] { return contents::find_checkpoint(*l.store, l.rel); })) list.push_back(checkpoint_model(*cp));
         return reply(json_response(200, list));
     }
     if (!id && method == bhttp::verb::post) {
-        const auto data = guarded([&] { return l.store->read(l.rel, s.max_read_bytes); });
-        fs::create_directories(file.parent_path(), ec);
-        std::ofstream(file, std::ios::binary | std::ios::trunc) << data;
-        return reply(json_response(201, checkpoint_model(file)));
+        const auto cp = guarded([&] { return contents::create_checkpoint(*l.store, l.rel); });
+        return reply(json_response(201, checkpoint_model(cp)));
     }
     if (id && *id != "checkpoint") throw api_exception(404, "No such checkpoint");
     if (id && method == bhttp::verb::post) {
-        std::ifstream in(file, std::ios::binary);
-        if (!in) throw api_exception(404, "No such checkpoint");
-        const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        guarded([&] { return l.store->write(l.rel, data); });
+        guarded([&] {
+            contents::restore_checkpoint(*l.store, l.rel);
+            return 0;
+        });
         return reply(empty_response(204));
     }
     if (id && method == bhttp::verb::delete_) {
-        if (!fs::remove(file, ec)) throw api_exception(404, "No such checkpoint");
+        if (!guarded([&] { return contents::delete_checkpoint(*l.store, l.rel); })) throw api_exception(404, "No such checkpoint");
         return reply(empty_response(204));
     }
     throw api_exception(405, "Method not allowed on checkpoints");
+}
+
+// The contents root is virtual: one folder per kernel of the caller, made
+// by starting a kernel, never by creating a folder.
+[[noreturn]] void refuse_root_folder() {
+    throw api_exception(403, "The contents root holds one folder per kernel; start a kernel to get a new folder, "
+                             "or create folders inside a kernel's folder");
+}
+
+bool is_root_level(const std::string& path) {
+    std::string p = path;
+    while (!p.empty() && p.back() == '/') p.pop_back();
+    while (!p.empty() && p.front() == '/') p.erase(0, 1);
+    return p.find('/') == std::string::npos;
+}
+
+// For creating: a name at the root that is no kernel of the caller would be a new root folder.
+located locate_or_refuse_root(services& s, const request_ptr& req, const std::string& path) {
+    if (is_root_level(path)) {
+        std::string name = path;
+        while (!name.empty() && name.back() == '/') name.pop_back();
+        while (!name.empty() && name.front() == '/') name.erase(0, 1);
+        if (name.empty() || !s.kernels.find(req->who.tenant, name)) refuse_root_folder();
+    }
+    return locate(s, req, path);
 }
 
 std::optional<std::string> query_opt(const request_ptr& req, const char* key) {
@@ -229,7 +264,7 @@ std::optional<std::string> query_opt(const request_ptr& req, const char* key) {
     return v;
 }
 
-void get_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+void get_contents(services& s, const request_ptr& req, const reply_fn& reply, std::string path) {
     std::optional<std::string> checkpoint_id;
     const auto original = path;
     if (split_checkpoint(path, checkpoint_id)) {
@@ -253,14 +288,16 @@ void get_contents(services& s, const request_ptr& req, reply_fn reply, std::stri
         const auto e = l.store->stat(l.rel);
         return model_for(s, l, e, with_content, query_opt(req, "type"), query_opt(req, "format"));
     });
-    reply(json_response(200, model));
+    auto res = json_response(200, model);
+    if (model.contains("truncated")) res.headers.emplace_back("X-Cellgate-Truncated", std::to_string(s.max_listed_entries));
+    reply(std::move(res));
 }
 
-void put_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+void put_contents(services& s, const request_ptr& req, const reply_fn& reply, std::string path) {
     std::optional<std::string> checkpoint_id;
     if (split_checkpoint(path, checkpoint_id)) throw api_exception(405, "Use POST to create a checkpoint");
     const auto body = req->json_body(false);
-    auto l = locate(s, req, path);
+    auto l = locate_or_refuse_root(s, req, path);
     if (l.rel.empty()) throw api_exception(400, "The workspace root itself cannot be replaced");
     const auto type = body.value("type", std::string(is_notebook_name(l.rel) ? "notebook" : "file"));
     const bool existed = guarded([&] { return l.store->exists(l.rel); });
@@ -282,11 +319,11 @@ void put_contents(services& s, const request_ptr& req, reply_fn reply, std::stri
     reply(std::move(res));
 }
 
-void post_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+void post_contents(services& s, const request_ptr& req, const reply_fn& reply, std::string path) {
     std::optional<std::string> checkpoint_id;
     if (split_checkpoint(path, checkpoint_id)) return handle_checkpoints(s, req, reply, path, checkpoint_id);
     const auto body = req->json_body();
-    auto l = locate(s, req, path);
+    auto l = locate_or_refuse_root(s, req, path);
     const auto saved = guarded([&]() -> entry_info {
         const auto dir = l.store->stat(l.rel);
         if (dir.type != entry_type::directory) throw api_exception(400, "POST creates inside a directory");
@@ -320,7 +357,7 @@ void post_contents(services& s, const request_ptr& req, reply_fn reply, std::str
     reply(std::move(res));
 }
 
-void patch_contents(services& s, const request_ptr& req, reply_fn reply, const std::string& path) {
+void patch_contents(services& s, const request_ptr& req, const reply_fn& reply, const std::string& path) {
     const auto body = req->json_body(false);
     const auto to = rename_target_from(body);
     auto from = locate(s, req, path);
@@ -328,27 +365,45 @@ void patch_contents(services& s, const request_ptr& req, reply_fn reply, const s
     if (from.kernel->id() != dest.kernel->id()) throw api_exception(400, "Cannot move files between workspaces");
     if (from.rel.empty() || dest.rel.empty()) throw api_exception(400, "The workspace root cannot be renamed");
     const auto moved = guarded([&] { return from.store->rename(from.rel, dest.rel); });
+    if (moved.type == entry_type::file) {
+        // A directory's checkpoints are inside it and move with it.
+        try {
+            contents::move_checkpoint(*from.store, from.rel, dest.rel);
+        } catch (const contents_error& e) {
+            spdlog::info("kernel {}: the checkpoint did not follow a rename: {}", from.kernel->id(), e.what());
+        }
+    }
     reply(json_response(200, guarded([&] { return model_for(s, dest, moved, false, std::nullopt, std::nullopt); })));
 }
 
-void delete_contents(services& s, const request_ptr& req, reply_fn reply, std::string path) {
+void delete_contents(services& s, const request_ptr& req, const reply_fn& reply, std::string path) {
     std::optional<std::string> checkpoint_id;
     if (split_checkpoint(path, checkpoint_id)) return handle_checkpoints(s, req, reply, path, checkpoint_id);
     auto l = locate(s, req, path);
     if (l.rel.empty()) throw api_exception(400, "Delete the kernel to remove its workspace");
     guarded([&] {
         const auto e = l.store->stat(l.rel);
-        if (e.type == entry_type::directory && !l.store->list(l.rel).empty())
-            throw api_exception(400, "Directory " + l.full(l.rel) + " is not empty");
+        if (e.type == entry_type::directory) {
+            // As jupyter_server: a folder holding only its (hidden) checkpoints counts as empty.
+            const auto listed = l.store->list(l.rel, 2);
+            for (const auto& child : listed.entries)
+                if (child.name != contents::checkpoint_dir_name)
+                    throw api_exception(400, "Directory " + l.full(l.rel) + " is not empty");
+            l.store->remove(l.rel, true);
+            return 0;
+        }
         l.store->remove(l.rel);
+        try {
+            contents::delete_checkpoint(*l.store, l.rel);
+        } catch (const contents_error& ce) {
+            spdlog::info("kernel {}: the checkpoint of a deleted file stays: {}", l.kernel->id(), ce.what());
+        }
         return 0;
     });
-    std::error_code ec;
-    fs::remove(checkpoint_file(s, l), ec);
     reply(empty_response(204));
 }
 
-void get_file(services& s, const request_ptr& req, reply_fn reply, const std::string& path) {
+void get_file(services& s, const request_ptr& req, const reply_fn& reply, const std::string& path) {
     auto l = locate(s, req, path);
     std::uint64_t size = 0;
     const int fd = guarded([&] { return l.store->open_for_read(l.rel, size); });
@@ -367,14 +422,51 @@ void get_file(services& s, const request_ptr& req, reply_fn reply, const std::st
 
 }  // namespace
 
+void run_file_work(services& s, const request_ptr& req, reply_fn reply, std::function<void(const reply_fn&)> work) {
+    auto job = [req, reply, work = std::move(work)] {
+        try {
+            work(reply);
+        } catch (const api_exception& e) {
+            reply(error_response(e.status(), e.what()));
+        } catch (const nlohmann::json::exception& e) {
+            spdlog::info("{} {}: {}", std::string(bhttp::to_string(req->req.method())), req->route, e.what());
+            reply(error_response(400, "A field in the request body has the wrong type"));
+        } catch (const std::exception& e) {
+            spdlog::error("{} {}: handler failed: {}", std::string(bhttp::to_string(req->req.method())), req->route, e.what());
+            reply(error_response(500, "Internal error"));
+        }
+    };
+    if (s.file_io == nullptr) return job();
+    switch (s.file_io->submit(req->who.tenant, job)) {
+    case util::file_io_pool::admission::accepted: return;
+    case util::file_io_pool::admission::tenant_busy: {
+        auto res = error_response(429, "Too many file operations of this tenant are waiting; try again shortly");
+        res.headers.emplace_back("Retry-After", "1");
+        return reply(std::move(res));
+    }
+    case util::file_io_pool::admission::pool_busy: {
+        auto res = error_response(503, "The gateway has too many file operations waiting; try again shortly");
+        res.headers.emplace_back("Retry-After", "1");
+        return reply(std::move(res));
+    }
+    }
+}
+
 void register_contents_api(router& r, services& s) {
+    // Each handler runs on the file-I/O pool; its shape is a plain handler's.
+    using contents_handler = void (*)(services&, const request_ptr&, const reply_fn&, std::string);
+    const auto on_pool = [&s](contents_handler h) {
+        return [&s, h](const request_ptr& req, reply_fn reply) {
+            run_file_work(s, req, std::move(reply), [&s, h, req](const reply_fn& rep) { h(s, req, rep, req->param("path")); });
+        };
+    };
     const std::string p = "/api/contents/{path*}";
-    r.add(bhttp::verb::get, p, [&s](const request_ptr& req, reply_fn reply) { get_contents(s, req, std::move(reply), req->param("path")); });
-    r.add(bhttp::verb::put, p, [&s](const request_ptr& req, reply_fn reply) { put_contents(s, req, std::move(reply), req->param("path")); });
-    r.add(bhttp::verb::post, p, [&s](const request_ptr& req, reply_fn reply) { post_contents(s, req, std::move(reply), req->param("path")); });
-    r.add(bhttp::verb::patch, p, [&s](const request_ptr& req, reply_fn reply) { patch_contents(s, req, std::move(reply), req->param("path")); });
-    r.add(bhttp::verb::delete_, p, [&s](const request_ptr& req, reply_fn reply) { delete_contents(s, req, std::move(reply), req->param("path")); });
-    r.add(bhttp::verb::get, "/files/{path*}", [&s](const request_ptr& req, reply_fn reply) { get_file(s, req, std::move(reply), req->param("path")); });
+    r.add(bhttp::verb::get, p, on_pool(&get_contents));
+    r.add(bhttp::verb::put, p, on_pool(&put_contents));
+    r.add(bhttp::verb::post, p, on_pool(&post_contents));
+    r.add(bhttp::verb::patch, p, on_pool([](services& svc, const request_ptr& req, const reply_fn& rep, std::string path) { patch_contents(svc, req, rep, path); }));
+    r.add(bhttp::verb::delete_, p, on_pool(&delete_contents));
+    r.add(bhttp::verb::get, "/files/{path*}", on_pool([](services& svc, const request_ptr& req, const reply_fn& rep, std::string path) { get_file(svc, req, rep, path); }));
 }
 
 }  // namespace cellgate::api

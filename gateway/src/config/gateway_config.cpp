@@ -96,6 +96,8 @@ const std::map<std::string, setter>& setters() {
          }},
         {"log_level", [](auto& c, const auto& v) { c.log_level = v; }},
         {"io_threads", [](auto& c, const auto& v) { c.io_threads = static_cast<int>(to_u64("io_threads", v)); }},
+        {"file_io_threads", [](auto& c, const auto& v) { c.file_io.threads = std::max<std::uint64_t>(1, to_u64("file_io_threads", v)); }},
+        {"file_io_per_tenant", [](auto& c, const auto& v) { c.file_io.per_tenant_running = std::max<std::uint64_t>(1, to_u64("file_io_per_tenant", v)); }},
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
         {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
@@ -226,6 +228,7 @@ std::string usage() {
            "                [--state-dir D] [--state-db FILE|none] [--launcher-socket PATH] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
            "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-sessions-per-tenant N]\n"
+           "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--upload-limit BYTES]\n"
            "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"
            "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits}}.";

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "agent/agent_service.hpp"
+#include "util/file_io_pool.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
 #include "http/server_options.hpp"
@@ -26,6 +27,7 @@ struct gateway_config {
     std::string default_kernelspec = "python3";
     std::string log_level = "info";
     int io_threads = 0;  // 0: one per core, at least 2
+    util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     std::string static_dir;       // serve the chat page from here (development)
     // The session registry's database; "" = <state_dir>/gateway.db, "none" = memory only

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <random>
 #include <system_error>
 #include <utility>
 
@@ -394,6 +396,15 @@ entry_info put_file(int root_fd, std::string_view path, std::string_view data, b
     }
 }
 
+std::string random_suffix() {
+    static std::atomic<std::uint64_t> counter{0};
+    std::random_device rd;
+    const auto value = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ counter.fetch_add(1);
+    char out[17];
+    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(value));
+    return out;
+}
+
 void remove_children(int parent_fd, const std::string& name, const std::string& rel, int depth,
                      std::uint64_t& budget) {
     if (depth >= max_remove_depth)
@@ -522,7 +533,7 @@ bool contents_store::exists(std::string_view path) const {
     fail_errno(errno, "check", rel);
 }
 
-std::vector<entry_info> contents_store::list(std::string_view dir) const {
+listing contents_store::list(std::string_view dir, std::size_t max_entries) const {
     const std::string rel = check_path(dir);
     auto fd = open_dir_readable(root_fd_, rel, "list", rel);
     dir_stream stream(::fdopendir(fd.get()));
@@ -530,7 +541,7 @@ std::vector<entry_info> contents_store::list(std::string_view dir) const {
     fd.release();
     const int dir_fd = ::dirfd(stream.get());
 
-    std::vector<entry_info> entries;
+    listing out;
     for (;;) {
         errno = 0;
         const dirent* entry = ::readdir(stream.get());
@@ -543,16 +554,21 @@ std::vector<entry_info> contents_store::list(std::string_view dir) const {
         // Such a name cannot be put in a JSON model; hiding it beats failing
         // the whole listing.
         if (!is_valid_utf8(name)) continue;
+        // One more name is enough to know the budget is short: it is not stat'ed.
+        if (out.entries.size() >= max_entries) {
+            out.truncated = true;
+            break;
+        }
         struct stat st {};
         if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT) continue;  // removed since readdir
             fail_errno(errno, "list", join(rel, name));
         }
-        entries.push_back(info_from_stat(st, join(rel, name)));
+        out.entries.push_back(info_from_stat(st, join(rel, name)));
     }
-    std::sort(entries.begin(), entries.end(),
+    std::sort(out.entries.begin(), out.entries.end(),
               [](const entry_info& a, const entry_info& b) { return a.name < b.name; });
-    return entries;
+    return out;
 }
 
 std::string contents_store::read(std::string_view path, std::uint64_t max_bytes) const {
@@ -656,7 +672,7 @@ void contents_store::remove(std::string_view path, bool recursive) {
         fail_errno(errno, "remove", rel);
 }
 
-entry_info contents_store::rename(std::string_view from, std::string_view to) {
+entry_info contents_store::rename(std::string_view from, std::string_view to, bool replace) {
     const std::string from_rel = check_path(from);
     const std::string to_rel = check_path(to);
     const auto [from_parent, from_name] = split_last(from_rel);
@@ -667,9 +683,16 @@ entry_info contents_store::rename(std::string_view from, std::string_view to) {
     const auto to_fd = open_dir_path(root_fd_, to_parent, "rename to", to_rel);
 
     // RENAME_NOREPLACE: never replaces, so a symlink planted at `to` is
-    // refused, not followed and not clobbered.
+    // refused, not followed and not clobbered. Replacing acts on the name
+    // only, so a symlink there is replaced, never followed.
+    if (replace) {
+        struct stat target {};
+        if (::fstatat(to_fd.get(), to_name.c_str(), &target, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISDIR(target.st_mode))
+            fail(error_kind::conflict, "rename to", to_rel, "is a directory");
+    }
     if (::renameat2(from_fd.get(), from_name.c_str(), to_fd.get(), to_name.c_str(),
-                    RENAME_NOREPLACE) != 0) {
+                    replace ? 0 : RENAME_NOREPLACE) != 0) {
         const int err = errno;
         if (err == EEXIST) fail(error_kind::conflict, "rename to", to_rel, "already exists");
         fail_errno(err, "rename", from_rel);
@@ -725,6 +748,39 @@ int contents_store::open_for_write(std::string_view path, bool& created) {
     const int flags = ::fcntl(f.fd.get(), F_GETFL);
     if (flags >= 0) ::fcntl(f.fd.get(), F_SETFL, flags & ~O_NONBLOCK);
     return f.fd.release();
+}
+
+int contents_store::open_temp_beside(std::string_view path, std::string& temp_out) {
+    const std::string rel = check_path(path);
+    const auto [parent, name] = split_last(rel);
+    if (name.empty()) fail(error_kind::conflict, "write", rel, "is the workspace root");
+    const auto parent_fd = open_dir_path(root_fd_, parent, "write", rel);
+    struct stat st {};
+    if (::fstatat(parent_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        require_regular(st, "write", rel);
+    else if (errno != ENOENT)
+        fail_errno(errno, "write", rel);
+    // A short fixed name, whatever the length of `name`; O_EXCL picks a fresh one.
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        const std::string temp_name = ".cellgate-upload-" + random_suffix();
+        const int raw = openat2_raw(parent_fd.get(), temp_name.c_str(),
+                                    open_flags(O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC),
+                                    new_file_mode);
+        if (raw < 0) {
+            if (errno == EEXIST) continue;
+            fail_errno(errno, "write", rel);
+        }
+        unique_fd fd(raw);
+        try {
+            give_to_owner(fd.get(), uid_, gid_, "write", rel);
+        } catch (const contents_error&) {
+            discard_created(parent_fd.get(), temp_name, false);
+            throw;
+        }
+        temp_out = join(parent, temp_name);
+        return fd.release();
+    }
+    fail(error_kind::conflict, "write", rel, "no free temporary name");
 }
 
 int contents_store::open_for_read(std::string_view path, std::uint64_t& size_out) const {

@@ -52,6 +52,12 @@ struct entry_info {
     bool writable = true;
 };
 
+// One directory's entries, at most the caller's budget of them.
+struct listing {
+    std::vector<entry_info> entries;
+    bool truncated = false;  // the directory held more than the budget
+};
+
 class contents_store {
 public:
     // `root` is a host directory (the workspace mount). Files and directories
@@ -69,8 +75,11 @@ public:
     entry_info stat(std::string_view path) const;        // not_found if absent
     bool exists(std::string_view path) const;
     // Entries of a directory, sorted by name; symlinks and special files are
-    // listed with type file and writable=false but never followed.
-    std::vector<entry_info> list(std::string_view dir) const;
+    // listed with type file and writable=false but never followed. A kernel
+    // can make millions of names for free (hard links), so at most
+    // `max_entries` are read and stat'ed, in directory order (which ones is
+    // then arbitrary), and `truncated` says that more were there.
+    listing list(std::string_view dir, std::size_t max_entries) const;
 
     // Reads a regular file (not a symlink, FIFO or device); too_large past max_bytes.
     std::string read(std::string_view path, std::uint64_t max_bytes) const;
@@ -84,14 +93,23 @@ public:
     void make_parents(std::string_view path);
     // Removes a file, or a directory (recursively when `recursive`, else it must be empty).
     void remove(std::string_view path, bool recursive = false);
-    // Renames within the workspace; conflict when `to` exists.
-    entry_info rename(std::string_view from, std::string_view to);
+    // Renames within the workspace; conflict when `to` exists, unless
+    // `replace`, which replaces a file there (or whatever name the kernel put
+    // there, never following it) atomically; a directory at `to` is a conflict.
+    entry_info rename(std::string_view from, std::string_view to, bool replace = false);
     // Copies a regular file; conflict when `to` exists.
     entry_info copy(std::string_view from, std::string_view to);
 
     // For streamed uploads: creates (or truncates) a regular file the same way
     // write() does and returns an fd the caller owns (O_WRONLY|O_CLOEXEC).
     int open_for_write(std::string_view path, bool& created);
+
+    // For uploads that must not harm the file they replace: creates a fresh
+    // hidden file beside `path` (its parent must exist) and returns an fd
+    // the caller owns; `temp_out` is its relative path, to rename() over
+    // `path` with replace once complete, or to remove() after a failure.
+    // Refuses like write() when something other than a regular file is at `path`.
+    int open_temp_beside(std::string_view path, std::string& temp_out);
 
     // Streams a regular file: opens it safely and returns an fd the caller
     // owns (O_RDONLY|O_CLOEXEC), with its size. Throws like read().

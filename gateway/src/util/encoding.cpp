@@ -108,4 +108,23 @@ std::string hex_encode(std::string_view data) {
     return out;
 }
 
+bool has_control_bytes(std::string_view s) noexcept {
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return true;
+    }
+    return false;
+}
+
+std::size_t json_escaped_size(std::string_view s) noexcept {
+    std::size_t n = 0;
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') n += 2;
+        else if (c < 0x20) n += 6;
+        else n += 1;
+    }
+    return n;
+}
+
 }  // namespace cellgate

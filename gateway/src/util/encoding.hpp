@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,5 +13,10 @@ std::string base64_encode(std::string_view data);
 std::optional<std::string> base64_decode(std::string_view text);
 bool is_valid_utf8(std::string_view s) noexcept;
 std::string hex_encode(std::string_view data);
+// Bytes below 0x20 other than tab, LF and CR: text with them is binary in
+// practice, and JSON escapes most of them as six bytes (\u0000).
+bool has_control_bytes(std::string_view s) noexcept;
+// How long `s` is as a JSON string's contents, escaped the way nlohmann dumps it.
+std::size_t json_escaped_size(std::string_view s) noexcept;
 
 }  // namespace cellgate

@@ -197,7 +197,7 @@ TEST_F(contents_store_test, list_is_sorted_and_typed) {
     fs::create_directory(root_ / "c");
     store_->write("c/inner.txt", "inner");
 
-    const auto entries = store_->list("");
+    const auto entries = store_->list("", 100000).entries;
     ASSERT_EQ(entries.size(), 3u);
     EXPECT_EQ(entries[0].name, "a.txt");
     EXPECT_EQ(entries[0].size, 1u);
@@ -206,19 +206,19 @@ TEST_F(contents_store_test, list_is_sorted_and_typed) {
     EXPECT_EQ(entries[2].path, "c");
     EXPECT_EQ(entries[2].type, entry_type::directory);
 
-    const auto inner = store_->list("c");
+    const auto inner = store_->list("c", 100000).entries;
     ASSERT_EQ(inner.size(), 1u);
     EXPECT_EQ(inner[0].path, "c/inner.txt");
 
-    expect_error(not_found, [&] { store_->list("missing"); }, "missing dir");
-    expect_error(not_found, [&] { store_->list("b.txt"); }, "a file");
+    expect_error(not_found, [&] { store_->list("missing", 100000); }, "missing dir");
+    expect_error(not_found, [&] { store_->list("b.txt", 100000); }, "a file");
 }
 
 TEST_F(contents_store_test, list_skips_non_utf8_names_but_keeps_odd_valid_ones) {
     put_host(root_ / "bad\xff name", "x");
     put_host(root_ / "line\nbreak", "x");
     put_host(root_ / "caf\xc3\xa9", "x");
-    const auto entries = store_->list("");
+    const auto entries = store_->list("", 100000).entries;
     ASSERT_EQ(entries.size(), 2u);
     EXPECT_EQ(entries[0].name, "caf\xc3\xa9");
     EXPECT_EQ(entries[1].name, "line\nbreak");
@@ -411,7 +411,7 @@ TEST_F(contents_store_test, every_operation_checks_its_path_first) {
     expect_error(bad_path, [&] { store_->append(up, "pwned"); }, "append");
     expect_error(bad_path, [&] { store_->stat(up); }, "stat");
     expect_error(bad_path, [&] { store_->exists(up); }, "exists");
-    expect_error(bad_path, [&] { store_->list("../outside"); }, "list");
+    expect_error(bad_path, [&] { store_->list("../outside", 100000); }, "list");
     expect_error(bad_path, [&] { store_->make_dir("../outside/d"); }, "make_dir");
     expect_error(bad_path, [&] { store_->make_parents("../outside/d/f"); }, "parents");
     expect_error(bad_path, [&] { store_->remove(up, true); }, "remove");
@@ -458,7 +458,7 @@ TEST_F(contents_store_test, a_symlinked_directory_is_never_traversed) {
     expect_error(forbidden, [&] { store_->open_for_read("evil/passwd", size); }, "open");
     expect_error(forbidden, [&] { store_->stat("evil/passwd"); }, "stat");
     expect_error(forbidden, [&] { store_->stat("evil"); }, "stat the link");
-    expect_error(forbidden, [&] { store_->list("evil"); }, "list");
+    expect_error(forbidden, [&] { store_->list("evil", 100000); }, "list");
     expect_error(forbidden, [&] { store_->exists("evil/passwd"); }, "exists");
     expect_error(forbidden, [&] { store_->write("out/new.txt", "x"); }, "write");
     expect_error(forbidden, [&] { store_->append("out/secret.txt", "x"); }, "append");
@@ -557,7 +557,7 @@ TEST_F(contents_store_test, a_fifo_is_refused_without_blocking) {
     EXPECT_LE(::read(reader, &byte, 1), 0) << "data went into the FIFO";
     ::close(reader);
 
-    const auto entries = store_->list("");
+    const auto entries = store_->list("", 100000).entries;
     ASSERT_EQ(entries.size(), 1u);
     EXPECT_EQ(entries[0].type, entry_type::file);
     EXPECT_FALSE(entries[0].writable);
@@ -578,7 +578,7 @@ TEST_F(contents_store_test, a_unix_socket_is_listed_but_never_opened) {
     ::close(sock);
     expect_error(forbidden, [&] { store_->read("sock", 100); }, "read");
     expect_error(forbidden, [&] { store_->write("sock", "x"); }, "write");
-    const auto entries = store_->list("");
+    const auto entries = store_->list("", 100000).entries;
     ASSERT_EQ(entries.size(), 1u);
     EXPECT_FALSE(entries[0].writable);
 }
@@ -587,7 +587,7 @@ TEST_F(contents_store_test, list_shows_symlinks_but_never_their_targets) {
     fs::create_directory_symlink(outside_, root_ / "dirlink");
     fs::create_symlink(secret_, root_ / "filelink");
     fs::create_symlink("/does/not/exist", root_ / "dangling");
-    const auto entries = store_->list("");
+    const auto entries = store_->list("", 100000).entries;
     ASSERT_EQ(entries.size(), 3u);
     for (const auto& e : entries) {
         EXPECT_EQ(e.type, entry_type::file) << e.name;
