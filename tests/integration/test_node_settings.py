@@ -23,21 +23,25 @@ def node_args(n):
             "--uid-range-slots", str(n["slots"])]
 
 
+# The unified hierarchy, or under cgroup v1 the memory controller's.
+UNIFIED = (CGROUP_ROOT / "cgroup.controllers").exists()
+HIERARCHY = CGROUP_ROOT if UNIFIED else CGROUP_ROOT / "memory"
+
+
 @pytest.fixture(scope="module")
-def cgroup_v2():
-    if not (CGROUP_ROOT / "cgroup.controllers").exists():
-        pytest.skip("needs the unified cgroup hierarchy (cgroup v2)")
+def cgroups():
     yield
     for n in (A, B):  # the parents this module made (the gateway leaves them)
-        for d in sorted(CGROUP_ROOT.glob(n["parent"] + "/**/"), key=lambda p: -len(p.parts)):
-            try:
-                d.rmdir()
-            except OSError:
-                pass
+        for h in [CGROUP_ROOT] if UNIFIED else [d for d in CGROUP_ROOT.iterdir() if d.is_dir()]:
+            for d in sorted(h.glob(n["parent"] + "/**/"), key=lambda p: -len(p.parts)):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
 
 
 @pytest.fixture(scope="module")
-def gw_a(cgroup_v2, tmp_path_factory):
+def gw_a(cgroups, tmp_path_factory):
     config = tmp_path_factory.mktemp("node-a") / "config.json"
     config.write_text(json.dumps({"tokens": [{"token": TENANT_B_TOKEN, "tenant": "b", "max_sessions": 1}]}))
     g = Gateway(*node_args(A), "--max-kernels-per-tenant", "2", "--config", str(config)).start()
@@ -55,7 +59,9 @@ def sandboxes(g, n):
 
 def placement(pid):
     """(cgroup path, host uid) of a host process."""
-    cgroup = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    cgroup = [line.split(":", 2)[2] for line in lines
+              if (line.startswith("0::") if UNIFIED else ":memory:" in line)][0]
     uid = int([line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                if line.startswith("Uid:")][0].split()[1])
     return cgroup, uid
@@ -73,7 +79,7 @@ def test_two_gateways_keep_their_own_cgroups_and_uid_ranges(gw_a):
     a_box = sandboxes(gw_a, A)[a["id"]]
     # An empty sandbox-shaped cgroup under A's parent, as a crash would leave:
     # only A's own start-up reap may remove it.
-    stray = CGROUP_ROOT / A["parent"] / uuid.uuid4().hex
+    stray = HIERARCHY / A["parent"] / uuid.uuid4().hex
     stray.mkdir()
     b_gw = Gateway(*node_args(B)).start()
     try:
@@ -99,7 +105,7 @@ def test_two_gateways_keep_their_own_cgroups_and_uid_ranges(gw_a):
         gw_a.api("DELETE", f"/v1/sessions/{a['id']}")
 
 
-def test_an_id_range_that_overlaps_a_bad_setting_is_refused_at_start():
+def test_an_id_range_among_the_hosts_own_ids_is_refused_at_start():
     g = Gateway("--uid-range-start", "1000", "--uid-range-slots", "1")
     try:
         with pytest.raises(RuntimeError) as e:

@@ -74,7 +74,7 @@ def test_files_planted_in_the_workspace_do_not_run_after_a_restart(gw):
                              "print(sorted(f for f in os.listdir('/workspace') if f.startswith('ran-')))\n"
                              "print(os.getcwd())\n"
                              "import cg_helper_mod\nprint(cg_helper_mod.VALUE)\n"
-                             "print('' in sys.path, sys.path.index('/workspace') == len(sys.path) - 1)\n"
+                             "print('' in sys.path, sys.path[-1] == '/workspace')\n"
                              "print('storemagic' in sys.modules)")
         assert r["status"] == "ok", r
         ran, cwd, value, path_info, storemagic = r["stdout"].splitlines()
@@ -162,3 +162,28 @@ def test_one_tenants_hanging_starts_do_not_hold_other_tenants_creates(fair_gw):
         if r.status_code != 201:
             assert set(r.json()) >= {"reason", "message"}
             assert "/run/" not in r.json()["message"] and "log tail" not in r.json()["message"]
+
+
+# --- warm-pool claims (L14) ----------------------------------------------------------------
+
+def test_a_warm_claim_refuses_env_the_launcher_would_refuse(tmp_path):
+    import time
+    g = Gateway("--pool-size", "1").start()
+    try:
+        deadline = time.monotonic() + 120
+        ready = lambda: 'cellgate_pool_ready{kernelspec="python3"} 1' in g.api("GET", "/metrics").text  # noqa: E731
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ready(), "the warm pool never filled"
+        # A value over the launcher's 4 KiB: claimed, it would be set in the
+        # running kernel and refused at the session's next restart.
+        r = g.api("POST", "/v1/sessions", json={"env": {"KERNEL_BIG": "x" * 5000}})
+        assert r.status_code == 400, r.text
+        assert set(r.json()) >= {"reason", "message"} and "KERNEL_BIG" in r.json()["message"]
+        assert ready(), "the refused request must not take the warm kernel"
+        ok = g.api("POST", "/v1/sessions", json={"env": {"KERNEL_SMALL": "y"}})
+        assert ok.status_code == 201, ok.text
+        g.api("DELETE", f"/v1/sessions/{ok.json()['id']}")
+    finally:
+        g.stop()
+        g.cleanup()
