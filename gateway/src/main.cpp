@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
         }
 
         asio::io_context ioc;
+        cfg.manager.launcher_rules = cfg.launcher;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
         if (store) {

@@ -4,6 +4,7 @@
 //   cellgate-launch exec ID CODE | reap [--keep ID,…] | validate SPEC.json
 #include "cell_runner.hpp"
 #include "cellgate/launcher/launcher.hpp"
+#include "cellgate/launcher/node_settings.hpp"
 
 #include <csignal>
 #include <cstdlib>
@@ -67,7 +68,10 @@ launcher_config config_from(args_t& args) {
         if (args[i] == "--state-dir") cfg.state_dir = take();
         else if (args[i] == "--image-store") cfg.image_store = take();
         else if (args[i] == "--workspace-root") cfg.workspace_root = take();
-        else rest.push_back(args[i]);
+        else if (args[i] == "--cgroup-parent" || args[i] == "--uid-range-start" || args[i] == "--uid-range-slots") {
+            const auto name = args[i];
+            apply_node_option(cfg, name, take());
+        } else rest.push_back(args[i]);
     }
     args = rest;
     return cfg;
@@ -231,7 +235,8 @@ constexpr verb verbs[] = {
 };
 
 int usage(std::ostream& out) {
-    out << "usage: cellgate-launch [--state-dir D] [--image-store D] [--workspace-root D] VERB …\n";
+    out << "usage: cellgate-launch [--state-dir D] [--image-store D] [--workspace-root D] " << node_options_usage
+        << " VERB …\n";
     for (const auto& v : verbs) out << "  " << v.help << "\n";
     return 2;
 }

@@ -18,6 +18,34 @@ zmq::context_t& probe_context() {
     return context;
 }
 
+// A kernel_info_reply is a few KiB in ~6 frames. The kernel is tenant code
+// (M1), and this may run as root, so the socket holds as little as libzmq lets
+// us ask for. What libzmq still allows: the HWM counts whole messages and
+// maxmsgsize limits each frame, so one message in progress may still have any
+// number of frames of up to `probe_max_frame_bytes` each, all buffered before
+// the first is readable; the deadline ends the probe but not that buffering.
+// That memory is the launcher's, outside the kernel's cgroup; moving the probe
+// to an unprivileged helper (or the gateway) is the remaining fix.
+constexpr std::int64_t probe_max_frame_bytes = 64 << 10;
+constexpr int probe_rcvhwm = 2;
+constexpr std::size_t probe_max_frames = 16;  // identities, delimiter, 5 parts, spare
+
+// Reads one message; frames past `probe_max_frames` are received and dropped
+// (that frees them) so a long message cannot pass for the next one.
+std::vector<std::string> recv_bounded(zmq::socket_t& shell, clock_type::time_point deadline) {
+    std::vector<std::string> frames;
+    bool oversized = false;
+    for (;;) {
+        zmq::message_t part;
+        if (!shell.recv(part, zmq::recv_flags::dontwait)) break;
+        if (frames.size() < probe_max_frames) frames.emplace_back(part.to_string());
+        else oversized = true;
+        if (!part.more() || clock_type::now() >= deadline) break;
+    }
+    if (oversized) frames.clear();  // decode() reports an empty message as malformed
+    return frames;
+}
+
 }  // namespace
 
 void wait_for_sockets(const fs::path& kernel_dir, clock_type::time_point deadline,
@@ -51,7 +79,9 @@ nlohmann::json request_kernel_info(const kernel_endpoints& endpoints, clock_type
     const protocol::hmac_signer signer(endpoints.key);
     zmq::socket_t shell(probe_context(), zmq::socket_type::dealer);
     shell.set(zmq::sockopt::linger, 0);
-    shell.set(zmq::sockopt::maxmsgsize, std::int64_t{1} << 20);
+    shell.set(zmq::sockopt::maxmsgsize, probe_max_frame_bytes);
+    shell.set(zmq::sockopt::rcvhwm, probe_rcvhwm);
+    shell.set(zmq::sockopt::rcvbuf, static_cast<int>(probe_max_frame_bytes));
     shell.connect(endpoints.shell);
     const std::string session = protocol::make_uuid();
     std::vector<std::string> sent_ids;
@@ -81,13 +111,7 @@ nlohmann::json request_kernel_info(const kernel_endpoints& endpoints, clock_type
                 throw launch_error("kernel-info", "the kernel stopped before answering: " + why);
             continue;
         }
-        std::vector<std::string> frames;
-        for (;;) {
-            zmq::message_t part;
-            if (!shell.recv(part, zmq::recv_flags::dontwait)) break;
-            frames.emplace_back(part.to_string());
-            if (!part.more() || frames.size() > 64) break;
-        }
+        auto frames = recv_bounded(shell, deadline);
         auto decoded = protocol::decode(std::move(frames), signer);
         if (!decoded) {
             last_problem = "dropped a reply: " + std::string(protocol::to_string(decoded.error));

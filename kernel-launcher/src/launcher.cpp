@@ -2,6 +2,7 @@
 
 #include "cellgate/protocol/hmac_signer.hpp"
 #include "cellgate/protocol/message.hpp"
+#include "cellgate/launcher/node_settings.hpp"
 #include "cgroups.hpp"
 #include "host_fs.hpp"
 #include "kernel_probe.hpp"
@@ -28,9 +29,12 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* cgroup_parent = "/cellgate";
-
-std::string cgroup_path_of(const std::string& id) { return std::string(cgroup_parent) + "/" + id; }
+// Under the node's own parent (--cgroup-parent), so reaping never touches
+// another instance's sandboxes.
+std::string cgroup_parent_of(const launcher_config& cfg) { return "/" + cfg.cgroup_parent; }
+std::string cgroup_path_of(const launcher_config& cfg, const std::string& id) {
+    return cgroup_parent_of(cfg) + "/" + id;
+}
 
 double ms_since(clock_type::time_point t) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
@@ -136,7 +140,7 @@ struct launcher::impl {
         // A relay ends by itself once its sandbox is gone; one that does not is killed.
         attempt([&] { stop_relay(run_dir(id), std::chrono::seconds(1)); });
         attempt([&] {
-            const auto left = remove_cgroup(cgroup_path_of(id), /*kill_busy=*/true);
+            const auto left = remove_cgroup(cgroup_path_of(cfg, id), /*kill_busy=*/true);
             if (!left.empty())
                 throw launch_error("remove-cgroup", "cgroup still busy: " + left.front(), EBUSY);
         });
@@ -157,7 +161,7 @@ struct launcher::impl {
             return "its relay ended: " + read_tail(relay_paths_of(run_dir(id)).log, 1000);
         }
         std::string why = relayed ? "the sandbox exited" : "its init exited";
-        if (read_cgroup(cgroup_path_of(id)).oom_killed) why += " after the memory limit's OOM kill";
+        if (read_cgroup(cgroup_path_of(cfg, id)).oom_killed) why += " after the memory limit's OOM kill";
         const auto log = read_tail(run_dir(id) / "kernel.log", 1500);
         if (!log.empty()) why += "; log tail: " + log;
         return why;
@@ -264,7 +268,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
         for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;
         in.env.push_back("CELLGATE_PRELOAD=" + modules);
     }
-    in.cgroups_path = cgroup_path_of(info.id);
+    in.cgroups_path = cgroup_path_of(cfg, info.id);
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     finish_step("config");
 
@@ -321,6 +325,7 @@ launcher::launcher(launcher_config config) : launcher(config, {}) {}
 
 launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes)
     : config_(config) {
+    check_node_settings(config_);  // refuses a range that overlaps /etc/subuid, a bad cgroup parent
     if (runtimes.empty()) {
         runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc"));
         runtimes.emplace("runsc", make_runsc_runtime(config.runsc_path, config.state_dir / "runsc",
@@ -370,8 +375,8 @@ void launcher::signal(const std::string& id, int sig) {
     const int pidfd = pidfd_open(info->pid);
     if (pidfd < 0) throw launch_error("signal", "sandbox '" + id + "' is not running", errno);
     const auto cgroups = read_file("/proc/" + std::to_string(info->pid) + "/cgroup", 8192);
-    const bool ours = cgroups.find(cgroup_path_of(id) + "\n") != std::string::npos ||
-                      cgroups.find(cgroup_path_of(id) + "/") != std::string::npos;
+    const bool ours = cgroups.find(cgroup_path_of(config_, id) + "\n") != std::string::npos ||
+                      cgroups.find(cgroup_path_of(config_, id) + "/") != std::string::npos;
     int rc = -1;
     int err = ESRCH;
     if (ours) {
@@ -385,7 +390,7 @@ void launcher::signal(const std::string& id, int sig) {
 void launcher::set_cpu_shares(const std::string& id, std::uint32_t shares) {
     if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
     if (shares < 2 || shares > 262144) throw spec_error("cpu_shares must be 2…262144");
-    if (!write_cpu_shares(cgroup_path_of(id), shares))
+    if (!write_cpu_shares(cgroup_path_of(config_, id), shares))
         throw launch_error("set-cpu-shares", "cannot write the cgroup of sandbox '" + id + "'", errno);
 }
 
@@ -413,7 +418,7 @@ sandbox_status launcher::status(const std::string& id) {
     else if (c.status == "stopped")
         s.state = sandbox_state::stopped;
     s.pid = c.pid;
-    const auto usage = read_cgroup(cgroup_path_of(id));
+    const auto usage = read_cgroup(cgroup_path_of(config_, id));
     s.oom_killed = usage.oom_killed;
     s.memory_bytes = usage.memory_bytes;
     s.pids = usage.pids;
@@ -482,9 +487,10 @@ std::vector<std::string> launcher::reap_orphans(const std::set<std::string>& kee
         }
     }
     // Cgroups nobody owns any more.
-    for (const auto& id : cgroup_children(cgroup_parent)) {
-        if (known.count(id) != 0 || keep.count(id) != 0) continue;
-        if (remove_cgroup(cgroup_path_of(id)).empty() &&
+    for (const auto& id : cgroup_children(cgroup_parent_of(config_))) {
+        // Only sandbox-shaped names: a nested instance's parent is never ours.
+        if (known.count(id) != 0 || keep.count(id) != 0 || !is_valid_sandbox_id(id)) continue;
+        if (remove_cgroup(cgroup_path_of(config_, id)).empty() &&
             std::find(removed.begin(), removed.end(), id) == removed.end())
             removed.push_back("cgroup:" + id);
     }

@@ -1,5 +1,6 @@
 #include "spec_validation.hpp"
 
+#include "cellgate/launcher/env_rules.hpp"
 #include "cellgate/launcher/launch_error.hpp"
 
 #include <algorithm>
@@ -91,6 +92,20 @@ std::uint64_t effective_fsize(const sandbox_limits& limits) {
                                    : std::max(limits.workspace_bytes, limits.tmp_bytes);
 }
 
+void validate_env(const std::map<std::string, std::string>& env, const launcher_config& config) {
+    if (env.size() > 256) throw spec_error("too many environment variables (max 256)");
+    std::size_t env_bytes = 0;
+    for (const auto& [name, value] : env) {
+        if (!env_name_allowed(name, config))
+            throw spec_error("environment variable '" + name.substr(0, 64) + "' is not on the allow-list");
+        if (value.size() > 4096 || value.find('\0') != std::string::npos)
+            throw spec_error("environment variable '" + name.substr(0, 64) +
+                             "' has a value that is too long or holds a NUL byte");
+        env_bytes += name.size() + value.size();
+    }
+    if (env_bytes > (64u << 10)) throw spec_error("environment is larger than 64 KiB");
+}
+
 void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
     if (!spec.id.empty() && !is_valid_sandbox_id(spec.id))
         throw spec_error("sandbox id '" + spec.id +
@@ -122,17 +137,7 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                              config.workspace_root.string() + " with a simple name");
     }
 
-    if (spec.env.size() > 256) throw spec_error("too many environment variables (max 256)");
-    std::size_t env_bytes = 0;
-    for (const auto& [name, value] : spec.env) {
-        if (!env_name_allowed(name, config))
-            throw spec_error("environment variable '" + name + "' is not on the allow-list");
-        if (value.size() > 4096 || value.find('\0') != std::string::npos)
-            throw spec_error("environment variable '" + name +
-                             "' has a value that is too long or holds a NUL byte");
-        env_bytes += name.size() + value.size();
-    }
-    if (env_bytes > (64u << 10)) throw spec_error("environment is larger than 64 KiB");
+    validate_env(spec.env, config);
 
     if (spec.uid == 0 || spec.gid == 0)
         throw spec_error("the kernel must not run as uid or gid 0 inside the sandbox");

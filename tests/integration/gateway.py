@@ -73,6 +73,10 @@ class Gateway:
                 # sandboxes in the background of every test).
                 *([] if any(a == "--pool-size" for a in extra_args) else ["--pool-size", "0"]),
                 *extra_args]
+        # Per-node launcher options, which cleanup's cellgate-launch needs too.
+        node = ("--cgroup-parent", "--uid-range-start", "--uid-range-slots")
+        self.node_args = [a for i, a in enumerate(extra_args)
+                          if a in node or (i > 0 and extra_args[i - 1] in node)]
         self.env = env
         self.preexec = None  # runs in the child before exec (e.g. to lower a limit)
         self.proc = None
@@ -143,7 +147,7 @@ class Gateway:
         """Removes whatever a crashed run left (sandboxes, mounts) and the dirs."""
         launch = BUILD / "bin" / "cellgate-launch"
         base = ["--state-dir", str(self.state_dir), "--image-store", str(IMAGE_STORE),
-                "--workspace-root", str(self.workspace_root)]
+                "--workspace-root", str(self.workspace_root), *self.node_args]
         out = subprocess.run([str(launch), *base, "ps", "--json"], capture_output=True, text=True)
         try:
             for s in json.loads(out.stdout or "[]"):

@@ -905,7 +905,8 @@ def main(argv=None):
     if why:
         print(f"soak: cannot run: {why}", file=sys.stderr)
         return 2
-    gw_args = ["--max-kernels", str(max(64, args.sessions + 4)), *args.gateway_arg]
+    # One token drives every session: no per-tenant share.
+    gw_args = ["--max-kernels", str(max(64, args.sessions + 4)), "--max-kernels-per-tenant", "0", *args.gateway_arg]
     env = None
     if args.glibc_tunables:
         env = {**os.environ, "GLIBC_TUNABLES": args.glibc_tunables}

@@ -204,7 +204,12 @@ void execution::deliver(wire::kernel_message_ptr m) {
         const auto bytes = m->wire_bytes();
         if (pending_error_bytes_.fetch_add(bytes) + bytes > max_pending_error_bytes) {
             pending_error_bytes_ -= bytes;
-            spdlog::warn("kernel {}: dropped an error message of {} bytes (too many waiting)", kernel_->id(), bytes);
+            const auto d = error_drops_.note(util::log_limiter::clock::now());
+            if (d.suppressed > 0)
+                spdlog::warn("kernel {}: dropped {} more error messages in the last 10 s (too many waiting)",
+                             kernel_->id(), d.suppressed);
+            if (d.log)
+                spdlog::warn("kernel {}: dropped an error message of {} bytes (too many waiting)", kernel_->id(), bytes);
             return;
         }
         asio::post(strand_, [self, m = std::move(m), bytes] {

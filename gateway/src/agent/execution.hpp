@@ -5,6 +5,7 @@
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernel_subscriber.hpp"
 #include "util/file_io_pool.hpp"
+#include "util/log_limiter.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -105,6 +106,7 @@ private:
     admission admission_;
     std::atomic<bool> done_{false};                // finished: deliver() drops everything
     std::atomic<std::size_t> pending_error_bytes_{0};  // error messages queued, not yet handled
+    util::log_limiter error_drops_{3, std::chrono::seconds(10)};  // the kernel sets the pace (M6)
 
     std::optional<workspace_snapshot> before_;
     std::chrono::steady_clock::time_point started_;

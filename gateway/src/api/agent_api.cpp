@@ -227,9 +227,15 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         if (k->state() == kernels::kernel_state::dead) {
             // Its restart failed (or is spent): say so now rather than let the
             // cell wait out its timeout, and try the restart again.
-            s.kernels.revive(k);
-            auto res = error_response(503, "The session's kernel is dead and is being restarted; its memory is lost, "
-                                           "its files are kept. Try again in a few seconds.");
+            // revive() keeps to the restart budget and backoff: a client that
+            // retries at once cannot keep the launch threads busy.
+            const bool restarting = s.kernels.revive(k) || k->state() == kernels::kernel_state::restarting;
+            auto res = error_response(
+                503, restarting ? "The session's kernel is dead and is being restarted; its memory is lost, "
+                                  "its files are kept. Try again in a few seconds."
+                                : "The session's kernel is dead and is not being restarted now (it failed to start "
+                                  "recently, or restarted too often); its files are kept. Try again later, or "
+                                  "POST /v1/sessions/{id}/restart.");
             res.headers.emplace_back("Retry-After", "2");
             return reply(std::move(res));
         }

@@ -7,6 +7,7 @@
 #include "util/encoding.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace cellgate::api {
@@ -16,6 +17,8 @@ using nlohmann::json;
 namespace {
 
 // A positive whole number of seconds or bytes from the request, capped.
+// Fractions round up, so a positive request never becomes 0, which means
+// "none" for lifetimes and idle timeouts (review L1: 0.5 s used to disable them).
 template <class T>
 T requested(const json& body, const char* key, T fallback, T maximum) {
     const auto it = body.find(key);
@@ -23,7 +26,8 @@ T requested(const json& body, const char* key, T fallback, T maximum) {
     if (!it->is_number() || it->get<double>() <= 0)
         throw api_exception(400, std::string("'") + key + "' must be a positive number");
     const double v = it->get<double>();
-    return v >= static_cast<double>(maximum) ? maximum : static_cast<T>(v);
+    if (v >= static_cast<double>(maximum)) return maximum;
+    return std::max<T>(T{1}, static_cast<T>(std::ceil(v)));
 }
 
 // A workspace path from a request; a malformed one is a 400.
@@ -75,12 +79,22 @@ std::string kernel_name_from(const json& body) {
     return {};
 }
 
+std::string session_field(const json& body, const char* key, const std::string& fallback) {
+    auto v = string_field(body, key, fallback);
+    // Records are kept in memory and in the state database (review L2); a
+    // path or name longer than this is no real notebook's.
+    if (v.size() > max_session_field_bytes)
+        throw api_exception(400, std::string("'") + key + "' is longer than " +
+                                     std::to_string(max_session_field_bytes) + " bytes");
+    return v;
+}
+
 session_fields session_fields_from(const json& body) {
     session_fields f;
-    f.path = string_field(body, "path");
-    f.name = string_field(body, "name");
-    f.type = string_field(body, "type", "notebook");
-    if (f.path.empty()) f.path = string_field(body, "notebook");
+    f.path = session_field(body, "path");
+    f.name = session_field(body, "name");
+    f.type = session_field(body, "type", "notebook");
+    if (f.path.empty()) f.path = session_field(body, "notebook");
     if (f.path.empty()) throw api_exception(400, "A session needs a 'path'");
     return f;
 }

@@ -41,6 +41,9 @@ struct session_fields {
     std::string path, name, type;
 };
 session_fields session_fields_from(const nlohmann::json& body);
+// One of a session's text fields (path, name, type), at most this long (400 beyond).
+inline constexpr std::size_t max_session_field_bytes = 4096;
+std::string session_field(const nlohmann::json& body, const char* key, const std::string& fallback = {});
 // The "kernel" member of a session request ({id} or {name, env}); {} when absent.
 nlohmann::json kernel_member(const nlohmann::json& body);
 

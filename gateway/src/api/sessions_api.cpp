@@ -55,12 +55,21 @@ void register_sessions_api(router& r, services& s) {
             }
             s.sessions.remove(rec.tenant, existing->id);
         }
+        // Refused before a kernel is started for it; add() checks again (a race).
+        if (!s.sessions.has_room(rec.tenant))
+            throw api_exception(429, "Session limit reached for this token (" +
+                                         std::to_string(s.sessions.max_per_tenant()) + " sessions)");
         resolve_kernel(s, req, body, [&s, rec, reply](std::optional<api_error> e, kernels::kernel_ptr k) mutable {
             if (e) return reply(error_response(e->status, e->message));
             rec.kernel_id = k->id();
             const auto added = s.sessions.add(rec);
-            auto res = json_response(201, session_model(s, added));
-            res.headers.emplace_back("Location", "/api/sessions/" + added.id);
+            if (!added) {
+                // Its kernel, if just started for it, stays: the tenant sees it in /api/kernels.
+                return reply(error_response(429, "Session limit reached for this token (" +
+                                                     std::to_string(s.sessions.max_per_tenant()) + " sessions)"));
+            }
+            auto res = json_response(201, session_model(s, *added));
+            res.headers.emplace_back("Location", "/api/sessions/" + added->id);
             reply(std::move(res));
         });
     });
@@ -73,9 +82,9 @@ void register_sessions_api(router& r, services& s) {
         auto rec = s.sessions.find(req->who.tenant, req->param("session_id"));
         if (!rec) throw api_exception(404, "No such session");
         const auto body = req->json_body(false);
-        rec->path = string_field(body, "path", rec->path);
-        rec->name = string_field(body, "name", rec->name);
-        rec->type = string_field(body, "type", rec->type);
+        rec->path = session_field(body, "path", rec->path);
+        rec->name = session_field(body, "name", rec->name);
+        rec->type = session_field(body, "type", rec->type);
         const auto kernel = body.find("kernel");
         if (kernel == body.end() || kernel->is_null()) {
             s.sessions.update(*rec);

@@ -1,5 +1,7 @@
 #include "config/gateway_config.hpp"
 
+#include "cellgate/launcher/node_settings.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -55,6 +57,14 @@ void load_tokens_file(gateway_config& c, const std::string& path) {
     }
 }
 
+void node_option(gateway_config& c, const std::string& name, const std::string& v) {
+    try {
+        launcher::apply_node_option(c.launcher, name, v);
+    } catch (const std::exception& e) {
+        throw config_error(e.what());
+    }
+}
+
 // One setter per option; the same names serve the command line (--ip) and
 // the config file ({"ip": …}).
 using setter = std::function<void(gateway_config&, const std::string&)>;
@@ -79,6 +89,10 @@ const std::map<std::string, setter>& setters() {
         {"image_store", [](auto& c, const auto& v) { c.launcher.image_store = v; }},
         {"workspace_root", [](auto& c, const auto& v) { c.launcher.workspace_root = v; }},
         {"runc", [](auto& c, const auto& v) { c.launcher.runc_path = v; }},
+        // Per node: the in-process launcher's; with --launcher-socket, cellgate-launchd's own apply.
+        {"cgroup_parent", [](auto& c, const auto& v) { node_option(c, "--cgroup-parent", v); }},
+        {"uid_range_start", [](auto& c, const auto& v) { node_option(c, "--uid-range-start", v); }},
+        {"uid_range_slots", [](auto& c, const auto& v) { node_option(c, "--uid-range-slots", v); }},
         {"max_kernels", [](auto& c, const auto& v) { c.manager.max_kernels = to_u64("max_kernels", v); }},
         {"auto_restart", [](auto& c, const auto& v) { c.manager.auto_restart = v == "true" || v == "1" || v == "yes"; }},
         {"iopub_msg_rate", [](auto& c, const auto& v) { c.manager.kernel.iopub_msg_rate = to_double("iopub_msg_rate", v); }},
@@ -113,6 +127,8 @@ const std::map<std::string, setter>& setters() {
          }},
         {"output_scripts", [](auto& c, const auto& v) { c.output_scripts = v == "true" || v == "1" || v == "yes"; }},
         {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
+        {"max_launches_per_tenant", [](auto& c, const auto& v) { c.manager.max_launches_per_tenant = std::max<std::uint64_t>(1, to_u64("max_launches_per_tenant", v)); }},
+        {"max_kernels_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_kernels_per_tenant", v); }},
         {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.default_policy.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
         {"exec_timeout", [](auto& c, const auto& v) { c.agent.defaults.exec_timeout = std::chrono::seconds(to_u64("exec_timeout", v)); }},
         {"max_exec_timeout", [](auto& c, const auto& v) { c.agent.maxima.exec_timeout = std::chrono::seconds(to_u64("max_exec_timeout", v)); }},
@@ -161,8 +177,18 @@ void apply_file(gateway_config& c, const std::string& path) {
         }
         if (key == "tokens") {
             if (!value.is_array()) throw config_error("tokens must be an array");
-            for (const auto& t : value)
-                c.tokens.push_back({t.at("token").get<std::string>(), t.value("tenant", "default"), t.value("name", t.value("tenant", "default"))});
+            for (const auto& t : value) {
+                if (!t.is_object() || !t.contains("token") || !t["token"].is_string())
+                    throw config_error("each entry of tokens in " + path + " needs a \"token\" string");
+                http::token_entry e{t["token"].get<std::string>(), t.value("tenant", "default"),
+                                    t.value("name", t.value("tenant", "default"))};
+                // The tenant's own cap on kernels, as in the tokens file.
+                if (const auto m = t.find("max_sessions"); m != t.end()) {
+                    if (!m->is_number_unsigned()) throw config_error("tokens[].max_sessions must be a whole number");
+                    e.max_sessions = m->get<std::size_t>();
+                }
+                c.tokens.push_back(std::move(e));
+            }
             continue;
         }
         if (key == "allow_origins" && value.is_array()) {
@@ -226,8 +252,9 @@ std::string usage() {
     return "usage: cellgate [--ip 127.0.0.1] [--port 8888] [--port-file PATH] [--token T | env CELLGATE_TOKEN]\n"
            "                [--certfile F --keyfile F] [--allow-origin ORIGIN]... [--config FILE.json]\n"
            "                [--state-dir D] [--state-db FILE|none] [--launcher-socket PATH] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
+           "                [--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
-           "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-sessions-per-tenant N]\n"
+           "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--upload-limit BYTES]\n"
            "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"

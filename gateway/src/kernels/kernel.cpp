@@ -1,4 +1,6 @@
 #include "kernels/kernel.hpp"
+#include "util/log_limiter.hpp"
+#include "util/log_safe.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -62,9 +64,20 @@ void kernel::connect(launcher::sandbox_info sandbox) {
     handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<wire::kernel_message> m) {
         if (auto self = weak.lock()) self->on_wire_message(set_id, std::move(m));
     };
-    handlers.on_dropped = [weak, this_id = id_](const std::string& reason) {
-        if (auto self = weak.lock()) ++self->metrics_.kernel_messages_dropped;
-        spdlog::warn("kernel {}: dropped a message from the kernel: {}", this_id, reason);
+    // A kernel chooses how often this runs (tiny unsigned messages cost it
+    // nothing): counted per kernel, logged a few times and then summarised (M6).
+    auto drops = std::make_shared<util::log_limiter>(5, std::chrono::seconds(10));
+    handlers.on_dropped = [weak, this_id = id_, drops](const std::string& reason) {
+        if (auto self = weak.lock()) {
+            ++self->metrics_.kernel_messages_dropped;
+            self->metrics_.count_kernel_drop(this_id);
+        }
+        const auto d = drops->note(util::log_limiter::clock::now());
+        if (d.suppressed > 0)
+            spdlog::warn("kernel {}: dropped {} more messages from the kernel in the last {} s ({} in all)", this_id,
+                         d.suppressed, std::chrono::duration_cast<std::chrono::seconds>(drops->interval()).count(),
+                         drops->total());
+        if (d.log) spdlog::warn("kernel {}: dropped a message from the kernel: {}", this_id, util::log_safe(reason));
     };
     handlers.on_heartbeat = [weak] {
         if (auto self = weak.lock()) self->heartbeat_seen();

@@ -1,6 +1,9 @@
 #include "kernels/kernel_manager.hpp"
 
+#include "cellgate/launcher/env_rules.hpp"
+#include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/protocol/message.hpp"
+#include "util/log_safe.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -15,10 +18,21 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// After the n-th failed restart in a row: 1, 2, 4 … 30 s.
+std::chrono::seconds restart_pause(int failures) {
+    return std::chrono::seconds(std::min(30, 1 << std::min(std::max(failures, 1) - 1, 5)));
+}
+
+}  // namespace
+
 kernel_manager::kernel_manager(asio::io_context& ioc, sandbox_backend& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
-      config_(std::move(config)), launch_pool_(config_.launch_threads), tick_timer_(ioc) {
+      config_(std::move(config)), launch_pool_(config_.launch_threads),
+      launches_(config_.max_launches_per_tenant, [this](launch_gate::job j) { asio::post(launch_pool_, std::move(j)); }),
+      tick_timer_(ioc) {
     metrics_.add_gauge_source([this](std::string& out) { gauges(out); });
 }
 
@@ -183,6 +197,12 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         callback(api_error{404, "No such kernel spec: '" + spec_name + "'"}, nullptr);
         return;
     }
+    try {
+        launcher::validate_env(env, config_.launcher_rules);  // the same rules the launcher applies
+    } catch (const launcher::spec_error& e) {
+        callback(api_error{400, e.what()}, nullptr);
+        return;
+    }
     {
         std::lock_guard lock(mutex_);
         if (shutting_down_) {
@@ -210,7 +230,7 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
     auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
     k->set_policy(policy.value_or(config_.default_policy));
     const auto spec = spec_for(*k, env);
-    asio::post(launch_pool_, [this, k, spec, env, callback = std::move(callback)] {
+    launches_.submit(tenant, [this, k, spec, env, callback = std::move(callback)] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
@@ -224,7 +244,7 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         } catch (const std::exception& e) {
             ++metrics_.sandbox_start_failures;
             { std::lock_guard lock(mutex_); release_locked(k->tenant()); }
-            spdlog::error("kernel {}: sandbox start failed: {}", k->id(), e.what());
+            spdlog::error("kernel {}: sandbox start failed: {}", k->id(), util::log_safe(e.what()));
             callback(api_error{500, "The kernel's sandbox could not be started"}, nullptr);
             return;
         }
@@ -373,6 +393,17 @@ bool kernel_manager::revive(const kernel_ptr& k) {
         const auto it = kernels_.find(k->id());
         if (it == kernels_.end() || it->second.busy_lifecycle || shutting_down_ || k->state() != kernel_state::dead)
             return false;
+        auto& r = it->second;
+        const auto now = steady::now();
+        if (now < r.retry_at) return false;
+        // The same budget as restarts after a death: revived starts count too.
+        std::erase_if(r.restarts, [&](auto t) { return now - t > config_.restart_window; });
+        if (static_cast<int>(r.restarts.size()) >= config_.restart_limit) {
+            spdlog::warn("kernel {}: dead, and its restart budget ({} in {} s) is spent; not restarting it",
+                         k->id(), config_.restart_limit, config_.restart_window.count());
+            return false;
+        }
+        r.restarts.push_back(now);
     }
     spdlog::info("kernel {}: dead; restarting it", k->id());
     do_restart(k, [](std::optional<api_error>) {}, true);
@@ -403,7 +434,7 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     // asked for itself it reconnects anyway (jupyter_server does the same).
     if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
-    asio::post(launch_pool_, [this, k, spec, automatic, callback = std::move(callback)] {
+    launches_.submit(k->tenant(), [this, k, spec, automatic, callback = std::move(callback)] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
         try {
@@ -422,21 +453,25 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
                 if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
                     it->second.busy_lifecycle = false;
                     failures = ++it->second.failed_restarts;
+                    it->second.retry_at = steady::now() + restart_pause(failures);
                 }
             }
             k->set_state(kernel_state::dead);
             k->broadcast_status("dead");
-            // Tried again with a growing pause (1, 2, 4 … 30 s), for as long as
-            // the kernel lives here; a client's request can also revive it.
-            const auto pause = std::chrono::seconds(std::min(30, 1 << std::min(failures - 1, 5)));
+            // Tried again with a growing pause (1, 2, 4 … 30 s) until the restart
+            // budget is spent; a client's request can also revive it, no sooner.
+            const auto pause = restart_pause(failures);
             spdlog::error("kernel {}: restart failed (attempt {}): {}; trying again in {} s", k->id(), failures,
-                          e.what(), pause.count());
+                          util::log_safe(e.what()), pause.count());
             auto retry = std::make_shared<asio::steady_timer>(ioc_, pause);
             std::weak_ptr<kernel> weak = k;
             retry->async_wait([this, weak, retry](const boost::system::error_code& ec) {
                 if (auto alive = weak.lock(); alive && !ec) revive(alive);
             });
-            callback(api_error{500, "The kernel could not be restarted: " + std::string(e.what())});
+            // The launcher's error names host paths and quotes the kernel's log
+            // (tenant-written text): the log gets it, the client a summary (L5).
+            callback(api_error{500, "The kernel could not be restarted; its files are kept. It is retried "
+                                    "automatically; see the gateway log for kernel " + k->id()});
             return;
         }
         ++metrics_.sandbox_starts;
@@ -499,6 +534,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
             release_locked(k->tenant());
             listeners = removal_listeners_;
         }
+        metrics_.forget_kernel(k->id());
         for (const auto& l : listeners) l(k->id());
         spdlog::info("kernel {}: shut down ({})", k->id(), reason);
         callback(std::nullopt);

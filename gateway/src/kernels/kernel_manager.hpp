@@ -3,6 +3,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
+#include "kernels/launch_gate.hpp"
 #include "kernels/sandbox_backend.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -27,7 +28,9 @@ namespace cellgate::kernels {
 struct manager_config {
     kernel_settings kernel;
     std::size_t max_kernels = 64;                 // in total, counted at admission
-    std::size_t max_kernels_per_tenant = 0;       // 0: only the total applies
+    // One token must not take every slot of the total (review: one tenant could
+    // start kernels up to max_kernels and starve the rest). 0: only the total.
+    std::size_t max_kernels_per_tenant = 16;
     kernel_policy default_policy;                 // for kernels started through /api
     bool auto_restart = true;                     // restart a kernel that died
     int restart_limit = 5;                        // …at most this often per window
@@ -37,6 +40,12 @@ struct manager_config {
     std::chrono::milliseconds nudge_interval{20};
     std::chrono::seconds ready_timeout{30};
     std::size_t launch_threads = 4;
+    // Sandbox starts and restarts one tenant may have on the launch threads at
+    // once; more wait in the tenant's own queue (launch_gate.hpp).
+    std::size_t max_launches_per_tenant = 2;
+    // The launcher's rules, for env checked here before any start or claim
+    // (a warm claim never passes through the launcher: review L14).
+    launcher::launcher_config launcher_rules;
     // Warm pool: sandboxes started ahead of demand with these modules already
     // imported; claiming one is a pop, not a start. Per kernelspec name.
     std::map<std::string, std::size_t> pool_size;
@@ -83,8 +92,11 @@ public:
     void interrupt(const kernel_ptr& k, done callback);
     void restart(const kernel_ptr& k, done callback);
     // A kernel left dead (its restart failed, or the restart budget is spent)
-    // is restarted now, unless a restart or shutdown is already under way.
-    // Returns whether one was started.
+    // is restarted now, unless a restart or shutdown is already under way, the
+    // pause after its last failed restart has not passed, or the restart
+    // budget (restart_limit per restart_window) is spent: a client that keeps
+    // calling must not turn a start that hangs into a loop on the launch
+    // threads. Returns whether one was started.
     bool revive(const kernel_ptr& k);
     void shutdown(const kernel_ptr& k, done callback, const std::string& reason = "kernel shut down");
     // Stops every kernel; blocks until all are gone.
@@ -101,6 +113,7 @@ private:
         bool busy_lifecycle = false;  // a restart or shutdown is under way
         std::chrono::system_clock::time_point saved_activity{};  // as last written to the store
         int failed_restarts = 0;  // automatic restarts that failed in a row
+        steady::time_point retry_at{};  // no revive before this (backoff after a failure)
     };
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
 
@@ -127,6 +140,7 @@ private:
     metrics::registry& metrics_;
     const manager_config config_;
     boost::asio::thread_pool launch_pool_;
+    launch_gate launches_;  // starts and restarts, per tenant, onto launch_pool_
     boost::asio::steady_timer tick_timer_;
 
     mutable std::mutex mutex_;

@@ -67,6 +67,16 @@ void registry::observe_request(const std::string& method, const std::string& rou
     h->observe(seconds);
 }
 
+void registry::count_kernel_drop(const std::string& kernel_id) {
+    std::lock_guard lock(mutex_);
+    ++drops_by_kernel_[kernel_id];
+}
+
+void registry::forget_kernel(const std::string& kernel_id) {
+    std::lock_guard lock(mutex_);
+    drops_by_kernel_.erase(kernel_id);
+}
+
 void registry::add_gauge_source(std::function<void(std::string&)> source) {
     std::lock_guard lock(mutex_);
     gauge_sources_.push_back(std::move(source));
@@ -107,6 +117,10 @@ std::string registry::render() const {
         h->render(out, "cellgate_http_request_duration_seconds",
                   "method=\"" + key.method + "\",route=\"" + key.route + "\",status=\"" +
                       std::to_string(key.status_class) + "xx\"");
+    out += "# HELP cellgate_kernel_messages_dropped_by_kernel messages dropped, per live kernel that dropped any\n"
+           "# TYPE cellgate_kernel_messages_dropped_by_kernel counter\n";
+    for (const auto& [id, n] : drops_by_kernel_)
+        out += "cellgate_kernel_messages_dropped_by_kernel{kernel=\"" + id + "\"} " + std::to_string(n) + "\n";
     for (const auto& source : gauge_sources_) source(out);
     return out;
 }

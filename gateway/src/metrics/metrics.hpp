@@ -51,6 +51,11 @@ public:
     void observe_request(const std::string& method, const std::string& route, unsigned status,
                          double seconds);
 
+    // Messages dropped per kernel (M6): which kernel floods, not just that one
+    // does. Bounded by the live kernels: forget_kernel on removal.
+    void count_kernel_drop(const std::string& kernel_id);
+    void forget_kernel(const std::string& kernel_id);
+
     // Sources of gauges computed on scrape (kernels by state, pool sizes, …).
     void add_gauge_source(std::function<void(std::string& out)> source);
 
@@ -67,6 +72,7 @@ private:
     mutable std::mutex mutex_;
     std::map<request_key, std::unique_ptr<histogram>> requests_;
     std::vector<std::function<void(std::string&)>> gauge_sources_;
+    std::map<std::string, std::uint64_t> drops_by_kernel_;
 };
 
 }  // namespace cellgate::metrics

@@ -119,8 +119,14 @@ TEST(request_models, agent_session_policy_is_capped) {
     EXPECT_EQ(d.output_limit_bytes, limits.defaults.output_limit_bytes);
     const auto p = policy_from({{"timeout_s", 1e300}, {"lifetime_s", 60.9}, {"output_limit_bytes", 1}}, limits);
     EXPECT_EQ(p.exec_timeout, limits.maxima.exec_timeout);
-    EXPECT_EQ(p.lifetime, std::chrono::seconds(60));
+    EXPECT_EQ(p.lifetime, std::chrono::seconds(61));  // rounded up, never down
     EXPECT_EQ(p.output_limit_bytes, 1u);
+    // A fraction of a second must not truncate to 0, which means "no limit".
+    const auto tiny = policy_from({{"lifetime_s", 0.5}, {"idle_timeout_s", 1e-9}, {"timeout_s", 0.01}}, limits);
+    EXPECT_EQ(tiny.lifetime, std::chrono::seconds(1));
+    EXPECT_EQ(tiny.idle_timeout, std::chrono::seconds(1));
+    EXPECT_EQ(tiny.exec_timeout, std::chrono::seconds(1));
+    EXPECT_EQ(execution_options_from({{"code", ""}, {"timeout_s", 0.2}}, tiny, limits).timeout, std::chrono::seconds(1));
     for (const json bad : {json(0), json(-1), json("10"), json(true), json::array()})
         EXPECT_EQ(status_of([&] { policy_from({{"idle_timeout_s", bad}}, limits); }), 400u) << bad;
 }

@@ -26,8 +26,15 @@ struct launcher_config {
 
     // Each workspace gets its own host uid/gid range of 65536 ids from here on,
     // so no two sessions share a host uid even if one escaped its mounts.
+    // Per node (node_settings.hpp): two instances on one host need disjoint
+    // ranges and their own cgroup parents.
     std::uint32_t host_id_base = 1000000;
     std::uint32_t max_slots = 4096;
+    // Sandboxes' cgroups go under /<cgroup_parent>/<id>; start-up reaping looks
+    // only there.
+    std::string cgroup_parent = "cellgate";
+    // Checked at start-up: the id range must not overlap these.
+    std::vector<std::filesystem::path> subid_files = {"/etc/subuid", "/etc/subgid"};
 
     // Environment names a caller may set. A trailing '*' matches a prefix.
     std::vector<std::string> env_allow = {
