@@ -135,23 +135,27 @@ struct zmtp_guard::impl {
         }
     }
 
+    // Hands buffered kernel bytes to libzmq; false if the link died.
+    bool write_up(link& l, bool& moved) {
+        if (l.up.size() == 0) return true;
+        const ssize_t n = ::write(l.zfd, l.up.data.get() + l.up.head, l.up.size());
+        if (n > 0) {
+            const auto before = l.written.payload_bytes();
+            l.written.feed(std::string_view(l.up.data.get() + l.up.head, static_cast<std::size_t>(n)));
+            l.r->written += l.written.payload_bytes() - before;
+            l.up.head += static_cast<std::size_t>(n);
+            moved = true;
+        } else if (!would_block(n)) {
+            close_link(l);
+            return false;
+        }
+        return true;
+    }
+
     // One step in each direction; true if anything moved.
     bool step_up(link& l) {
         bool moved = false;
-        if (l.up.size() > 0) {
-            const ssize_t n = ::write(l.zfd, l.up.data.get() + l.up.head, l.up.size());
-            if (n > 0) {
-                const auto before = l.written.payload_bytes();
-                l.written.feed(std::string_view(l.up.data.get() + l.up.head, static_cast<std::size_t>(n)));
-                l.r->written += l.written.payload_bytes() - before;
-                l.up.head += static_cast<std::size_t>(n);
-                moved = true;
-            } else if (!would_block(n)) {
-                close_link(l);
-                return false;
-            }
-        }
-        if (!may_read_kernel(l)) return moved;
+        if (!write_up(l, moved) || !may_read_kernel(l)) return moved;
         char* at = l.up.data.get() + l.up.tail;
         const ssize_t n = ::read(l.kfd, at, l.up.space());
         if (n == 0 || (n < 0 && !would_block(n))) {
@@ -160,13 +164,19 @@ struct zmtp_guard::impl {
         }
         if (n < 0) return moved;
         const auto good = l.check.feed(std::string_view(at, static_cast<std::size_t>(n)));
+        l.up.tail += good;
         if (l.check.status() != zmtp_reader::verdict::ok) {
+            // Messages that came before the bad frame in the same read are
+            // the kernel's own: pass them on (best effort) before closing.
+            for (int i = 0; i < max_rounds_per_event && l.up.size() > 0 && !l.dead; ++i) {
+                bool unused = false;
+                if (!write_up(l, unused) || !unused) break;
+            }
             ++g.refused_;
             if (g.on_refused_) g.on_refused_(l.r->label, to_string(l.check.status()));
             close_link(l);
             return false;
         }
-        l.up.tail += good;
         return true;
     }
 

@@ -151,3 +151,33 @@ TEST(zmtp_guard, messages_larger_than_half_the_window_all_arrive_as_they_are_con
     sender.join();
     EXPECT_EQ(guard.closed_connections(), 0u);
 }
+
+// The good messages that arrive in the same read as a refused one are the
+// kernel's own output: they reach the reader before the connection closes.
+TEST(zmtp_guard, messages_before_a_refused_one_in_the_same_read_still_arrive) {
+    temp_dir dir;
+    refusals refused;
+    zmtp_guard guard(refused.handler(), dir.path);
+    const std::string kernel = "ipc://" + (dir.path / "iopub").string();
+    zmq::context_t ctx{1};
+    zmq::socket_t pub(ctx, zmq::socket_type::pub);
+    pub.bind(kernel);
+    auto lease = guard.open(kernel, {64, 8 * MiB, 64u << 10}, 9 * MiB, "k1");
+    zmq::socket_t sub(ctx, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::subscribe, "");
+    sub.connect(lease->endpoint());
+    std::size_t got = 0;
+    for (int i = 0; i < 200 && got == 0; ++i) {
+        pub.send(zmq::str_buffer("hello"));
+        got = receive(sub, 50);
+    }
+    ASSERT_EQ(got, 5u);
+    while (receive(sub, 100) != 0) {  // stray hellos
+    }
+    // Small enough that libzmq writes it all at once: 7 messages, then 100 one-byte frames.
+    for (int i = 0; i < 7; ++i) pub.send(zmq::str_buffer("good"));
+    for (int i = 0; i < 100; ++i) pub.send(zmq::str_buffer("x"), i + 1 < 100 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    ASSERT_TRUE(refused.wait_for_one());
+    EXPECT_EQ(refused.seen[0], "k1: too many frames in one message");
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(receive(sub, 5000), 4u) << i;
+}
