@@ -17,6 +17,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -107,6 +108,24 @@ void tune_malloc() {
 #endif
 }
 
+// The usual soft fd limit (1,024) is a fraction of the hard one; raise it,
+// and let libzmq have sockets in proportion (it caps them at 1,023 by
+// default, apart from the fd limit). A socket costs about 2 fds (its mailbox
+// and its connection) and the relay in front of it 2 more, and HTTP needs
+// the rest: a quarter of the fds for sockets.
+int raise_fd_limit() {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+    if (lim.rlim_cur < lim.rlim_max) {
+        const rlim_t before = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) (void)::getrlimit(RLIMIT_NOFILE, &lim);
+        spdlog::info("fd limit raised from {} to {}", before, lim.rlim_cur);
+    }
+    const rlim_t sockets = std::min<rlim_t>(lim.rlim_cur / 4, 65535);
+    return static_cast<int>(std::max<rlim_t>(sockets, 256));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,7 +169,9 @@ int main(int argc, char** argv) {
         const auto taken_back = store ? recover(*store, launch, specs) : recovered{};
         remove_leftovers(launch, taken_back.ids);
 
-        wire::zmq_reactor reactor;
+        wire::zmq_reactor::options wire_options;
+        wire_options.max_sockets = raise_fd_limit();
+        wire::zmq_reactor reactor(wire_options);
         reactor.start();
         metrics::registry metrics;
         for (const auto& [name, k] : specs.all()) {

@@ -1288,6 +1288,135 @@ print('written')
 
 # --- the end ------------------------------------------------------------------------------
 
+def metric(gw, name):
+    for line in api(gw, "GET", "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wire_attack(gw, sid, code, timeout_s=240):
+    """Runs an attack on the kernel's own sockets while the neighbour computes
+    `1+1` over and over; returns the attack's result and the figures
+    (gateway RSS and fds before/peak/after, the neighbour's slowest answer,
+    kernel deaths and dropped messages)."""
+    pid = gw.proc.pid
+    deaths, dropped = metric(gw, "cellgate_kernel_deaths_total"), metric(gw, "cellgate_kernel_messages_dropped_total")
+    fds = [fd_count(pid)] * 2
+    done = threading.Event()
+    answers, failures = [], []
+
+    def neighbour():
+        while not done.is_set():
+            t0 = time.monotonic()
+            r = run(gw, gw.neighbour, "1+1", timeout_s=120)
+            answers.append(time.monotonic() - t0)
+            if r["status"] != "ok" or r["results"][0]["data"]["text/plain"] != "2":
+                failures.append(r)
+
+    def count_fds():
+        while not done.is_set():
+            fds[1] = max(fds[1], fd_count(pid))
+            time.sleep(0.05)
+
+    helpers = [threading.Thread(target=neighbour), threading.Thread(target=count_fds)]
+    for t in helpers:
+        t.start()
+    try:
+        r, figures = flood(gw, sid, code, timeout_s=timeout_s)
+    finally:
+        done.set()
+        for t in helpers:
+            t.join()
+    figures.update({
+        "gateway_fds": {"before": fds[0], "peak": fds[1], "after": fd_count(pid)},
+        "neighbour_1+1_s": {"count": len(answers), "max": round(max(answers, default=0), 2)},
+        "kernel_deaths": metric(gw, "cellgate_kernel_deaths_total") - deaths,
+        "dropped": metric(gw, "cellgate_kernel_messages_dropped_total") - dropped,
+    })
+    assert not failures, failures[:1]
+    return r, figures
+
+
+BOMB_FRAMES = {"64 MiB": 14, "1 MiB": 600}
+
+
+def test_a_multipart_bomb_of_large_frames_is_cut_off_before_the_gateway_holds_it(gw, attacker):
+    """H1: libzmq holds a whole multipart message before the gateway sees its
+    first frame, and its per-frame limit says nothing of the count. The
+    kernel sends, through its real iopub socket, one message of 14 frames of
+    64 MiB (896 MiB) and one of 600 frames of 1 MiB, each frame the same
+    buffer (zero-copy: the kernel pays for one). An unguarded gateway held
+    each whole, and copied it again (about 1.8 GiB); the wire guard closes
+    the connection at the frame that passes the limits and libzmq
+    reconnects, so the cell's own output after the bombs still arrives."""
+    r, figures = wire_attack(gw, attacker, f"""
+import time
+k = get_ipython().kernel
+head = [b"stream", b"<IDS|MSG>", b"0" * 64]
+big, small = memoryview(bytearray((64 << 20) - 64)), memoryview(bytearray(1 << 20))
+sent = []
+def bomb():
+    k.iopub_thread.socket.send_multipart(head + [big] * {BOMB_FRAMES['64 MiB']}, copy=False)
+    time.sleep(2)
+    k.iopub_thread.socket.send_multipart(head + [small] * {BOMB_FRAMES['1 MiB']}, copy=False)
+    sent.append(1)
+k.iopub_thread.schedule(bomb)
+while not sent:
+    time.sleep(0.05)
+time.sleep(3)  # libzmq reconnects the gateway's iopub after its interval; output sent before is lost
+print("sent")
+""")
+    measure(gw, "multipart bomb of large frames", frames=BOMB_FRAMES, **figures)
+    assert r["status"] == "ok", (r["status"], r["stderr"][-500:], kernel_log(gw, attacker))
+    assert "sent" in r["stdout"], r["stdout"][-500:]
+    assert figures["dropped"] >= 2, figures  # each bomb cut off is counted as a dropped message
+    assert figures["gateway_rss_growth_mib"] < 256, figures["gateway_rss_mib"]
+    assert figures["kernel_deaths"] == 0, figures
+    assert figures["gateway_fds"]["after"] <= figures["gateway_fds"]["before"] + 8, figures["gateway_fds"]
+
+
+REPLAYS = 24
+
+
+def test_a_replayed_signed_large_message_neither_fills_the_gateway_nor_starves_heartbeats(gw, attacker):
+    """H1: Jupyter messages carry no nonce, so one validly signed ~62 MiB
+    message (31 MiB of metadata, 31 MiB of parent header) can be sent again
+    and again at the cost of an ipc write, while each costs the gateway's
+    one reactor thread an HMAC and a parse. 24 of them (1.5 GiB) sent at
+    once used to pile up in libzmq's queue; now the guard lets libzmq hold
+    about one message per socket and the rest waits in the kernel. The
+    neighbour keeps answering and no kernel is declared dead."""
+    r, figures = wire_attack(gw, attacker, f"""
+import time
+k = get_ipython().kernel
+s = k.session
+msg = s.msg("stream", {{"name": "stdout", "text": ""}})
+msg["metadata"] = {{"pad": "x" * (31 << 20)}}
+msg["parent_header"] = {{"msg_id": "p", "pad": "y" * (31 << 20)}}
+frames = [b"stream"] + s.serialize(msg)
+sent = []
+def flood():
+    for _ in range({REPLAYS}):
+        k.iopub_thread.socket.send_multipart(frames, copy=False)
+    sent.append(1)
+k.iopub_thread.schedule(flood)
+while not sent:
+    time.sleep(0.05)
+print("flooded")
+""", timeout_s=300)
+    measure(gw, "replayed signed 62 MiB message", replays=REPLAYS, **figures)
+    assert r["status"] == "ok", (r["status"], r["stderr"][-500:], kernel_log(gw, attacker))
+    assert "flooded" in r["stdout"], r["stdout"][-500:]
+    assert figures["kernel_deaths"] == 0, figures
+    assert figures["neighbour_1+1_s"]["count"] >= 1, figures
+    assert figures["gateway_rss_growth_mib"] < 640, figures["gateway_rss_mib"]
+
+
 def test_after_the_battery_nothing_is_left(gw):
     """Every session deleted, then the gateway stopped: no container, cgroup,
     mount, loop device, process or workspace of the battery remains."""

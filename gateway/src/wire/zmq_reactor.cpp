@@ -1,5 +1,7 @@
 #include "wire/zmq_reactor.hpp"
 
+#include "wire/zmtp_guard.hpp"
+
 #include <spdlog/spdlog.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -19,8 +21,16 @@ namespace cellgate::wire {
 
 namespace {
 
-constexpr int max_messages_per_turn = 32;
-constexpr std::size_t max_bytes_per_turn = 16u << 20;
+constexpr int max_messages_per_turn = 32;  // per socket
+// Per kernel, across all its sockets: decoding costs in proportion to bytes
+// (HMAC, JSON), so a kernel that has spent this many in a turn waits for the
+// next one; a single message can still overshoot it by up to its own size.
+constexpr std::size_t max_kernel_bytes_per_turn = 16u << 20;
+// A turn of many large messages can last seconds; heartbeat echoes (and
+// pings) are looked at again after this many bytes decoded (the cost of a
+// message is in its bytes) or this long, whichever comes first.
+constexpr std::size_t heartbeat_poll_bytes = 1u << 20;
+constexpr std::chrono::milliseconds heartbeat_poll_interval{100};
 
 // After a flood the heap keeps the pages it carried, freed but not returned:
 // once this much kernel traffic has passed and the kernels have been quiet
@@ -55,10 +65,13 @@ ws::channel channel_of(socket_role r) {
 struct zmq_reactor::impl {
     struct kernel_entry;
     struct watched {
+        std::unique_ptr<zmtp_guard::lease> lease;  // the relay libzmq connects through; outlives sock
         zmq::socket_t sock;
+        int fd = -1;  // its ZMQ_FD, read once: retire() must not throw
         kernel_entry* kernel = nullptr;
         std::uint64_t set_id = 0;
         socket_role role = socket_role::iopub;
+        bool in_epoll = false;
         bool ready = false;  // on the ready list
     };
     struct channel_set {
@@ -71,18 +84,32 @@ struct zmq_reactor::impl {
         kernel_handlers handlers;
         std::unique_ptr<watched> iopub, hb;
         std::map<std::uint64_t, channel_set> sets;
+        std::uint64_t budget_turn = 0;  // the turn `spent` belongs to
+        std::size_t spent = 0;          // bytes decoded in that turn
     };
 
     zmq::context_t ctx{1};
     protocol::decode_limits limits;
+    std::unique_ptr<zmtp_guard> guard;
     std::map<std::string, std::unique_ptr<kernel_entry>> kernels;
     int epoll_fd = -1;
     std::vector<watched*> ready;
-    std::atomic<std::uint64_t> received{0}, sent{0}, dropped{0};
+    std::uint64_t turn_no = 1;
+    bool woken = false;  // the wake-up fired: commands are waiting
+    // Pings come through their own list, not the command queue, so that they
+    // go out between data messages on a long turn: commands wait for its end.
+    std::mutex ping_mutex;
+    std::vector<std::string> pings;
+    std::size_t bytes_since_hb_poll = 0;
+    std::chrono::steady_clock::time_point last_hb_poll;
+    std::atomic<std::uint64_t> received{0}, sent{0}, dropped{0}, in_epoll{0};
     std::size_t bytes_since_trim = 0;
     const std::string identity_prefix = "cellgate-" + protocol::make_uuid().substr(0, 8) + "-";
     std::chrono::steady_clock::time_point last_traffic;
 
+    // Builds a socket but does not watch it yet: a set is watched only once
+    // all of it exists, so a failure half-way (EMFILE, libzmq's socket cap)
+    // leaves nothing of it in the epoll set or on the ready list.
     std::unique_ptr<watched> make_socket(kernel_entry& k, zmq::socket_type type, const std::string& endpoint,
                                          std::uint64_t set_id, socket_role role) {
         auto w = std::make_unique<watched>();
@@ -95,38 +122,64 @@ struct zmq_reactor::impl {
         // the execute_request came from on shell: a set's shell and stdin
         // must share one routing id, or the prompt goes nowhere and the cell
         // waits for an answer for ever (as jupyter_client does).
-        if (role == socket_role::shell || role == socket_role::stdin_) w->sock.set(zmq::sockopt::routing_id, set_identity(set_id));
-        w->sock.connect(endpoint);
+        if (role == socket_role::shell || role == socket_role::stdin_)
+            w->sock.set(zmq::sockopt::routing_id, set_identity(set_id));
+        w->fd = w->sock.get(zmq::sockopt::fd);
+        if (guard) {
+            const auto [wire_limits, window] = guard_limits(role);
+            w->lease = guard->open(endpoint, wire_limits, window, k.id);
+            w->sock.connect(w->lease->endpoint());
+        } else {
+            w->sock.connect(endpoint);
+        }
         w->kernel = &k;
         w->set_id = set_id;
         w->role = role;
+        return w;
+    }
+
+    // What the guard lets through per message, and how many bytes it lets
+    // libzmq hold for a socket: more than one message (so one always
+    // completes), far less than libzmq's 1,000 of them. Heartbeats are echoes
+    // of our own 4-byte pings.
+    std::pair<zmtp_reader::limits, std::size_t> guard_limits(socket_role role) const {
+        if (role == socket_role::hb) return {{8, 64u << 10, 64u << 10}, 1u << 20};
+        return {{limits.max_frames, limits.max_message_bytes, 64u << 10}, limits.max_message_bytes + (1u << 20)};
+    }
+
+    // Never throws.
+    void watch(watched& w) {
         epoll_event ev{};
         ev.events = EPOLLIN | EPOLLET;
-        ev.data.ptr = w.get();
-        const int fd = w->sock.get(zmq::sockopt::fd);
-        if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        ev.data.ptr = &w;
+        if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, w.fd, &ev) != 0) {
             spdlog::error("zmq reactor: epoll_ctl failed: {}", std::strerror(errno));
-        mark_ready(w.get());  // a message may be waiting already
-        return w;
+        } else {
+            w.in_epoll = true;
+            ++in_epoll;
+        }
+        mark_ready(&w);  // a message may be waiting already
     }
 
     // Before a watched socket goes away: off the ready list and out of the
     // epoll set. zmq_close hands the socket to libzmq's reaper thread, which
     // keeps its ZMQ_FD open (and signalling) for a while, so epoll would not
     // forget it by itself and would report a freed pointer.
-    void retire(std::unique_ptr<watched>& w) {
+    void retire(std::unique_ptr<watched>& w) noexcept {
         if (!w) return;
         if (w->ready) std::erase(ready, w.get());
-        const int fd = w->sock.get(zmq::sockopt::fd);
-        (void)::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+        if (w->in_epoll) {
+            (void)::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, w->fd, nullptr);
+            --in_epoll;
+        }
         w.reset();
     }
-    void retire_set(channel_set& set) {
+    void retire_set(channel_set& set) noexcept {
         retire(set.shell);
         retire(set.control);
         retire(set.stdin_);
     }
-    void retire_kernel(kernel_entry& k) {
+    void retire_kernel(kernel_entry& k) noexcept {
         retire(k.iopub);
         retire(k.hb);
         for (auto& [id, set] : k.sets) retire_set(set);
@@ -142,19 +195,44 @@ struct zmq_reactor::impl {
     // restart must not see a new set under an old identity).
     std::string set_identity(std::uint64_t set_id) const { return identity_prefix + std::to_string(set_id); }
 
+    // The three sockets are made first and watched after: if one throws,
+    // the others are destroyed unwatched.
     channel_set make_set(kernel_entry& k, std::uint64_t set_id) {
         channel_set set;
         set.shell = make_socket(k, zmq::socket_type::dealer, k.endpoints.shell, set_id, socket_role::shell);
         set.control = make_socket(k, zmq::socket_type::dealer, k.endpoints.control, set_id, socket_role::control);
         set.stdin_ = make_socket(k, zmq::socket_type::dealer, k.endpoints.stdin_, set_id, socket_role::stdin_);
+        watch(*set.shell);
+        watch(*set.control);
+        watch(*set.stdin_);
         return set;
     }
 
+    // All or nothing: on a failure the kernel is left with no sockets (as
+    // suspended; sends to it are dropped) and the error goes to the caller.
     void connect_kernel(kernel_entry& k) {
         retire_kernel(k);
-        k.iopub = make_socket(k, zmq::socket_type::sub, k.endpoints.iopub, 0, socket_role::iopub);
-        k.hb = make_socket(k, zmq::socket_type::dealer, k.endpoints.hb, 0, socket_role::hb);
-        for (auto& [set_id, set] : k.sets) set = make_set(k, set_id);
+        auto iopub = make_socket(k, zmq::socket_type::sub, k.endpoints.iopub, 0, socket_role::iopub);
+        auto hb = make_socket(k, zmq::socket_type::dealer, k.endpoints.hb, 0, socket_role::hb);
+        std::map<std::uint64_t, channel_set> sets;
+        for (const auto& [set_id, unused] : k.sets) {
+            channel_set set;
+            set.shell = make_socket(k, zmq::socket_type::dealer, k.endpoints.shell, set_id, socket_role::shell);
+            set.control = make_socket(k, zmq::socket_type::dealer, k.endpoints.control, set_id, socket_role::control);
+            set.stdin_ = make_socket(k, zmq::socket_type::dealer, k.endpoints.stdin_, set_id, socket_role::stdin_);
+            sets.emplace(set_id, std::move(set));
+        }
+        k.iopub = std::move(iopub);
+        k.hb = std::move(hb);
+        watch(*k.iopub);
+        watch(*k.hb);
+        for (auto& [set_id, set] : sets) {
+            k.sets[set_id] = std::move(set);
+            auto& s = k.sets[set_id];
+            watch(*s.shell);
+            watch(*s.control);
+            watch(*s.stdin_);
+        }
     }
 
     static bool has_input(watched& w) { return (w.sock.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
@@ -177,40 +255,89 @@ struct zmq_reactor::impl {
         }
     }
 
-    // Serves one socket for at most its share of the turn.
+    // The kernel's bytes decoded in this turn, reset when a new turn begins.
+    std::size_t& spent(kernel_entry& k) {
+        if (k.budget_turn != turn_no) {
+            k.budget_turn = turn_no;
+            k.spent = 0;
+        }
+        return k.spent;
+    }
+    bool over_budget(const watched& w) {
+        return w.role != socket_role::hb && spent(*w.kernel) >= max_kernel_bytes_per_turn;
+    }
+
+    // Serves one socket for at most its share of the turn: a number of
+    // messages, and no more bytes than its kernel has left.
     void service(watched& w) {
         w.ready = false;
+        kernel_entry& k = *w.kernel;
         std::vector<std::string> frames;
         std::size_t bytes = 0;
-        for (int n = 0; n < max_messages_per_turn && bytes < max_bytes_per_turn; ++n) {
-            if (!receive(w.sock, frames, bytes)) {  // drained: the next edge will tell
+        for (int n = 0; n < max_messages_per_turn && !over_budget(w); ++n) {
+            std::size_t message_bytes = 0;
+            const bool got = receive(w.sock, frames, message_bytes);
+            if (w.lease) w.lease->consumed(message_bytes);  // out of libzmq: the guard may relay more
+            bytes += message_bytes;
+            if (w.role != socket_role::hb) spent(k) += message_bytes;
+            if (!got) {  // drained: the next edge will tell
                 note_traffic(bytes);
                 return;
             }
-            kernel_entry& k = *w.kernel;
             if (w.role == socket_role::hb) {
                 if (k.handlers.on_heartbeat) k.handlers.on_heartbeat();
                 continue;
             }
-            auto decoded = protocol::decode(std::move(frames), *k.signer, limits);
+            deliver(w, k, std::move(frames));
             frames = {};
-            if (!decoded) {
-                ++dropped;
-                if (k.handlers.on_dropped)
-                    k.handlers.on_dropped(std::string(protocol::to_string(decoded.error)) +
-                                          (decoded.detail.empty() ? "" : ": " + decoded.detail));
-                continue;
-            }
-            ++received;
-            auto m = std::make_shared<kernel_message>();
-            m->chan = channel_of(w.role);
-            m->msg = std::move(decoded.msg);
-            m->msg.identities.clear();  // the iopub topic and routing ids stay here
-            m->fields = std::move(decoded.fields);
-            if (k.handlers.on_message) k.handlers.on_message(w.set_id, std::move(m));
+            bytes_since_hb_poll += message_bytes;
+            maybe_poll_heartbeats();
         }
         if (has_input(w)) mark_ready(&w);  // more than its share: back of the line
         note_traffic(bytes);
+    }
+
+    void deliver(const watched& w, kernel_entry& k, std::vector<std::string>&& frames) {
+        auto decoded = protocol::decode(std::move(frames), *k.signer, limits);
+        if (!decoded) {
+            ++dropped;
+            if (k.handlers.on_dropped)
+                k.handlers.on_dropped(std::string(protocol::to_string(decoded.error)) +
+                                      (decoded.detail.empty() ? "" : ": " + decoded.detail));
+            return;
+        }
+        ++received;
+        auto m = std::make_shared<kernel_message>();
+        m->chan = channel_of(w.role);
+        m->msg = std::move(decoded.msg);
+        m->msg.identities.clear();  // the iopub topic and routing ids stay here
+        m->fields = std::move(decoded.fields);
+        if (k.handlers.on_message) k.handlers.on_message(w.set_id, std::move(m));
+    }
+
+    void collect_events(int timeout_ms);
+    void take_pings();
+    void maybe_poll_heartbeats() {
+        const auto now = std::chrono::steady_clock::now();
+        if (bytes_since_hb_poll < heartbeat_poll_bytes && now - last_hb_poll < heartbeat_poll_interval) return;
+        poll_heartbeats(now);
+    }
+    void poll_heartbeats(std::chrono::steady_clock::time_point now) {
+        bytes_since_hb_poll = 0;
+        last_hb_poll = now;
+        collect_events(0);
+        take_pings();
+    }
+
+    // A throw here (a failed recv, a handler out of memory) loses this
+    // socket's turn, never the thread, which every kernel shares.
+    void service_safely(watched& w) noexcept {
+        try {
+            service(w);
+        } catch (const std::exception& e) {
+            // Not re-listed: a socket that keeps failing must not spin the thread.
+            spdlog::error("zmq reactor: kernel {}: serving a socket failed: {}", w.kernel->id, e.what());
+        }
     }
 
     void note_traffic(std::size_t bytes) {
@@ -250,8 +377,21 @@ struct zmq_reactor::impl {
     }
 };
 
-zmq_reactor::zmq_reactor(protocol::decode_limits limits) : impl_(std::make_unique<impl>()) {
-    impl_->limits = limits;
+zmq_reactor::zmq_reactor(options opts) : impl_(std::make_unique<impl>()) {
+    impl_->limits = opts.limits;
+    if (opts.max_sockets > 0) impl_->ctx.set(zmq::ctxopt::max_sockets, opts.max_sockets);
+    if (opts.guard) {
+        // The handler runs on the guard's thread; the kernel's own on_dropped
+        // runs here, as for every other dropped message.
+        impl_->guard = std::make_unique<zmtp_guard>([this](const std::string& kernel_id, std::string_view why) {
+            post([kernel_id, why = std::string(why)](impl& r) {
+                ++r.dropped;
+                const auto it = r.kernels.find(kernel_id);
+                if (it != r.kernels.end() && it->second->handlers.on_dropped)
+                    it->second->handlers.on_dropped(why + "; connection closed");
+            });
+        });
+    }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("zmq_reactor: eventfd failed");
     impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -265,6 +405,8 @@ zmq_reactor::zmq_reactor(protocol::decode_limits limits) : impl_(std::make_uniqu
 
 zmq_reactor::~zmq_reactor() {
     stop();
+    impl_->kernels.clear();
+    impl_->guard.reset();  // its thread posts here: gone before the wake-up fd is
     ::close(impl_->epoll_fd);
     ::close(wake_fd_);
 }
@@ -290,29 +432,65 @@ void zmq_reactor::post(std::function<void(impl&)> command) {
     (void)::write(wake_fd_, &one, sizeof one);
 }
 
+// Takes what epoll has to say, waiting up to timeout_ms; heartbeat sockets
+// are served at once (unless already listed: then they are first in the
+// next turn), the rest listed for their turn.
+void zmq_reactor::impl::collect_events(int timeout_ms) {
+    std::array<epoll_event, 256> events{};
+    const int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), timeout_ms);
+    if (n < 0 && errno != EINTR) spdlog::error("zmq reactor: epoll_wait failed: {}", std::strerror(errno));
+    for (int i = 0; i < n; ++i) {
+        auto* w = static_cast<watched*>(events[static_cast<std::size_t>(i)].data.ptr);
+        if (w == nullptr) woken = true;
+        else if (w->role == socket_role::hb && !w->ready) service_safely(*w);
+        else mark_ready(w);
+    }
+}
+
+void zmq_reactor::impl::take_pings() {
+    std::vector<std::string> ids;
+    {
+        std::lock_guard lock(ping_mutex);
+        ids.swap(pings);
+    }
+    for (const auto& id : ids) {
+        const auto it = kernels.find(id);
+        if (it == kernels.end() || !it->second->hb) continue;
+        auto& hb = *it->second->hb;
+        try {
+            (void)hb.sock.send(zmq::str_buffer("ping"), zmq::send_flags::dontwait);
+            if (!hb.ready && has_input(hb)) service_safely(hb);
+        } catch (const std::exception& e) {
+            spdlog::error("zmq reactor: kernel {}: ping failed: {}", id, e.what());
+        }
+    }
+}
+
 void zmq_reactor::run() {
     impl& r = *impl_;
-    std::array<epoll_event, 256> events{};
     while (running_) {
-        const int n = ::epoll_wait(r.epoll_fd, events.data(), static_cast<int>(events.size()), r.wait_timeout_ms());
-        if (n < 0 && errno != EINTR) {
-            spdlog::error("zmq reactor: epoll_wait failed: {}", std::strerror(errno));
-            continue;
-        }
-        bool woken = false;
-        for (int i = 0; i < n; ++i) {
-            auto* w = static_cast<impl::watched*>(events[static_cast<std::size_t>(i)].data.ptr);
-            if (w == nullptr) woken = true;
-            else r.mark_ready(w);
-        }
+        r.collect_events(r.wait_timeout_ms());
+        r.poll_heartbeats(std::chrono::steady_clock::now());  // pings, and echoes that came meanwhile
         // Sockets first, commands after: a command may close a socket, and
-        // nothing on this turn's list may point at a closed one.
+        // nothing on this turn's list may point at a closed one. Heartbeats
+        // before data, and again whenever a turn has run long.
         auto turn = std::move(r.ready);
         r.ready.clear();
+        ++r.turn_no;
+        for (auto* w : turn)
+            if (w->ready && w->role == socket_role::hb) r.service_safely(*w);
         for (auto* w : turn) {
-            if (w->ready) r.service(*w);  // retired sockets were taken off the list
+            if (!w->ready || w->role == socket_role::hb) continue;  // retired, or served above
+            if (r.over_budget(*w)) {  // its kernel has had its share: next turn
+                w->ready = false;
+                r.mark_ready(w);
+                continue;
+            }
+            r.service_safely(*w);
+            r.maybe_poll_heartbeats();
         }
-        if (!woken) continue;
+        if (!r.woken) continue;
+        r.woken = false;
         std::uint64_t count = 0;
         (void)::read(wake_fd_, &count, sizeof count);
         std::deque<std::function<void(impl&)>> commands;
@@ -403,16 +581,16 @@ void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, ws::c
 }
 
 void zmq_reactor::ping(const std::string& kernel_id) {
-    post([kernel_id](impl& r) {
-        const auto it = r.kernels.find(kernel_id);
-        if (it == r.kernels.end() || !it->second->hb) return;
-        (void)it->second->hb->sock.send(zmq::str_buffer("ping"), zmq::send_flags::dontwait);
-        if (impl::has_input(*it->second->hb)) r.mark_ready(it->second->hb.get());
-    });
+    {
+        std::lock_guard lock(impl_->ping_mutex);
+        impl_->pings.push_back(kernel_id);
+    }
+    const std::uint64_t one = 1;
+    (void)::write(wake_fd_, &one, sizeof one);
 }
 
 zmq_reactor::stats zmq_reactor::counters() const {
-    return {impl_->received.load(), impl_->sent.load(), impl_->dropped.load()};
+    return {impl_->received.load(), impl_->sent.load(), impl_->dropped.load(), impl_->in_epoll.load()};
 }
 
 }  // namespace cellgate::wire

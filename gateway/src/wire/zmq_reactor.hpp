@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace cellgate::wire {
 
@@ -22,9 +23,21 @@ namespace cellgate::wire {
 // route back to the session that asked. Every frame a kernel sends is decoded
 // with protocol::decode (sizes, signature, JSON, schema); bad messages are
 // dropped and reported, never fatal, and one kernel's flood cannot hold the
-// thread for long (each socket gets a bounded share per turn).
+// thread for long: each kernel gets a byte budget per turn across all its
+// sockets, and heartbeats are served first and between data sockets, so a
+// slow turn cannot make a healthy kernel look dead.
 class zmq_reactor {
 public:
+    struct options {
+        protocol::decode_limits limits;
+        // libzmq's cap on open sockets (ZMQ_MAX_SOCKETS); 0 keeps its default
+        // of 1,023. main() matches it to RLIMIT_NOFILE.
+        int max_sockets = 0;
+        // Relay every kernel socket through a zmtp_guard, which bounds each
+        // message (frames, bytes) before libzmq holds it, and the bytes held
+        // in libzmq for each socket. Off only for tests of the reactor alone.
+        bool guard = true;
+    };
     struct kernel_handlers {
         // Called on the reactor thread; must be quick (post elsewhere).
         // set_id is 0 for iopub, else the channel set that received it.
@@ -33,7 +46,8 @@ public:
         std::function<void()> on_heartbeat;
     };
 
-    explicit zmq_reactor(protocol::decode_limits limits = {});
+    explicit zmq_reactor(options opts);
+    zmq_reactor() : zmq_reactor(options{}) {}
     ~zmq_reactor();
     zmq_reactor(const zmq_reactor&) = delete;
     zmq_reactor& operator=(const zmq_reactor&) = delete;
@@ -62,6 +76,7 @@ public:
 
     struct stats {
         std::uint64_t received = 0, sent = 0, dropped = 0;
+        std::uint64_t watched = 0;  // sockets in the epoll set now
     };
     stats counters() const;
 
