@@ -66,7 +66,7 @@ execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, ke
                      execution_options options, event_fn on_event, done_fn on_done)
     : strand_(asio::make_strand(ioc)), manager_(manager), kernel_(std::move(k)), options_(std::move(options)),
       on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_),
-      admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results)} {}
+      admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results), 0, 0, nullptr} {}
 
 void execution::start() {
     asio::post(strand_, [self = shared_from_this()] {
