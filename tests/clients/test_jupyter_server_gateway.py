@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from cellgate_clients import log_tail, require
-from gateway import KernelChannel
+from gateway import KernelChannel, answer_input
 
 PYTHON = "/usr/bin/python3"
 
@@ -276,23 +276,13 @@ def test_input_through_jupyter_server(jupyter_server):
                                                  "silent": False, "store_history": True, "user_expressions": {},
                                                  "allow_stdin": True, "stop_on_error": True})
             ch.ws.settimeout(60)
-            prompt, stdout, reply = None, "", None
-            while reply is None:
-                m = ch.recv()
-                if m.get("header", {}).get("msg_type") == "input_request":
-                    assert m["channel"] == "stdin", m
-                    prompt = m["content"]["prompt"]
-                    ch.ws.send(json.dumps({
-                        "channel": "stdin", "parent_header": m["header"], "metadata": {},
-                        "header": {"msg_id": uuid.uuid4().hex, "msg_type": "input_reply", "session": ch.session_id,
-                                   "username": "test", "version": "5.3", "date": "2026-01-01T00:00:00Z"},
-                        "content": {"value": "jupyter"}}))
-                elif m.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                elif m["header"]["msg_type"] == "stream":
-                    stdout += m["content"]["text"]
-                elif m["channel"] == "shell" and m["header"]["msg_type"] == "execute_reply":
-                    reply = m["content"]
+
+            def send(channel, msg_type, content, parent):
+                ch.ws.send(json.dumps({
+                    "channel": channel, "parent_header": parent, "metadata": {}, "content": content,
+                    "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "session": ch.session_id,
+                               "username": "test", "version": "5.3", "date": "2026-01-01T00:00:00Z"}}))
+            prompt, stdout, reply = answer_input(send, ch.recv, msg_id, "jupyter")
             assert prompt == "name? ", _logs(js)
             assert reply["status"] == "ok", reply
             assert stdout == "hello jupyter\n"

@@ -218,3 +218,25 @@ class KernelChannel:
 
     def close(self):
         self.ws.close()
+
+
+def answer_input(send, recv, msg_id, value):
+    """Runs the messages of execute request `msg_id` until its reply: answers
+    its input_request (which must come on stdin) with `value` through
+    send(channel, msg_type, content, parent_header), and returns
+    (prompt, stdout, reply content)."""
+    prompt, stdout, reply = None, "", None
+    while reply is None:
+        m = recv()
+        if m.get("header", {}).get("msg_type") == "input_request":
+            assert m["channel"] == "stdin", m
+            prompt = m["content"]["prompt"]
+            send("stdin", "input_reply", {"value": value}, m["header"])
+        elif m.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        elif m["header"]["msg_type"] == "stream":
+            stdout += m["content"]["text"]
+        elif m["channel"] == "shell" and m["header"]["msg_type"] == "execute_reply":
+            reply = m["content"]
+    return prompt, stdout, reply
+

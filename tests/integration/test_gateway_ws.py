@@ -13,7 +13,7 @@ import pytest
 import requests
 import websocket
 
-from gateway import Gateway, KernelChannel
+from gateway import Gateway, KernelChannel, answer_input
 
 V1 = "v1.kernel.websocket.jupyter.org"
 
@@ -444,25 +444,6 @@ def test_sigterm_stops_accepting_closes_sockets_and_stops_kernels():
 INPUT_CELL = 'name = input("name? ")\nprint("hello", name)'
 
 
-def _answer_input(send, recv, msg_id, value):
-    """Waits for the input_request of execute `msg_id` on stdin, answers it,
-    and returns (prompt, stdout, reply content)."""
-    prompt, stdout, reply = None, "", None
-    while reply is None:
-        m = recv()
-        if m.get("header", {}).get("msg_type") == "input_request":
-            assert m["channel"] == "stdin", m
-            prompt = m["content"]["prompt"]
-            send("stdin", "input_reply", {"value": value}, m["header"])
-        elif m.get("parent_header", {}).get("msg_id") != msg_id:
-            continue
-        elif m["header"]["msg_type"] == "stream":
-            stdout += m["content"]["text"]
-        elif m["channel"] == "shell" and m["header"]["msg_type"] == "execute_reply":
-            reply = m["content"]
-    return prompt, stdout, reply
-
-
 def test_input_reaches_the_client_on_stdin_in_the_json_protocol(gw, kernel):
     """A cell that calls input() with allow_stdin gets its input_request to the
     client on the stdin channel, and the client's input_reply back to the
@@ -475,7 +456,7 @@ def test_input_reaches_the_client_on_stdin_in_the_json_protocol(gw, kernel):
         msg_id = ch.send("execute_request", {"code": INPUT_CELL, "silent": False, "store_history": True,
                                              "user_expressions": {}, "allow_stdin": True, "stop_on_error": True})
         ch.ws.settimeout(60)
-        prompt, stdout, reply = _answer_input(send, ch.recv, msg_id, "cellgate")
+        prompt, stdout, reply = answer_input(send, ch.recv, msg_id, "cellgate")
         assert prompt == "name? "
         assert reply["status"] == "ok", reply
         assert stdout == "hello cellgate\n"
@@ -498,7 +479,7 @@ def test_input_reaches_the_client_on_stdin_in_the_v1_protocol(gw, kernel):
         ws.send_binary(v1_encode("shell", hdr, {}, {}, {"code": INPUT_CELL, "silent": False, "store_history": True,
                                                         "user_expressions": {}, "allow_stdin": True,
                                                         "stop_on_error": True}))
-        prompt, stdout, reply = _answer_input(send, recv, hdr["msg_id"], "v1 client")
+        prompt, stdout, reply = answer_input(send, recv, hdr["msg_id"], "v1 client")
         assert prompt == "name? "
         assert reply["status"] == "ok", reply
         assert stdout == "hello v1 client\n"
