@@ -23,6 +23,7 @@
 #include <malloc.h>
 #endif
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -130,6 +131,10 @@ int raise_fd_limit() {
 
 int main(int argc, char** argv) {
     tune_malloc();
+    // Every socket write that can meet a closed peer must see EPIPE, not die
+    // of SIGPIPE (Asio and the ZMTP guard pass MSG_NOSIGNAL; this covers any
+    // other write, as cellgate-launchd and the relay do).
+    std::signal(SIGPIPE, SIG_IGN);
     config::gateway_config cfg;
     try {
         cfg = config::parse_config(argc, argv, std::getenv("CELLGATE_TOKEN"));

@@ -133,6 +133,11 @@ class Gateway:
     def stop(self, timeout=60):
         if self.proc is None:
             return None
+        if self.proc.poll() is not None and self.proc.returncode != 0:
+            # It died by itself: say why, where CI shows it.
+            import sys
+            print(f"cellgate exited by itself (status {self.proc.returncode}); its log ends:\n"
+                  f"{self.log_text()[-6000:]}", file=sys.stderr)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -352,3 +352,16 @@ def test_attached_connections_past_the_cap_are_refused_not_evicted(gw):
         for c in conns:
             c.close()
         gw.api("DELETE", f"/api/kernels/{k['id']}")
+
+
+def test_a_write_to_a_gone_peer_cannot_kill_the_gateway(gw):
+    """A write to a socket whose peer has gone (a sandbox removed while the
+    ZMTP guard relays to it, a client that vanished) raises SIGPIPE unless
+    the write says MSG_NOSIGNAL; CI saw the gateway die of it after a
+    one-shot execution. The gateway ignores the signal: sent one, it keeps
+    serving."""
+    import signal
+    os.kill(gw.proc.pid, signal.SIGPIPE)
+    time.sleep(0.5)
+    assert gw.proc.poll() is None, f"the gateway died of SIGPIPE (status {gw.proc.returncode})"
+    assert gw.alive()

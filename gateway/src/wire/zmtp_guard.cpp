@@ -138,7 +138,9 @@ struct zmtp_guard::impl {
     // Hands buffered kernel bytes to libzmq; false if the link died.
     bool write_up(link& l, bool& moved) {
         if (l.up.size() == 0) return true;
-        const ssize_t n = ::write(l.zfd, l.up.data.get() + l.up.head, l.up.size());
+        // MSG_NOSIGNAL: a peer that has gone (a removed sandbox) is EPIPE
+        // here, not a SIGPIPE that ends the gateway.
+        const ssize_t n = ::send(l.zfd, l.up.data.get() + l.up.head, l.up.size(), MSG_NOSIGNAL);
         if (n > 0) {
             const auto before = l.written.payload_bytes();
             l.written.feed(std::string_view(l.up.data.get() + l.up.head, static_cast<std::size_t>(n)));
@@ -183,7 +185,7 @@ struct zmtp_guard::impl {
     bool step_down(link& l) {
         bool moved = false;
         if (l.down.size() > 0) {
-            const ssize_t n = ::write(l.kfd, l.down.data.get() + l.down.head, l.down.size());
+            const ssize_t n = ::send(l.kfd, l.down.data.get() + l.down.head, l.down.size(), MSG_NOSIGNAL);
             if (n > 0) {
                 l.down.head += static_cast<std::size_t>(n);
                 moved = true;
