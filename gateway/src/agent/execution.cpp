@@ -127,6 +127,7 @@ void execution::send_request() {
     kernel_->add_observer(self);
     kernel_->touch();
     kernel_->gateway_send(ws::channel::shell, std::move(msg));
+    if (options_.timeout.count() == 0) return;  // the session's policy sets no time limit
     timer_.expires_after(options_.timeout);
     timer_.async_wait([self](const boost::system::error_code& ec) {
         if (!ec) self->on_timeout();

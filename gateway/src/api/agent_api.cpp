@@ -179,7 +179,8 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body();
         auto name = agent_kernel_name(body);
         if (name.empty()) name = s.kernels.specs().default_name();
-        const auto policy = policy_from(body, agents.limits());
+        const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, req->who.tenant);
+        const auto policy = policy_from(body, base, agents.limits());
         s.kernels.start_kernel(
             req->who.tenant, name, strict_env(body),
             [&s, reply](std::optional<api_error> e, kernels::kernel_ptr k) {
@@ -350,7 +351,9 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body(false);
         if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
         auto files = inline_files_from(body);
-        auto policy = policy_from(body, agents.limits());
+        const auto& spec = s.kernels.specs().default_name();
+        auto policy = policy_from(
+            body, s.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant), agents.limits());
         policy.idle_timeout = std::chrono::seconds(0);
         s.kernels.start_kernel(
             req->who.tenant, s.kernels.specs().default_name(), strict_env(body),

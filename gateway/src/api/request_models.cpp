@@ -165,16 +165,24 @@ std::string agent_kernel_name(const json& body) {
 }
 
 kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& l) {
-    kernels::kernel_policy p = l.defaults;
+    return policy_from(body, l.defaults, l);
+}
+
+// A request may ask for any value up to the server's maximum, or up to what
+// the operator gave this kernelspec or tenant when that is more.
+kernels::kernel_policy policy_from(const json& body, const kernels::kernel_policy& base, const agent::agent_limits& l) {
+    kernels::kernel_policy p = base;
     using secs = std::chrono::seconds;
-    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(l.defaults.exec_timeout.count()),
-                                          static_cast<long>(l.maxima.exec_timeout.count())));
-    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(l.defaults.idle_timeout.count()),
-                                          static_cast<long>(l.maxima.idle_timeout.count())));
-    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(l.defaults.lifetime.count()),
-                                      static_cast<long>(l.maxima.lifetime.count())));
-    p.output_limit_bytes = requested<std::size_t>(body, "output_limit_bytes", l.defaults.output_limit_bytes,
-                                                  l.maxima.output_limit_bytes);
+    const auto ceiling = [](auto b, auto m) { return b.count() == 0 ? m : std::max(b, m); };
+    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(base.exec_timeout.count()),
+                                          static_cast<long>(ceiling(base.exec_timeout, l.maxima.exec_timeout).count())));
+    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(base.idle_timeout.count()),
+                                          static_cast<long>(ceiling(base.idle_timeout, l.maxima.idle_timeout).count())));
+    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(base.lifetime.count()),
+                                      static_cast<long>(ceiling(base.lifetime, l.maxima.lifetime).count())));
+    p.output_limit_bytes = requested<std::size_t>(
+        body, "output_limit_bytes", base.output_limit_bytes,
+        base.output_limit_bytes == 0 ? l.maxima.output_limit_bytes : std::max(base.output_limit_bytes, l.maxima.output_limit_bytes));
     return p;
 }
 
@@ -186,7 +194,8 @@ agent::execution_options execution_options_from(const json& body, const kernels:
     o.code = code->get<std::string>();
     o.timeout = std::chrono::seconds(
         requested<long>(body, "timeout_s", static_cast<long>(p.exec_timeout.count()),
-                        static_cast<long>(std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
+                        static_cast<long>(p.exec_timeout.count() == 0 ? l.maxima.exec_timeout.count()
+                                                                      : std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
     o.output_limit_bytes = p.output_limit_bytes;
     o.result_limit_bytes = p.result_limit_bytes;
     return o;

@@ -68,6 +68,9 @@ std::string rename_target_from(const nlohmann::json& body);
 // the default) and the session's limits, each capped by the server's maxima.
 std::string agent_kernel_name(const nlohmann::json& body);
 kernels::kernel_policy policy_from(const nlohmann::json& body, const agent::agent_limits& limits);
+// The same over `base`: the agent policy the operator set for this kernelspec and tenant.
+kernels::kernel_policy policy_from(const nlohmann::json& body, const kernels::kernel_policy& base,
+                                   const agent::agent_limits& limits);
 // POST /v1/sessions/{id}/execute and /v1/execute {code, timeout_s}, for a
 // session with `policy`.
 agent::execution_options execution_options_from(const nlohmann::json& body, const kernels::kernel_policy& policy,

@@ -38,7 +38,22 @@ double to_double(const std::string& key, const std::string& v) {
     }
 }
 
-// A tokens file: [{"token": …, "tenant": …, "name"?: …, "max_sessions"?: n}, …].
+// A tenant's limits (kernels/policy.hpp), from its token entry. Given once per
+// tenant: two entries for one tenant with different limits would be ambiguous.
+void tenant_policy(gateway_config& c, const std::string& tenant, const json& entry, const std::string& where) {
+    const auto it = entry.find("policy");
+    if (it == entry.end()) return;
+    if (c.manager.policies.by_tenant.count(tenant) != 0)
+        throw config_error("tenant '" + tenant + "' has a policy on more than one token entry in " + where +
+                           "; give it on one");
+    try {
+        c.manager.policies.by_tenant[tenant] = kernels::policy_layer_from_json(*it, "tokens[" + tenant + "].policy");
+    } catch (const kernels::policy_error& e) {
+        throw config_error(std::string(e.what()) + " (in " + where + ")");
+    }
+}
+
+// A tokens file: [{"token": …, "tenant": …, "name"?: …, "max_sessions"?: n, "policy"?: {…}}, …].
 void load_tokens_file(gateway_config& c, const std::string& path) {
     std::ifstream in(path);
     if (!in) throw config_error("cannot read the tokens file " + path);
@@ -53,6 +68,7 @@ void load_tokens_file(gateway_config& c, const std::string& path) {
         e.tenant = t["tenant"].get<std::string>();
         e.name = t.value("name", e.tenant);
         e.max_sessions = t.value("max_sessions", std::size_t{0});
+        tenant_policy(c, e.tenant, t, path);
         c.tokens.push_back(std::move(e));
     }
 }
@@ -129,7 +145,14 @@ const std::map<std::string, setter>& setters() {
         {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
         {"max_launches_per_tenant", [](auto& c, const auto& v) { c.manager.max_launches_per_tenant = std::max<std::uint64_t>(1, to_u64("max_launches_per_tenant", v)); }},
         {"max_kernels_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_kernels_per_tenant", v); }},
-        {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.default_policy.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
+        // The Jupyter surface's defaults (kernels started over /api/kernels and /api/sessions).
+        {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.policies.jupyter.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},
+        {"jupyter_exec_timeout", [](auto& c, const auto& v) { c.manager.policies.jupyter.exec_timeout = std::chrono::seconds(to_u64("jupyter_exec_timeout", v)); }},
+        {"jupyter_lifetime", [](auto& c, const auto& v) { c.manager.policies.jupyter.lifetime = std::chrono::seconds(to_u64("jupyter_lifetime", v)); }},
+        {"jupyter_output_limit", [](auto& c, const auto& v) { c.manager.policies.jupyter.output_limit_bytes = to_u64("jupyter_output_limit", v); }},
+        {"jupyter_result_limit", [](auto& c, const auto& v) { c.manager.policies.jupyter.result_limit_bytes = to_u64("jupyter_result_limit", v); }},
+        {"cell_interrupt_grace", [](auto& c, const auto& v) { c.manager.cell_interrupt_grace = std::chrono::seconds(std::max<std::uint64_t>(1, to_u64("cell_interrupt_grace", v))); }},
+        // The agent surface's defaults (/v1), and what a request may ask for.
         {"exec_timeout", [](auto& c, const auto& v) { c.agent.defaults.exec_timeout = std::chrono::seconds(to_u64("exec_timeout", v)); }},
         {"max_exec_timeout", [](auto& c, const auto& v) { c.agent.maxima.exec_timeout = std::chrono::seconds(to_u64("max_exec_timeout", v)); }},
         {"idle_timeout", [](auto& c, const auto& v) { c.agent.defaults.idle_timeout = std::chrono::seconds(to_u64("idle_timeout", v)); }},
@@ -139,6 +162,7 @@ const std::map<std::string, setter>& setters() {
         {"output_limit", [](auto& c, const auto& v) { c.agent.defaults.output_limit_bytes = to_u64("output_limit", v); }},
         {"max_output_limit", [](auto& c, const auto& v) { c.agent.maxima.output_limit_bytes = to_u64("max_output_limit", v); }},
         {"upload_limit", [](auto& c, const auto& v) { c.agent.defaults.upload_limit_bytes = to_u64("upload_limit", v); }},
+        {"result_limit", [](auto& c, const auto& v) { c.agent.defaults.result_limit_bytes = to_u64("result_limit", v); }},
     };
     return table;
 }
@@ -172,7 +196,18 @@ void apply_file(gateway_config& c, const std::string& path) {
         if (key == "kernelspecs") {
             if (!value.is_object()) throw config_error("kernelspecs must be an object");
             c.kernelspecs.clear();
-            for (const auto& [name, spec] : value.items()) c.kernelspecs.push_back(kernelspec_from(name, spec));
+            c.manager.policies.by_kernelspec.clear();
+            for (const auto& [name, spec] : value.items()) {
+                c.kernelspecs.push_back(kernelspec_from(name, spec));
+                if (const auto p = spec.find("policy"); p != spec.end()) {
+                    try {
+                        c.manager.policies.by_kernelspec[name] =
+                            kernels::policy_layer_from_json(*p, "kernelspecs." + name + ".policy");
+                    } catch (const kernels::policy_error& e) {
+                        throw config_error(std::string(e.what()) + " (in " + path + ")");
+                    }
+                }
+            }
             continue;
         }
         if (key == "tokens") {
@@ -187,6 +222,7 @@ void apply_file(gateway_config& c, const std::string& path) {
                     if (!m->is_number_unsigned()) throw config_error("tokens[].max_sessions must be a whole number");
                     e.max_sessions = m->get<std::size_t>();
                 }
+                tenant_policy(c, e.tenant, t, path);
                 c.tokens.push_back(std::move(e));
             }
             continue;
@@ -245,6 +281,7 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
     if (c.tokens.empty() && env_token != nullptr && *env_token != '\0') c.tokens.push_back({env_token, "default", "default"});
     if (c.certfile.has_value() != c.keyfile.has_value()) throw config_error("--certfile and --keyfile go together");
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
+    c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book
     return c;
 }
 
@@ -256,9 +293,14 @@ std::string usage() {
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
            "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
-           "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--upload-limit BYTES]\n"
+           "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--result-limit BYTES]\n"
+           "                [--upload-limit BYTES] (the /v1 surface's defaults)\n"
+           "                [--jupyter-exec-timeout S] [--jupyter-output-limit BYTES] [--jupyter-result-limit BYTES]\n"
+           "                [--cull-idle-timeout S] [--jupyter-lifetime S] [--cell-interrupt-grace S] (the Jupyter surface's)\n"
            "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"
-           "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits}}.";
+           "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits, policy}}; a token entry and a\n"
+           "kernelspec may carry \"policy\": {exec_timeout, idle_timeout, lifetime, output_limit, result_limit,\n"
+           "upload_limit, \"jupyter\": {…}, \"agent\": {…}} (0 = none), which overrides the surface's defaults.";
 }
 
 }  // namespace cellgate::config

@@ -91,6 +91,7 @@ void kernel::connect(launcher::sandbox_info sandbox) {
         iopub_seen_ = false;
         nudge_msg_id_.clear();
         kernel_info_ = nullptr;
+        watch_.reset();  // a new process: whatever ran is gone
         last_heartbeat_ = steady::now();
         for (const auto& [set_id, s] : sessions_) set_ids.push_back(set_id);
     }
@@ -165,6 +166,28 @@ wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
     m->fields.msg_type = "stream";
     m->fields.session = header.at("session").get<std::string>();
     return m;
+}
+
+void kernel::fan_out_made_locked(cell_watch::made_message m) {
+    m->seq = next_seq_++;
+    fan_out_locked(m);
+}
+
+cell_watch::action kernel::enforce_time_limit(steady::time_point now, steady::duration grace) {
+    std::lock_guard lock(mutex_);
+    if (closed_) return cell_watch::action::none;
+    auto o = watch_.check(policy_, now, grace);
+    if (o.what == cell_watch::action::none) return o.what;
+    fan_out_made_locked(std::move(o.notice));
+    if (o.what == cell_watch::action::restart) {
+        // The kernel never answers this cell now: its clients get the error
+        // and the reply from here, before the restart's status messages.
+        fan_out_made_locked(std::move(o.error));
+        o.reply->seq = next_seq_++;
+        if (const auto it = sessions_.find(o.set_id); it != sessions_.end()) deliver_locked(it->second, o.reply);
+        watch_.reset();
+    }
+    return o.what;
 }
 
 void kernel::broadcast_status(std::string_view execution_state, std::string_view reason) {
@@ -317,7 +340,11 @@ bool kernel::client_send(std::uint64_t set_id, ws::client_message msg) {
 }
 
 void kernel::send_locked(std::uint64_t set_id, ws::client_message msg) {
-    if (msg.msg_type == "execute_request") ++metrics_.executions;
+    if (msg.msg_type == "execute_request") {
+        ++metrics_.executions;
+        if (set_id == gateway_set) watch_.own(msg.msg_id);
+        else watch_.requested(msg.msg_id, set_id);
+    }
     last_activity_ = std::chrono::system_clock::now();
     last_activity_wall_ = steady::now();
     protocol::message out;
@@ -373,9 +400,10 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_
     const wire::kernel_message_ptr m = std::move(arrived);
     if (set_id == 0) {
         if (!ready_ && !nudge_msg_id_.empty()) iopub_seen_ = true;
+        std::string s;  // a status message's execution_state
         if (m->fields.msg_type == "status") {
             const auto content = nlohmann::json::parse(m->msg.content, nullptr, false);
-            const auto s = content.is_object() ? content.value("execution_state", "") : "";
+            s = content.is_object() ? content.value("execution_state", "") : "";
             if (state_ != kernel_state::restarting && state_ != kernel_state::terminating &&
                 state_ != kernel_state::dead) {
                 if (s == "busy") state_ = kernel_state::busy;
@@ -385,6 +413,12 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_
         } else {
             last_activity_ = std::chrono::system_clock::now();
             last_activity_wall_ = steady::now();
+        }
+        auto verdict = watch_.on_iopub(*m, s, policy_, steady::now());
+        for (auto& made : verdict.before) fan_out_made_locked(std::move(made));
+        if (!verdict.deliver) {
+            ++metrics_.cell_output_withheld;
+            return;
         }
         if (rate_limited_locked(*m)) return;
         fan_out_locked(m);

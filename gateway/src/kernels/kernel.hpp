@@ -1,6 +1,8 @@
 #pragma once
 
 #include "cellgate/launcher/sandbox_info.hpp"
+#include "kernels/cell_watch.hpp"
+#include "kernels/policy.hpp"
 #include "kernels/kernel_subscriber.hpp"
 #include "metrics/metrics.hpp"
 #include "ws/ws_codec.hpp"
@@ -55,17 +57,6 @@ inline bool valid_session_id(std::string_view id) noexcept {
     return true;
 }
 
-// Limits a session lives by (server defaults, per-request overrides capped by
-// server maxima). Zero means "none".
-struct kernel_policy {
-    std::chrono::seconds exec_timeout{300};
-    std::chrono::seconds idle_timeout{0};
-    std::chrono::seconds lifetime{0};
-    std::size_t output_limit_bytes = 1u << 20;
-    std::size_t result_limit_bytes = 32u << 20;
-    std::uint64_t upload_limit_bytes = 256u << 20;
-};
-
 // One kernel: its sandbox, its state, and the client sessions attached to it.
 // Thread-safe: the reactor thread delivers kernel messages, HTTP/WebSocket
 // threads attach, detach and send, the manager changes the lifecycle.
@@ -87,8 +78,17 @@ public:
     // (e.g. setting a claimed kernel's environment) and calls back with the
     // execute_reply's content (null if the kernel went away).
     void run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done);
+    // Set before anyone else can see the kernel (under the lock: the reactor
+    // may already deliver to a warm one); constant after.
     const kernel_policy& policy() const noexcept { return policy_; }
-    void set_policy(const kernel_policy& p) { policy_ = p; }
+    void set_policy(const kernel_policy& p) {
+        std::lock_guard lock(mutex_);
+        policy_ = p;
+    }
+    // The time limit of the cell a client runs over the WebSocket (see
+    // cell_watch.hpp): tells every client when it is passed and says what
+    // the manager must do (interrupt, or restart `grace` after that).
+    cell_watch::action enforce_time_limit(steady::time_point now, steady::duration grace);
     std::chrono::system_clock::time_point created() const noexcept { return created_; }
     steady::time_point created_steady() const noexcept { return created_steady_; }
     // Counts as activity for idle culling (executions, file operations).
@@ -184,11 +184,14 @@ private:
     // Both must be called with the lock held (they take the next sequence number).
     wire::kernel_message_ptr synthesize_status(std::string_view execution_state, std::string_view reason = {});
     wire::kernel_message_ptr gateway_notice(std::string_view text);
+    // Numbers a message the gateway made up and sends it to every client.
+    void fan_out_made_locked(cell_watch::made_message m);
 
     const std::string id_, spec_name_;
     std::string tenant_;
     std::map<std::string, std::function<void(const nlohmann::json&)>> silent_waiters_;
     kernel_policy policy_;
+    cell_watch watch_;  // under mutex_
     std::chrono::system_clock::time_point created_ = std::chrono::system_clock::now();
     steady::time_point created_steady_ = steady::now();
     bool nudge_on_control_ = false;

@@ -32,18 +32,49 @@ kernel_manager::kernel_manager(asio::io_context& ioc, sandbox_backend& launcher,
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
       config_(std::move(config)), launch_pool_(config_.launch_threads),
       launches_(config_.max_launches_per_tenant, [this](launch_gate::job j) { asio::post(launch_pool_, std::move(j)); }),
-      tick_timer_(ioc) {
+      tick_timer_(ioc), cell_timer_(ioc) {
     metrics_.add_gauge_source([this](std::string& out) { gauges(out); });
 }
 
 kernel_manager::~kernel_manager() {
     tick_timer_.cancel();
+    cell_timer_.cancel();
     launch_pool_.join();
 }
 
 void kernel_manager::start() {
     tick();
+    check_cells();
     replenish();
+}
+
+void kernel_manager::check_cells() {
+    const auto now = steady::now();
+    std::vector<std::pair<kernel_ptr, cell_watch::action>> due;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [id, r] : kernels_) {
+            if (r.busy_lifecycle || r.k->policy().exec_timeout.count() == 0) continue;
+            if (const auto a = r.k->enforce_time_limit(now, config_.cell_interrupt_grace); a != cell_watch::action::none)
+                due.emplace_back(r.k, a);
+        }
+    }
+    for (const auto& [k, a] : due) {
+        if (a == cell_watch::action::interrupt) {
+            ++metrics_.cell_time_limits;
+            spdlog::info("kernel {}: a cell ran past its time limit of {} s; interrupting it", k->id(),
+                         k->policy().exec_timeout.count());
+            interrupt(k, [](std::optional<api_error>) {});
+        } else {
+            spdlog::warn("kernel {}: the cell did not stop within {} s of its interrupt; restarting the kernel",
+                         k->id(), config_.cell_interrupt_grace.count());
+            do_restart(k, [](std::optional<api_error>) {}, true);
+        }
+    }
+    cell_timer_.expires_after(config_.cell_check_interval);
+    cell_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) check_cells();
+    });
 }
 
 void kernel_manager::tick() {
@@ -216,6 +247,7 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
             return;
         }
     }
+    const auto p = policy.value_or(config_.policies.resolve(surface::jupyter, spec_name, tenant));
     kernel_ptr warm;
     {
         std::lock_guard lock(mutex_);
@@ -223,12 +255,12 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         if (!warm && config_.pool_size.count(spec_name) != 0 && config_.pool_size.at(spec_name) > 0) ++pool_misses_;
     }
     if (warm) {
-        claim(warm, tenant, env, policy.value_or(config_.default_policy), std::move(callback));
+        claim(warm, tenant, env, p, std::move(callback));
         asio::post(ioc_, [this] { replenish(); });
         return;
     }
     auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
-    k->set_policy(policy.value_or(config_.default_policy));
+    k->set_policy(p);
     const auto spec = spec_for(*k, env);
     launches_.submit(tenant, [this, k, spec, env, callback = std::move(callback)] {
         const auto t0 = steady::now();

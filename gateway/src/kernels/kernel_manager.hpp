@@ -31,7 +31,14 @@ struct manager_config {
     // One token must not take every slot of the total (review: one tenant could
     // start kernels up to max_kernels and starve the rest). 0: only the total.
     std::size_t max_kernels_per_tenant = 16;
-    kernel_policy default_policy;                 // for kernels started through /api
+    // Every session's limits, per surface, kernelspec and tenant (policy.hpp);
+    // a start without a policy of its own gets the Jupyter surface's.
+    policy_book policies;
+    // How often running WebSocket cells are checked against their time limit,
+    // and how long a cell may go on after its interrupt before the kernel is
+    // restarted.
+    std::chrono::milliseconds cell_check_interval{250};
+    std::chrono::seconds cell_interrupt_grace{5};
     bool auto_restart = true;                     // restart a kernel that died
     int restart_limit = 5;                        // …at most this often per window
     std::chrono::seconds restart_window{300};
@@ -125,6 +132,7 @@ private:
     bool is_registered(const kernel_ptr& k) const;
     void do_restart(const kernel_ptr& k, done callback, bool automatic);
     void tick();
+    void check_cells();  // time limits of WebSocket cells (cell_watch.hpp)
     void gauges(std::string& out) const;
     // Warm pool.
     void replenish();
@@ -142,6 +150,7 @@ private:
     boost::asio::thread_pool launch_pool_;
     launch_gate launches_;  // starts and restarts, per tenant, onto launch_pool_
     boost::asio::steady_timer tick_timer_;
+    boost::asio::steady_timer cell_timer_;
 
     mutable std::mutex mutex_;
     std::map<std::string, record> kernels_;

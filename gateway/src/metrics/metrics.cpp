@@ -94,6 +94,11 @@ std::string registry::render() const {
             "kernel messages dropped as malformed, unsigned or oversized", kernel_messages_dropped);
     counter(out, "cellgate_iopub_rate_limited_total", "iopub messages withheld by the rate limit",
             iopub_rate_limited);
+    counter(out, "cellgate_cell_output_withheld_total",
+            "iopub messages of WebSocket cells withheld past the session's output_limit or result_limit",
+            cell_output_withheld);
+    counter(out, "cellgate_cell_time_limits_total", "WebSocket cells interrupted at the session's exec_timeout",
+            cell_time_limits);
     counter(out, "cellgate_ws_slow_client_closes_total",
             "WebSocket connections closed because the client fell behind", ws_slow_client_closes);
     counter(out, "cellgate_connections_refused_total",

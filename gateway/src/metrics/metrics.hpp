@@ -40,6 +40,8 @@ public:
     std::atomic<std::uint64_t> kernel_deaths{0};
     std::atomic<std::uint64_t> kernel_messages_dropped{0};
     std::atomic<std::uint64_t> iopub_rate_limited{0};
+    std::atomic<std::uint64_t> cell_output_withheld{0};  // past a cell's output_limit or result_limit (Jupyter surface)
+    std::atomic<std::uint64_t> cell_time_limits{0};      // cells interrupted for their exec_timeout (Jupyter surface)
     std::atomic<std::uint64_t> ws_slow_client_closes{0};
     std::atomic<std::int64_t> ws_connections{0};
     std::atomic<std::uint64_t> connections_refused{0};   // over the connection caps

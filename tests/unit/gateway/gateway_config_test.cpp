@@ -50,3 +50,42 @@ TEST(gateway_config, per_node_settings_reach_the_launcher) {
     EXPECT_THROW(parse({"--uid-range-slots", "0"}), config::config_error);
     EXPECT_THROW(parse({"--uid-range-start", "x"}), config::config_error);
 }
+
+TEST(gateway_config, policies_per_surface_kernelspec_and_tenant) {
+    using std::chrono::seconds;
+    using cellgate::kernels::surface;
+    const auto d = parse({});
+    EXPECT_EQ(d.manager.policies.resolve(surface::jupyter, "python3", "a").exec_timeout, seconds(600));
+    const auto cli = parse({"--jupyter-exec-timeout", "7", "--jupyter-output-limit", "4096", "--exec-timeout", "9",
+                            "--cull-idle-timeout", "60"});
+    EXPECT_EQ(cli.manager.policies.jupyter.exec_timeout, seconds(7));
+    EXPECT_EQ(cli.manager.policies.jupyter.output_limit_bytes, 4096u);
+    EXPECT_EQ(cli.manager.policies.jupyter.idle_timeout, seconds(60));
+    EXPECT_EQ(cli.manager.policies.agent.exec_timeout, seconds(9));  // the /v1 default reaches the book
+
+    const auto file = std::filesystem::temp_directory_path() / ("cg-policy-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(file) << R"({"kernelspecs": {"python3": {"policy": {"exec_timeout": 3, "output_limit": 1000}}},
+                              "tokens": [{"token": "t-aaaaaaaa", "tenant": "lab", "policy": {"jupyter": {"exec_timeout": 0}}},
+                                         {"token": "t-bbbbbbbb", "tenant": "bot"}]})";
+    const auto c = parse({"--config", file.string()});
+    EXPECT_EQ(c.manager.policies.resolve(surface::jupyter, "python3", "bot").exec_timeout, seconds(3));
+    EXPECT_EQ(c.manager.policies.resolve(surface::jupyter, "python3", "lab").exec_timeout, seconds(0));
+    EXPECT_EQ(c.manager.policies.resolve(surface::jupyter, "python3", "lab").output_limit_bytes, 1000u);
+
+    const auto message_of = [&](const char* text) {
+        std::ofstream(file) << text;
+        try {
+            parse({"--config", file.string()});
+        } catch (const config::config_error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(message_of(R"({"kernelspecs": {"python3": {"policy": {"timeout": 3}}}})").find("kernelspecs.python3.policy"),
+              std::string::npos);
+    EXPECT_NE(message_of(R"({"tokens": [{"token": "t-aaaaaaaa", "tenant": "x", "policy": {"lifetime": 1}},
+                                        {"token": "t-bbbbbbbb", "tenant": "x", "policy": {"lifetime": 2}}]})")
+                  .find("more than one token entry"),
+              std::string::npos);
+    std::filesystem::remove(file);
+}

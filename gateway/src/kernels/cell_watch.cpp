@@ -1,0 +1,222 @@
+#include "kernels/cell_watch.hpp"
+
+#include "wire/json_peek.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cellgate::kernels {
+
+namespace {
+
+using json = nlohmann::json;
+namespace peek = wire::json_peek;
+
+std::shared_ptr<wire::kernel_message> made(ws::channel chan, std::string_view type, const json& content,
+                                           const std::string& parent_header) {
+    auto m = std::make_shared<wire::kernel_message>();
+    m->chan = chan;
+    m->msg = protocol::make_message(type, content, "cellgate-gateway", "cellgate", parent_header);
+    const auto header = json::parse(m->msg.header);
+    m->fields.msg_id = header.at("msg_id").get<std::string>();
+    m->fields.msg_type = std::string(type);
+    m->fields.session = header.at("session").get<std::string>();
+    m->fields.parent_msg_id = peek::string_member(parent_header, "msg_id").value_or("");
+    return m;
+}
+
+bool is_rich(const std::string& type) {
+    return type == "display_data" || type == "execute_result" || type == "update_display_data";
+}
+
+// The first `keep` bytes of a stream message's text (cut where a UTF-8
+// character starts), as a new stream message under the same cell; null when
+// there is nothing to keep or the text is not where a stream keeps it.
+std::shared_ptr<wire::kernel_message> stream_head(const wire::kernel_message& m, std::size_t keep) {
+    if (keep == 0) return nullptr;
+    const auto name = peek::string_member(m.msg.content, "name", 16);
+    const auto raw = peek::member(m.msg.content, "text");
+    if (!name || !raw || raw->size() < 2 || raw->front() != '"') return nullptr;
+    const std::string_view body = raw->substr(1, raw->size() - 2);
+    std::string text;
+    for (std::size_t i = 0; i < body.size() && text.size() < keep;) {
+        if (body[i] != '\\') {
+            text.push_back(body[i++]);
+            continue;
+        }
+        i = peek::detail::decode_escape(body, i, [&text](char c) { text.push_back(c); });
+        if (i == peek::npos) return nullptr;
+    }
+    if (text.size() > keep) text.resize(keep);
+    // Back off a character cut in two.
+    std::size_t end = text.size();
+    std::size_t lead = end;
+    while (lead > 0 && (static_cast<unsigned char>(text[lead - 1]) & 0xC0) == 0x80) --lead;
+    if (lead > 0) {
+        const auto c = static_cast<unsigned char>(text[lead - 1]);
+        const std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        if (end - (lead - 1) < len) end = lead - 1;
+    }
+    text.resize(end);
+    if (text.empty()) return nullptr;
+    json content = {{"name", *name}, {"text", std::move(text)}};
+    auto head = made(ws::channel::iopub, "stream", content, m.msg.parent_header);
+    return head;
+}
+
+}  // namespace
+
+std::string human_bytes(std::uint64_t n) {
+    char buf[32];
+    if (n >= (1u << 20) && n % (1u << 20) == 0) std::snprintf(buf, sizeof buf, "%llu MiB", static_cast<unsigned long long>(n >> 20));
+    else if (n >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / (1u << 20));
+    else if (n >= 1024 && n % 1024 == 0) std::snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>(n >> 10));
+    else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+    return buf;
+}
+
+cell_watch::made_message cell_watch::notice(std::string_view text, const std::string& parent_header) {
+    return made(ws::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
+}
+
+void cell_watch::own(std::string msg_id) {
+    if (own_.size() >= max_remembered) own_.pop_front();
+    own_.push_back(std::move(msg_id));
+}
+
+void cell_watch::requested(std::string msg_id, std::uint64_t set_id) {
+    if (requests_.size() >= max_remembered) requests_.pop_front();
+    requests_.emplace_back(std::move(msg_id), set_id);
+}
+
+std::uint64_t cell_watch::set_of(const std::string& msg_id) const {
+    for (auto it = requests_.rbegin(); it != requests_.rend(); ++it)
+        if (it->first == msg_id) return it->second;
+    return 0;
+}
+
+void cell_watch::on_status(const wire::kernel_message& m, std::string_view state, clock::time_point now) {
+    const auto& parent = m.fields.parent_msg_id;
+    if (parent.empty()) return;
+    if (state == "idle") {
+        if (cell_ && cell_->msg_id == parent) cell_.reset();
+        std::erase(own_, parent);
+        std::erase_if(requests_, [&](const auto& r) { return r.first == parent; });
+        return;
+    }
+    if (state != "busy") return;
+    if (std::find(own_.begin(), own_.end(), parent) != own_.end()) return;
+    if (peek::string_member(m.msg.parent_header, "msg_type", 32).value_or("") != "execute_request") return;
+    cell c;
+    c.msg_id = parent;
+    c.parent_header = m.msg.parent_header;
+    c.started = now;
+    cell_ = std::move(c);
+}
+
+cell_watch::verdict cell_watch::on_iopub(const wire::kernel_message& m, std::string_view state,
+                                         const kernel_policy& p, clock::time_point now) {
+    const auto& type = m.fields.msg_type;
+    if (type == "status") {
+        on_status(m, state, now);
+        return {};
+    }
+    if (!cell_ || m.fields.parent_msg_id != cell_->msg_id) return {};
+    if (type == "execute_input") {
+        if (const auto n = peek::member(m.msg.content, "execution_count"); n && n->size() < 24) cell_->execution_count = *n;
+        return {};
+    }
+    if (type == "stream") return on_stream(m, p);
+    if (is_rich(type)) return on_result(m, p);
+    if (type == "error") return on_error();
+    return {};
+}
+
+cell_watch::verdict cell_watch::on_stream(const wire::kernel_message& m, const kernel_policy& p) {
+    const auto limit = p.output_limit_bytes;
+    auto& c = *cell_;
+    const auto size = m.msg.content.size();
+    if (limit == 0 || (!c.text_cut && c.text_bytes + size <= limit)) {
+        c.text_bytes += size;
+        return {};
+    }
+    verdict v{false, {}};
+    if (c.text_cut) return v;
+    c.text_cut = true;
+    // The part that fits is shown, then the notice; the rest is withheld.
+    auto head = stream_head(m, limit - std::min(limit, c.text_bytes));
+    c.text_bytes = limit;
+    auto note = notice("\n[cellgate] This cell's output passed its limit of " + human_bytes(limit) +
+                           " (output_limit); the rest is not shown. The cell keeps running.\n",
+                       c.parent_header);
+    if (head) v.before.push_back(std::move(head));
+    v.before.push_back(std::move(note));
+    return v;
+}
+
+cell_watch::verdict cell_watch::on_result(const wire::kernel_message& m, const kernel_policy& p) {
+    const auto limit = p.result_limit_bytes;
+    auto& c = *cell_;
+    const auto size = m.wire_bytes();
+    if (limit == 0 || (!c.results_cut && c.result_bytes + size <= limit)) {
+        c.result_bytes += size;
+        return {};
+    }
+    verdict v{false, {}};
+    if (!c.results_cut) {
+        c.results_cut = true;
+        v.before.push_back(notice("[cellgate] This cell's rich outputs passed their limit of " + human_bytes(limit) +
+                             " (result_limit); later ones are not shown.\n",
+                         c.parent_header));
+    }
+    return v;
+}
+
+cell_watch::verdict cell_watch::on_error() {
+    auto& c = *cell_;
+    if (++c.errors <= max_errors_per_cell) return {};
+    verdict v{false, {}};
+    if (!c.errors_cut) {
+        c.errors_cut = true;
+        v.before.push_back(notice("[cellgate] This cell raised more than " + std::to_string(max_errors_per_cell) +
+                             " errors; later ones are not shown.\n",
+                         c.parent_header));
+    }
+    return v;
+}
+
+cell_watch::overdue cell_watch::check(const kernel_policy& p, clock::time_point now, clock::duration grace) {
+    overdue o;
+    if (!cell_ || p.exec_timeout.count() == 0) return o;
+    auto& c = *cell_;
+    const auto limit = std::to_string(p.exec_timeout.count()) + " s";
+    if (c.stage == 0 && now - c.started >= p.exec_timeout) {
+        c.stage = 1;
+        c.interrupted = now;
+        o.what = action::interrupt;
+        o.notice = notice("\n[cellgate] This cell ran past its time limit of " + limit +
+                              " (exec_timeout); interrupting it.\n",
+                          c.parent_header);
+        return o;
+    }
+    if (c.stage != 1 || now - c.interrupted < grace) return o;
+    c.stage = 2;
+    o.what = action::restart;
+    const auto grace_s = std::chrono::duration_cast<std::chrono::seconds>(grace).count();
+    o.notice = notice("[cellgate] The cell did not stop within " + std::to_string(grace_s) +
+                          " s of the interrupt; restarting the kernel (its files are kept, its variables are not).\n",
+                      c.parent_header);
+    const std::string evalue = "The cell ran past its time limit of " + limit +
+                               " (exec_timeout) and did not stop on interrupt; the kernel was restarted";
+    const json traceback = json::array({"TimeoutError: " + evalue});
+    o.error = made(ws::channel::iopub, "error", {{"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}},
+                   c.parent_header);
+    json reply = {{"status", "error"}, {"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}};
+    reply["execution_count"] = json::parse(c.execution_count, nullptr, false);
+    if (reply["execution_count"].is_discarded()) reply["execution_count"] = nullptr;
+    o.reply = made(ws::channel::shell, "execute_reply", reply, c.parent_header);
+    o.set_id = set_of(c.msg_id);
+    return o;
+}
+
+}  // namespace cellgate::kernels

@@ -1,0 +1,103 @@
+#pragma once
+
+// The session's policy (kernels/policy.hpp) applied to cells that clients
+// send over the Jupyter WebSocket: JupyterLab, @jupyterlab/services, a Kernel
+// Gateway client, jupyter_server --gateway-url. /v1 cells carry the same
+// policy into agent/execution, which enforces it itself (it also collects the
+// result); this watch leaves the gateway's own cells alone.
+//
+// A cell is followed from the kernel's "busy" status for an execute_request to
+// its "idle": ipykernel runs one at a time, so there is at most one. While it
+// runs, its stream output counts against output_limit and its rich outputs
+// against result_limit; past a limit the rest is withheld, and the client
+// hears it the Jupyter way, as a stderr stream message under that cell. Past
+// exec_timeout the cell is interrupted (the kernel's own KeyboardInterrupt
+// error and execute_reply follow); a cell that is still running `grace` after
+// the interrupt gets an error and an execute_reply from the gateway, and the
+// kernel is restarted. Nothing here drops a socket.
+//
+// Not thread-safe: the kernel calls it under its own lock.
+
+#include "kernels/policy.hpp"
+#include "wire/kernel_message.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cellgate::kernels {
+
+class cell_watch {
+public:
+    using clock = std::chrono::steady_clock;
+    static constexpr std::size_t max_errors_per_cell = 16;
+    static constexpr std::size_t max_remembered = 256;  // own cells, and requests' channel sets
+
+    // A cell the gateway itself sends on its own channel set.
+    void own(std::string msg_id);
+    // A client sent this execute_request on channel set `set_id` (where a
+    // reply made up by the gateway would go). Remembered for the newest
+    // max_remembered; enforcement does not depend on it.
+    void requested(std::string msg_id, std::uint64_t set_id);
+
+    // Messages the gateway makes up (the kernel numbers them when it sends them).
+    using made_message = std::shared_ptr<wire::kernel_message>;
+
+    struct verdict {
+        bool deliver = true;
+        // Sent to every client before this message (or instead of it): the
+        // head of a stream cut at the limit, a notice under the cell.
+        std::vector<made_message> before;
+    };
+    // Every iopub message, in arrival order. `state` is a status message's
+    // execution_state ("" for other types).
+    verdict on_iopub(const wire::kernel_message& m, std::string_view state, const kernel_policy& p,
+                     clock::time_point now);
+
+    enum class action { none, interrupt, restart };
+    struct overdue {
+        action what = action::none;
+        made_message notice;  // under the cell, for every client
+        // For action::restart: the error and execute_reply the kernel will
+        // never send, and the channel set the reply goes to (0: unknown).
+        made_message error, reply;
+        std::uint64_t set_id = 0;
+    };
+    overdue check(const kernel_policy& p, clock::time_point now, clock::duration grace);
+
+    // The kernel restarted, died or was replaced: no cell is running.
+    void reset() noexcept { cell_.reset(); }
+    bool running() const noexcept { return cell_.has_value(); }
+
+    // Builders for the messages above; public for the tests.
+    static made_message notice(std::string_view text, const std::string& parent_header);
+
+private:
+    struct cell {
+        std::string msg_id, parent_header;  // the request's id and header
+        clock::time_point started, interrupted;
+        std::size_t text_bytes = 0, result_bytes = 0, errors = 0;
+        bool text_cut = false, results_cut = false, errors_cut = false;
+        int stage = 0;  // 0 running, 1 interrupted, 2 given up on
+        std::string execution_count = "null";  // raw, from execute_input
+    };
+
+    void on_status(const wire::kernel_message& m, std::string_view state, clock::time_point now);
+    verdict on_stream(const wire::kernel_message& m, const kernel_policy& p);
+    verdict on_result(const wire::kernel_message& m, const kernel_policy& p);
+    verdict on_error();
+    std::uint64_t set_of(const std::string& msg_id) const;
+
+    std::optional<cell> cell_;
+    std::deque<std::string> own_;
+    std::deque<std::pair<std::string, std::uint64_t>> requests_;
+};
+
+// "1.5 MiB", "300 KiB", "12 bytes": sizes as a notice shows them.
+std::string human_bytes(std::uint64_t n);
+
+}  // namespace cellgate::kernels
