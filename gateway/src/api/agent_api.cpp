@@ -61,6 +61,7 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
                    {"idle_timeout_s", p.idle_timeout.count()},
                    {"lifetime_s", p.lifetime.count()},
                    {"output_limit_bytes", p.output_limit_bytes},
+                   {"result_limit_bytes", p.result_limit_bytes},
                    {"upload_limit_bytes", p.upload_limit_bytes}};
     if (spec != nullptr) {
         limits["memory_bytes"] = spec->limits.memory_bytes;

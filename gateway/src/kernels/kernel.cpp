@@ -375,7 +375,10 @@ void kernel::gateway_send(ws::channel chan, protocol::message msg) {
     ws::client_message m;
     m.chan = chan;
     const auto header = nlohmann::json::parse(msg.header, nullptr, false);
-    if (header.is_object()) m.msg_type = header.value("msg_type", "");
+    if (header.is_object()) {
+        m.msg_type = header.value("msg_type", "");
+        m.msg_id = header.value("msg_id", "");
+    }
     m.header = std::move(msg.header);
     m.parent_header = std::move(msg.parent_header);
     m.metadata = std::move(msg.metadata);
@@ -495,7 +498,10 @@ nlohmann::json kernel::model() const {
             {"name", spec_name_},
             {"last_activity", iso8601(last_activity_)},
             {"execution_state", to_string(state_)},
-            {"connections", connections}};
+            {"connections", connections},
+            // Not in Jupyter's model (clients ignore unknown members): the
+            // limits this session runs under, as the config resolved them.
+            {"cellgate", {{"limits", to_json(policy_)}}}};
 }
 
 void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done) {
