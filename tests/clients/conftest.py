@@ -5,16 +5,28 @@ to — @jupyterlab/services under Node.js, and jupyter_server's gateway client.
 When CELLGATE_REQUIRE_SANDBOX=1 (CI sets it), a missing prerequisite fails the
 run instead of skipping it.
 """
+import json
+import uuid
+
 import pytest
 
 from cellgate_clients import Gateway, require
 
+# A second tenant whose policy is tight on the Jupyter surface, so that a real
+# client can be shown a cell's time and output limits without waiting minutes.
+TIGHT_POLICY = {"jupyter": {"exec_timeout": 2, "output_limit": 65536}}
+
 
 @pytest.fixture(scope="module")
-def cellgate():
-    """A running cellgate on a free port with its own state dir and token."""
+def cellgate(tmp_path_factory):
+    """A running cellgate on a free port with its own state dir and token, and
+    `tight_token` for a tenant with TIGHT_POLICY."""
     require()
-    gw = Gateway()
+    tight_token = "tight-" + uuid.uuid4().hex
+    config = tmp_path_factory.mktemp("clients") / "config.json"
+    config.write_text(json.dumps({"tokens": [{"token": tight_token, "tenant": "tight", "policy": TIGHT_POLICY}]}))
+    gw = Gateway("--config", str(config), "--cell-interrupt-grace", "2")
+    gw.tight_token = tight_token
     try:
         gw.start()
         yield gw

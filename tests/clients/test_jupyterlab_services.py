@@ -44,7 +44,8 @@ def node_modules():
 @pytest.mark.parametrize("protocol", ["v1", "json"])
 def test_jupyterlab_services(cellgate, node_modules, protocol):
     env = {**os.environ, **NO_DOWNLOADS, "CELLGATE_URL": cellgate.url, "CELLGATE_TOKEN": cellgate.token,
-           "CELLGATE_WS_PROTOCOL": protocol, "NODE_NO_WARNINGS": "1"}
+           "CELLGATE_WS_PROTOCOL": protocol, "NODE_NO_WARNINGS": "1",
+           "CELLGATE_TIGHT_TOKEN": cellgate.tight_token}
     try:
         r = subprocess.run(["node", "--test", "--test-reporter=spec", "services.test.mjs"], cwd=JS_DIR, env=env,
                            capture_output=True, text=True, timeout=300)
@@ -53,5 +54,6 @@ def test_jupyterlab_services(cellgate, node_modules, protocol):
     assert r.returncode == 0, (f"node --test services.test.mjs failed ({r.returncode}) with CELLGATE_WS_PROTOCOL={protocol}:\n"
                                f"{r.stdout}\n{r.stderr}\n--- gateway log (tail) ---\n{log_tail(cellgate)}")
     # Every kernel the suite started is gone again.
-    left = cellgate.api("GET", "/api/kernels").json()
-    assert left == [], f"kernels left behind: {left}"
+    for token in (cellgate.token, cellgate.tight_token):
+        left = cellgate.api("GET", "/api/kernels", headers={"Authorization": f"token {token}"}).json()
+        assert left == [], f"kernels left behind: {left}"

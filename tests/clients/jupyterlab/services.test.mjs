@@ -361,3 +361,49 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
     assertProtocols('end of suite');
   });
 });
+
+// The session's policy on the Jupyter surface (README, "Limits"), seen by
+// JupyterLab's own client: CELLGATE_TIGHT_TOKEN's tenant runs cells under a
+// 2 s time limit and 64 KiB of output. The limits arrive the Jupyter way, as
+// the kernel's error reply and stream messages under the cell.
+describe(`session limits through @jupyterlab/services (${MODE} protocol)`, { timeout: 120000 }, () => {
+  const TIGHT = process.env.CELLGATE_TIGHT_TOKEN;
+  let kernels;
+  let kernel;
+
+  before(async () => {
+    assert.ok(TIGHT, 'set CELLGATE_TIGHT_TOKEN');
+    kernels = new KernelManager({ serverSettings: ServerConnection.makeSettings({ ...serverSettings, token: TIGHT }) });
+    await withTimeout(kernels.ready, 30000, 'kernel manager ready');
+    kernel = await withTimeout(kernels.startNew({ name: 'python3' }), 90000, 'start a kernel');
+    await withTimeout(execute(kernel, 'kept = 41'), 60000, 'first cell');
+  });
+
+  after(async () => {
+    try {
+      if (kernel && !kernel.isDisposed) await kernel.shutdown().catch(() => {});
+    } finally {
+      await kernels?._pollModels?.stop?.();
+      kernels?.dispose();
+    }
+  });
+
+  const stderrOf = r => r.of('stream').filter(m => m.content.name === 'stderr').map(m => m.content.text).join('');
+
+  test('an endless cell is interrupted at its time limit and the kernel keeps its state', async () => {
+    const r = await execute(kernel, 'while True:\n    pass\n', { timeout: 60000 });
+    assert.equal(r.reply.content.status, 'error', JSON.stringify(r.reply.content));
+    assert.equal(r.reply.content.ename, 'KeyboardInterrupt');
+    assert.match(stderrOf(r), /time limit of 2 s \(exec_timeout\)/);
+    const after = await execute(kernel, 'print(kept + 1)');
+    assert.equal(after.stdout, '42\n');
+  });
+
+  test('output past the limit is cut with a notice, and the cell runs to its end', async () => {
+    const r = await execute(kernel, "for i in range(400):\n    print('y' * 1023)\nprint('end')");
+    assert.equal(r.reply.content.status, 'ok');
+    assert.ok(r.stdout.length > 0 && r.stdout.length <= 65536, `stdout is ${r.stdout.length} bytes`);
+    assert.ok(!r.stdout.includes('end'), 'output past the limit was shown');
+    assert.match(stderrOf(r), /output_limit/);
+  });
+});
