@@ -20,7 +20,8 @@ V1 = "v1.kernel.websocket.jupyter.org"
 
 @pytest.fixture(scope="module")
 def gw():
-    g = Gateway("--max-ws-queue-bytes", str(4 << 20)).start()
+    # No output cap on cells (the slow-client test sends 20 MB and counts every line).
+    g = Gateway("--max-ws-queue-bytes", str(4 << 20), "--jupyter-output-limit", "0").start()
     yield g
     g.stop()
     g.cleanup()
