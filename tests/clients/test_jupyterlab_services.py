@@ -53,6 +53,8 @@ def test_jupyterlab_services(cellgate, node_modules, protocol):
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n{log_tail(cellgate)}")
     assert r.returncode == 0, (f"node --test services.test.mjs failed ({r.returncode}) with CELLGATE_WS_PROTOCOL={protocol}:\n"
                                f"{r.stdout}\n{r.stderr}\n--- gateway log (tail) ---\n{log_tail(cellgate)}")
+    # The spec reporter lists every test: the limits suite must have run.
+    assert "session limits through @jupyterlab/services" in r.stdout, r.stdout
     # Every kernel the suite started is gone again.
     for token in (cellgate.token, cellgate.tight_token):
         left = cellgate.api("GET", "/api/kernels", headers={"Authorization": f"token {token}"}).json()
