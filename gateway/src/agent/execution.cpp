@@ -1,7 +1,6 @@
 #include "agent/execution.hpp"
 
 #include "cellgate/protocol/message.hpp"
-#include "http/http_types.hpp"
 #include "util/encoding.hpp"
 
 #include <boost/asio/post.hpp>
@@ -16,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-namespace peek = wire::json_peek;
+namespace peek = jupyter::json_peek;
 
 // Error messages waiting for the strand; past this a hostile kernel's flood
 // of errors (each with a traceback of megabytes) is dropped on arrival.
@@ -126,7 +125,7 @@ void execution::send_request() {
     auto self = shared_from_this();
     kernel_->add_observer(self);
     kernel_->touch();
-    kernel_->gateway_send(ws::channel::shell, std::move(msg));
+    kernel_->gateway_send(jupyter::channel::shell, std::move(msg));
     if (options_.timeout.count() == 0) return;  // the session's policy sets no time limit
     timer_.expires_after(options_.timeout);
     timer_.async_wait([self](const boost::system::error_code& ec) {
@@ -142,7 +141,7 @@ void execution::cancel() {
     });
 }
 
-void execution::deliver(wire::kernel_message_ptr m) {
+void execution::deliver(jupyter::kernel_message_ptr m) {
     // On the kernel's thread, under its lock: scans only, and nothing is
     // queued that the caps will not keep.
     if (done_.load(std::memory_order_relaxed)) return;
@@ -266,7 +265,7 @@ void execution::on_result(const std::string& type, kept_result kept) {
     results_.push_back(std::move(r));
 }
 
-void execution::on_error(const wire::kernel_message& m) {
+void execution::on_error(const jupyter::kernel_message& m) {
     if (finished_) return;
     const auto content = json::parse(m.msg.content, nullptr, false);
     if (!content.is_object()) return;
@@ -363,7 +362,7 @@ json execution::collect_files() {
                       {"size", c.size},
                       {"mime_type", std::string(contents::mime_type_for(c.path))},
                       {"change", c.change},
-                      {"url", options_.files_url_prefix + http::url_encode_path(c.path)}};
+                      {"url", options_.files_url_prefix + url_encode_path(c.path)}};
             // Over the limit or unreadable: listed, not inlined.
             if (options_.inline_files) f["content_base64"] = contents[i] ? json(base64_encode(*contents[i])) : json(nullptr);
             files.push_back(std::move(f));
@@ -376,7 +375,7 @@ json execution::collect_files() {
 
 void execution::finish() {
     if (finished_) return;
-    wire::kernel_message_ptr newest_error;
+    jupyter::kernel_message_ptr newest_error;
     {
         std::lock_guard lock(admission_mutex_);
         newest_error = std::move(admission_.newest_error);

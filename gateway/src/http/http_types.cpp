@@ -92,23 +92,6 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
     return out;
 }
 
-std::string url_encode_path(std::string_view path) {
-    static constexpr char digits[] = "0123456789ABCDEF";
-    std::string out;
-    out.reserve(path.size());
-    for (const char ch : path) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
-            out.push_back(ch);
-        } else {
-            out.push_back('%');
-            out.push_back(digits[c >> 4]);
-            out.push_back(digits[c & 15]);
-        }
-    }
-    return out;
-}
-
 bool header_list_contains(std::string_view list, std::string_view item) {
     while (!list.empty()) {
         const auto comma = list.find(',');

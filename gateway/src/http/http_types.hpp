@@ -1,5 +1,7 @@
 #pragma once
 
+#include "util/encoding.hpp"
+
 #include "cellgate/protocol/json_check.hpp"
 
 #include <boost/beast/http.hpp>
@@ -108,8 +110,7 @@ std::string sse_event(const std::string& event, const nlohmann::json& data);
 // URL helpers, strict: bad escapes and NUL are errors (nullopt).
 std::optional<std::string> url_decode(std::string_view in, bool plus_is_space = false);
 std::map<std::string, std::string> parse_query(std::string_view query);
-// A path for a URL: every byte but [A-Za-z0-9/._~-] %-escaped.
-std::string url_encode_path(std::string_view path);
+// url_encode_path lives in util/encoding.hpp (the agent's results use it too).
 
 // Whether `list` (a comma-separated header such as Sec-WebSocket-Protocol)
 // names `item`.

@@ -1,6 +1,6 @@
 #include "kernels/cell_watch.hpp"
 
-#include "wire/json_peek.hpp"
+#include "jupyter/json_peek.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,11 +10,11 @@ namespace cellgate::kernels {
 namespace {
 
 using json = nlohmann::json;
-namespace peek = wire::json_peek;
+namespace peek = jupyter::json_peek;
 
-std::shared_ptr<wire::kernel_message> made(ws::channel chan, std::string_view type, const json& content,
+std::shared_ptr<jupyter::kernel_message> made(jupyter::channel chan, std::string_view type, const json& content,
                                            const std::string& parent_header) {
-    auto m = std::make_shared<wire::kernel_message>();
+    auto m = std::make_shared<jupyter::kernel_message>();
     m->chan = chan;
     m->msg = protocol::make_message(type, content, "cellgate-gateway", "cellgate", parent_header);
     const auto header = json::parse(m->msg.header);
@@ -32,7 +32,7 @@ bool is_rich(const std::string& type) {
 // The first `keep` bytes of a stream message's text (cut where a UTF-8
 // character starts), as a new stream message under the same cell; null when
 // there is nothing to keep or the text is not where a stream keeps it.
-std::shared_ptr<wire::kernel_message> stream_head(const wire::kernel_message& m, std::size_t keep) {
+std::shared_ptr<jupyter::kernel_message> stream_head(const jupyter::kernel_message& m, std::size_t keep) {
     if (keep == 0) return nullptr;
     const auto name = peek::string_member(m.msg.content, "name", 16);
     const auto raw = peek::member(m.msg.content, "text");
@@ -60,7 +60,7 @@ std::shared_ptr<wire::kernel_message> stream_head(const wire::kernel_message& m,
     text.resize(end);
     if (text.empty()) return nullptr;
     json content = {{"name", *name}, {"text", std::move(text)}};
-    auto head = made(ws::channel::iopub, "stream", content, m.msg.parent_header);
+    auto head = made(jupyter::channel::iopub, "stream", content, m.msg.parent_header);
     return head;
 }
 
@@ -76,7 +76,7 @@ std::string human_bytes(std::uint64_t n) {
 }
 
 cell_watch::made_message cell_watch::notice(std::string_view text, const std::string& parent_header) {
-    return made(ws::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
+    return made(jupyter::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
 }
 
 void cell_watch::own(std::string msg_id) {
@@ -95,7 +95,7 @@ std::uint64_t cell_watch::set_of(const std::string& msg_id) const {
     return 0;
 }
 
-void cell_watch::on_status(const wire::kernel_message& m, std::string_view state, clock::time_point now) {
+void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view state, clock::time_point now) {
     const auto& parent = m.fields.parent_msg_id;
     if (parent.empty()) return;
     if (state == "idle") {
@@ -114,7 +114,7 @@ void cell_watch::on_status(const wire::kernel_message& m, std::string_view state
     cell_ = std::move(c);
 }
 
-cell_watch::verdict cell_watch::on_iopub(const wire::kernel_message& m, std::string_view state,
+cell_watch::verdict cell_watch::on_iopub(const jupyter::kernel_message& m, std::string_view state,
                                          const kernel_policy& p, clock::time_point now) {
     const auto& type = m.fields.msg_type;
     if (type == "status") {
@@ -132,7 +132,7 @@ cell_watch::verdict cell_watch::on_iopub(const wire::kernel_message& m, std::str
     return {};
 }
 
-cell_watch::verdict cell_watch::on_stream(const wire::kernel_message& m, const kernel_policy& p) {
+cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, const kernel_policy& p) {
     const auto limit = p.output_limit_bytes;
     auto& c = *cell_;
     const auto size = m.msg.content.size();
@@ -154,7 +154,7 @@ cell_watch::verdict cell_watch::on_stream(const wire::kernel_message& m, const k
     return v;
 }
 
-cell_watch::verdict cell_watch::on_result(const wire::kernel_message& m, const kernel_policy& p) {
+cell_watch::verdict cell_watch::on_result(const jupyter::kernel_message& m, const kernel_policy& p) {
     const auto limit = p.result_limit_bytes;
     auto& c = *cell_;
     const auto size = m.wire_bytes();
@@ -209,12 +209,12 @@ cell_watch::overdue cell_watch::check(const kernel_policy& p, clock::time_point 
     const std::string evalue = "The cell ran past its time limit of " + limit +
                                " (exec_timeout) and did not stop on interrupt; the kernel was restarted";
     const json traceback = json::array({"TimeoutError: " + evalue});
-    o.error = made(ws::channel::iopub, "error", {{"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}},
+    o.error = made(jupyter::channel::iopub, "error", {{"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}},
                    c.parent_header);
     json reply = {{"status", "error"}, {"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}};
     reply["execution_count"] = json::parse(c.execution_count, nullptr, false);
     if (reply["execution_count"].is_discarded()) reply["execution_count"] = nullptr;
-    o.reply = made(ws::channel::shell, "execute_reply", reply, c.parent_header);
+    o.reply = made(jupyter::channel::shell, "execute_reply", reply, c.parent_header);
     o.set_id = set_of(c.msg_id);
     return o;
 }

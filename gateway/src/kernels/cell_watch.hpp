@@ -19,7 +19,7 @@
 // Not thread-safe: the kernel calls it under its own lock.
 
 #include "kernels/policy.hpp"
-#include "wire/kernel_message.hpp"
+#include "jupyter/kernel_message.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -45,7 +45,7 @@ public:
     void requested(std::string msg_id, std::uint64_t set_id);
 
     // Messages the gateway makes up (the kernel numbers them when it sends them).
-    using made_message = std::shared_ptr<wire::kernel_message>;
+    using made_message = std::shared_ptr<jupyter::kernel_message>;
 
     struct verdict {
         bool deliver = true;
@@ -55,7 +55,7 @@ public:
     };
     // Every iopub message, in arrival order. `state` is a status message's
     // execution_state ("" for other types).
-    verdict on_iopub(const wire::kernel_message& m, std::string_view state, const kernel_policy& p,
+    verdict on_iopub(const jupyter::kernel_message& m, std::string_view state, const kernel_policy& p,
                      clock::time_point now);
 
     enum class action { none, interrupt, restart };
@@ -86,9 +86,9 @@ private:
         std::string execution_count = "null";  // raw, from execute_input
     };
 
-    void on_status(const wire::kernel_message& m, std::string_view state, clock::time_point now);
-    verdict on_stream(const wire::kernel_message& m, const kernel_policy& p);
-    verdict on_result(const wire::kernel_message& m, const kernel_policy& p);
+    void on_status(const jupyter::kernel_message& m, std::string_view state, clock::time_point now);
+    verdict on_stream(const jupyter::kernel_message& m, const kernel_policy& p);
+    verdict on_result(const jupyter::kernel_message& m, const kernel_policy& p);
     verdict on_error();
     std::uint64_t set_of(const std::string& msg_id) const;
 

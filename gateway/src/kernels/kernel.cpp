@@ -13,7 +13,7 @@ namespace {
 
 std::atomic<std::uint64_t> next_set_id{kernel::gateway_set + 1};
 
-std::size_t client_bytes(const ws::client_message& m) {
+std::size_t client_bytes(const jupyter::client_message& m) {
     std::size_t n = m.header.size() + m.parent_header.size() + m.metadata.size() + m.content.size();
     for (const auto& b : m.buffers) n += b.size();
     return n;
@@ -61,7 +61,7 @@ kernel::~kernel() = default;
 void kernel::connect(launcher::sandbox_info sandbox) {
     std::weak_ptr<kernel> weak = weak_from_this();
     wire::zmq_reactor::kernel_handlers handlers;
-    handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<wire::kernel_message> m) {
+    handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> m) {
         if (auto self = weak.lock()) self->on_wire_message(set_id, std::move(m));
     };
     // A kernel chooses how often this runs (tiny unsigned messages cost it
@@ -110,7 +110,7 @@ bool kernel::nudge() {
     if (ready_ || closed_) return ready_;
     auto msg = protocol::make_message("kernel_info_request", nlohmann::json::object(), "cellgate-gateway-" + id_);
     nudge_msg_id_ = nlohmann::json::parse(msg.header).at("msg_id").get<std::string>();
-    reactor_.send(id_, gateway_set, nudge_on_control_ ? ws::channel::control : ws::channel::shell, std::move(msg));
+    reactor_.send(id_, gateway_set, nudge_on_control_ ? jupyter::channel::control : jupyter::channel::shell, std::move(msg));
     return false;
 }
 
@@ -142,10 +142,10 @@ steady::time_point kernel::last_heartbeat() const {
     return last_heartbeat_;
 }
 
-wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
-    auto m = std::make_shared<wire::kernel_message>();
+jupyter::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
+    auto m = std::make_shared<jupyter::kernel_message>();
     m->seq = next_seq_++;
-    m->chan = ws::channel::iopub;
+    m->chan = jupyter::channel::iopub;
     nlohmann::json content = {{"execution_state", execution_state}};
     if (!reason.empty()) content["cellgate_reason"] = reason;
     m->msg = protocol::make_message("status", content, "cellgate-gateway-" + id_);
@@ -156,10 +156,10 @@ wire::kernel_message_ptr kernel::synthesize_status(std::string_view execution_st
     return m;
 }
 
-wire::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
-    auto m = std::make_shared<wire::kernel_message>();
+jupyter::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
+    auto m = std::make_shared<jupyter::kernel_message>();
     m->seq = next_seq_++;
-    m->chan = ws::channel::iopub;
+    m->chan = jupyter::channel::iopub;
     m->msg = protocol::make_message("stream", {{"name", "stderr"}, {"text", text}}, "cellgate-gateway-" + id_);
     const auto header = nlohmann::json::parse(m->msg.header);
     m->fields.msg_id = header.at("msg_id").get<std::string>();
@@ -270,7 +270,7 @@ bool kernel::evict_detached_locked() {
     return true;
 }
 
-void kernel::detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> unsent) {
+void kernel::detach(std::uint64_t set_id, std::vector<jupyter::kernel_message_ptr> unsent) {
     std::lock_guard lock(mutex_);
     const auto it = sessions_.find(set_id);
     if (it == sessions_.end()) return;
@@ -285,7 +285,7 @@ void kernel::detach(std::uint64_t set_id, std::vector<wire::kernel_message_ptr> 
     for (const auto& m : unsent) buffer_locked(s, m);
 }
 
-void kernel::requeue(std::uint64_t set_id, wire::kernel_message_ptr m) {
+void kernel::requeue(std::uint64_t set_id, jupyter::kernel_message_ptr m) {
     std::lock_guard lock(mutex_);
     const auto it = sessions_.find(set_id);
     if (it == sessions_.end() || closed_) return;
@@ -298,7 +298,7 @@ void kernel::requeue(std::uint64_t set_id, wire::kernel_message_ptr m) {
 
 // Inserts in arrival order (usually at the end; handed-back messages go
 // before anything that arrived after them) and enforces the bounds.
-void kernel::buffer_locked(client_session& s, const wire::kernel_message_ptr& m) {
+void kernel::buffer_locked(client_session& s, const jupyter::kernel_message_ptr& m) {
     auto pos = s.buffer.end();
     while (pos != s.buffer.begin() && (*std::prev(pos))->seq > m->seq) --pos;
     if (pos != s.buffer.begin() && (*std::prev(pos))->seq == m->seq) return;  // already there
@@ -324,7 +324,7 @@ void kernel::expire_sessions(steady::time_point now) {
     }
 }
 
-bool kernel::client_send(std::uint64_t set_id, ws::client_message msg) {
+bool kernel::client_send(std::uint64_t set_id, jupyter::client_message msg) {
     std::lock_guard lock(mutex_);
     if (closed_) return false;
     if (!ready_) {
@@ -339,7 +339,7 @@ bool kernel::client_send(std::uint64_t set_id, ws::client_message msg) {
     return true;
 }
 
-void kernel::send_locked(std::uint64_t set_id, ws::client_message msg) {
+void kernel::send_locked(std::uint64_t set_id, jupyter::client_message msg) {
     if (msg.msg_type == "execute_request") {
         ++metrics_.executions;
         if (set_id == gateway_set) watch_.own(msg.msg_id);
@@ -371,8 +371,8 @@ void kernel::add_observer(const std::shared_ptr<kernel_subscriber>& observer) {
     observers_.push_back(observer);
 }
 
-void kernel::gateway_send(ws::channel chan, protocol::message msg) {
-    ws::client_message m;
+void kernel::gateway_send(jupyter::channel chan, protocol::message msg) {
+    jupyter::client_message m;
     m.chan = chan;
     const auto header = nlohmann::json::parse(msg.header, nullptr, false);
     if (header.is_object()) {
@@ -387,7 +387,7 @@ void kernel::gateway_send(ws::channel chan, protocol::message msg) {
     client_send(gateway_set, std::move(m));
 }
 
-void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_message> arrived) {
+void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> arrived) {
     std::unique_lock lock(mutex_);
     if (closed_) return;
     if (set_id == gateway_set && arrived->fields.msg_type == "execute_reply") {
@@ -400,7 +400,7 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_
         }
     }
     arrived->seq = next_seq_++;
-    const wire::kernel_message_ptr m = std::move(arrived);
+    const jupyter::kernel_message_ptr m = std::move(arrived);
     if (set_id == 0) {
         if (!ready_ && !nudge_msg_id_.empty()) iopub_seen_ = true;
         std::string s;  // a status message's execution_state
@@ -444,13 +444,13 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<wire::kernel_
     if (it != sessions_.end()) deliver_locked(it->second, m);
 }
 
-void kernel::fan_out_locked(const wire::kernel_message_ptr& m) {
+void kernel::fan_out_locked(const jupyter::kernel_message_ptr& m) {
     for (auto& [set_id, s] : sessions_) deliver_locked(s, m);
     for (auto& o : observers_)
         if (auto sub = o.lock()) sub->deliver(m);
 }
 
-void kernel::deliver_locked(client_session& s, const wire::kernel_message_ptr& m) {
+void kernel::deliver_locked(client_session& s, const jupyter::kernel_message_ptr& m) {
     if (auto sub = s.subscriber.lock()) {
         sub->deliver(m);
         return;
@@ -459,7 +459,7 @@ void kernel::deliver_locked(client_session& s, const wire::kernel_message_ptr& m
     if (!s.session_id.empty()) buffer_locked(s, m);
 }
 
-bool kernel::rate_limited_locked(const wire::kernel_message& m) {
+bool kernel::rate_limited_locked(const jupyter::kernel_message& m) {
     if (settings_.iopub_msg_rate <= 0 && settings_.iopub_data_rate <= 0) return false;
     const auto& type = m.fields.msg_type;
     if (type == "status" || (!settings_.limit_rich_outputs && is_rich_output(type)) ||
@@ -522,7 +522,7 @@ void kernel::run_silent(const std::string& code, std::function<void(const nlohma
         }
         silent_waiters_[msg_id] = std::move(done);
     }
-    gateway_send(ws::channel::shell, std::move(msg));
+    gateway_send(jupyter::channel::shell, std::move(msg));
 }
 
 void kernel::touch() {

@@ -1,6 +1,7 @@
 #include "util/encoding.hpp"
 
 #include <array>
+#include <cctype>
 #include <cstdint>
 
 namespace cellgate {
@@ -125,6 +126,23 @@ std::size_t json_escaped_size(std::string_view s) noexcept {
         else n += 1;
     }
     return n;
+}
+
+std::string url_encode_path(std::string_view path) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(path.size());
+    for (const char ch : path) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+            out.push_back(ch);
+        } else {
+            out.push_back('%');
+            out.push_back(digits[c >> 4]);
+            out.push_back(digits[c & 15]);
+        }
+    }
+    return out;
 }
 
 }  // namespace cellgate

@@ -18,5 +18,7 @@ std::string hex_encode(std::string_view data);
 bool has_control_bytes(std::string_view s) noexcept;
 // How long `s` is as a JSON string's contents, escaped the way nlohmann dumps it.
 std::size_t json_escaped_size(std::string_view s) noexcept;
+// A path for a URL: every byte but [A-Za-z0-9/._~-] %-escaped.
+std::string url_encode_path(std::string_view path);
 
 }  // namespace cellgate

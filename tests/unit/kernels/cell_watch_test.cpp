@@ -18,16 +18,16 @@ std::string request_header(const std::string& msg_id, const std::string& type = 
         .dump();
 }
 
-wire::kernel_message iopub(const std::string& type, const json& content, const std::string& parent) {
-    wire::kernel_message m;
-    m.chan = ws::channel::iopub;
+jupyter::kernel_message iopub(const std::string& type, const json& content, const std::string& parent) {
+    jupyter::kernel_message m;
+    m.chan = jupyter::channel::iopub;
     m.msg = protocol::make_message(type, content, "kernel-session", "kernel", parent);
     m.fields.msg_type = type;
     m.fields.parent_msg_id = json::parse(parent).value("msg_id", "");
     return m;
 }
 
-wire::kernel_message status(const std::string& state, const std::string& parent) {
+jupyter::kernel_message status(const std::string& state, const std::string& parent) {
     return iopub("status", {{"execution_state", state}}, parent);
 }
 
@@ -43,7 +43,7 @@ struct watch_test : ::testing::Test {
         p.output_limit_bytes = 100;
         p.result_limit_bytes = 1000;
     }
-    cell_watch::verdict send(const wire::kernel_message& m, std::string_view state = "", clock_t_::time_point at = t0) {
+    cell_watch::verdict send(const jupyter::kernel_message& m, std::string_view state = "", clock_t_::time_point at = t0) {
         return w.on_iopub(m, state, p, at);
     }
     void start(clock_t_::time_point at = t0) { send(status("busy", cell), "busy", at); }
@@ -148,7 +148,7 @@ TEST_F(watch_test, past_the_time_limit_interrupts_then_gives_up_with_an_error_an
     ASSERT_EQ(last.what, cell_watch::action::restart);
     EXPECT_EQ(last.set_id, 7u);
     ASSERT_TRUE(last.reply && last.error);
-    EXPECT_EQ(last.reply->chan, ws::channel::shell);
+    EXPECT_EQ(last.reply->chan, jupyter::channel::shell);
     EXPECT_EQ(last.reply->fields.msg_type, "execute_reply");
     EXPECT_EQ(last.reply->fields.parent_msg_id, "cell-1");
     const auto reply = json::parse(last.reply->msg.content);

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-namespace cellgate::ws {
+namespace cellgate::jupyter {
 
 // The subprotocol name of the v1 framing, echoed only when a client offers it.
 inline constexpr const char* v1_subprotocol = "v1.kernel.websocket.jupyter.org";
@@ -78,4 +78,4 @@ struct encoded_frame {
 encoded_frame encode_json(const outgoing_view& m);
 std::string encode_v1(const outgoing_view& m);
 
-}  // namespace cellgate::ws
+}  // namespace cellgate::jupyter

@@ -1,4 +1,4 @@
-#include "ws/ws_codec.hpp"
+#include "jupyter/ws_codec.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-using namespace cellgate::ws;
+using namespace cellgate::jupyter;
 using nlohmann::json;
 
 namespace {

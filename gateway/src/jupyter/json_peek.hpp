@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace cellgate::wire::json_peek {
+namespace cellgate::jupyter::json_peek {
 
 inline constexpr std::size_t npos = std::string_view::npos;
 
@@ -224,4 +224,4 @@ inline std::optional<std::string> string_member(std::string_view object, std::st
     return decode_string(v->substr(1, v->size() - 2), max_bytes);
 }
 
-}  // namespace cellgate::wire::json_peek
+}  // namespace cellgate::jupyter::json_peek

@@ -1,4 +1,4 @@
-#include "wire/json_peek.hpp"
+#include "jupyter/json_peek.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace peek = cellgate::wire::json_peek;
+namespace peek = cellgate::jupyter::json_peek;
 using nlohmann::json;
 
 namespace {

@@ -1,16 +1,16 @@
 #pragma once
 
 #include "cellgate/protocol/message.hpp"
-#include "ws/ws_codec.hpp"
+#include "jupyter/ws_codec.hpp"
 
 #include <memory>
 
-namespace cellgate::wire {
+namespace cellgate::jupyter {
 
 // A verified message from a kernel, shared read-only between every client it
 // is fanned out to (parts can be megabytes; they are never copied per client).
 struct kernel_message {
-    ws::channel chan = ws::channel::iopub;
+    jupyter::channel chan = jupyter::channel::iopub;
     protocol::message msg;
     protocol::header_fields fields;
     // Order of arrival at its kernel, set once under the kernel's lock before
@@ -24,7 +24,7 @@ struct kernel_message {
         for (const auto& b : msg.buffers) n += b.size();
         return n;
     }
-    ws::outgoing_view view() const noexcept {
+    jupyter::outgoing_view view() const noexcept {
         return {chan,          msg.header,    msg.parent_header, msg.metadata,
                 msg.content,   &msg.buffers,  fields.msg_id,     fields.msg_type};
     }
@@ -32,4 +32,4 @@ struct kernel_message {
 
 using kernel_message_ptr = std::shared_ptr<const kernel_message>;
 
-}  // namespace cellgate::wire
+}  // namespace cellgate::jupyter

@@ -1,4 +1,4 @@
-#include "ws/ws_codec.hpp"
+#include "jupyter/ws_codec.hpp"
 
 #include "cellgate/protocol/json_check.hpp"
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <utility>
 
-namespace cellgate::ws {
+namespace cellgate::jupyter {
 
 namespace {
 
@@ -411,4 +411,4 @@ std::string encode_v1(const outgoing_view& m) {
     return out;
 }
 
-}  // namespace cellgate::ws
+}  // namespace cellgate::jupyter
