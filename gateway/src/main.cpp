@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
 
     bool generated_token = false;
     if (cfg.tokens.empty()) {
-        cfg.tokens.push_back({http::make_token(), "default", "default"});
+        cfg.tokens.push_back({http::make_token(), "default", "default", 0, true});
         generated_token = true;
     }
 

@@ -333,6 +333,18 @@ def test_attached_connections_past_the_cap_are_refused_not_evicted(gw):
         url = f"{gw.ws_url}/api/kernels/{k['id']}/channels?token={gw.token}"
         for i in range(32):
             conns.append(websocket.create_connection(f"{url}&session_id=attached-{i}", timeout=30))
+        # Each is attached once it has been answered (the handshake returns
+        # before the gateway attaches it: without this the 33rd could race
+        # ahead of the 32nd, and the 32nd would be the one refused).
+        for c in conns:
+            msg_id = uuid.uuid4().hex
+            c.send(json.dumps({"channel": "shell", "header": {
+                "msg_id": msg_id, "msg_type": "kernel_info_request", "session": "s", "username": "t",
+                "version": "5.3", "date": "2026-01-01T00:00:00Z"}, "parent_header": {}, "metadata": {}, "content": {}}))
+            while True:
+                m = json.loads(c.recv())
+                if m["channel"] == "shell" and m["parent_header"].get("msg_id") == msg_id:
+                    break
         extra = websocket.create_connection(f"{url}&session_id=one-too-many", timeout=30)
         # The close frame, read off the socket (Debian's websocket-client
         # refuses 1013 as a close code it does not know).

@@ -207,3 +207,28 @@ def test_the_same_policy_reaches_the_agent_surface(gw):
         assert out["truncated"]["stdout"] is True and len(out["stdout"]) < 4096 + 200, json.dumps(out)[:3000]
     finally:
         gw.api("DELETE", f"/v1/sessions/{s['id']}")
+
+
+def test_a_kernel_that_prints_by_itself_is_still_culled_when_idle(gw):
+    """Review L13: only what a client does counts as activity. A thread that
+    prints for ever after its cell ended must not keep the session alive past
+    its idle timeout."""
+    r = gw.api("POST", "/v1/sessions", json={"idle_timeout_s": 3})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    code = ("import threading, time\n"
+            "def chatter():\n"
+            "    while True:\n"
+            "        print('still here', flush=True)\n"
+            "        time.sleep(0.2)\n"
+            "threading.Thread(target=chatter, daemon=True).start()\n")
+    assert gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": code}).json()["status"] == "ok"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if gw.api("GET", f"/v1/sessions/{sid}").status_code == 404:
+            break
+        time.sleep(0.5)
+    else:
+        gw.api("DELETE", f"/v1/sessions/{sid}")
+        raise AssertionError("a session whose kernel keeps printing was never culled")
+    assert "session culled: idle for 3 s" in gw.log_text()

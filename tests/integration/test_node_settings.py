@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from gateway import BUILD, IMAGE_STORE, Gateway
 
@@ -136,3 +137,15 @@ def test_one_token_cannot_take_every_kernel_slot(gw_a):
         for token, sid in made:
             gw_a.api("DELETE", f"/v1/sessions/{sid}",
                      headers={"Authorization": f"token {token}"} if token else {})
+
+
+def test_only_the_operator_reads_what_spans_tenants(gw_a):
+    """Review L4: /metrics counts every tenant's kernels (and names kernels in
+    its per-kernel drop counts), so a tenant's token gets 403; /healthz is
+    public and says only that the gateway serves."""
+    r = gw_a.api("GET", "/metrics", headers={"Authorization": f"token {TENANT_B_TOKEN}"})
+    assert r.status_code == 403, r.text
+    assert set(r.json()) >= {"reason", "message"} and "operator" in r.json()["message"]
+    r = gw_a.api("GET", "/metrics")  # the gateway's --token: the operator's
+    assert r.status_code == 200 and "cellgate_kernels" in r.text
+    assert requests.get(gw_a.url + "/healthz", timeout=10).json() == {"status": "ok"}

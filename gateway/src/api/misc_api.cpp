@@ -15,8 +15,9 @@ void register_misc_api(router& r, services& s) {
     r.add(bhttp::verb::get, "/api", [&s](const request_ptr&, reply_fn reply) {
         reply(json_response(200, {{"version", s.version}, {"server", "cellgate"}}));
     });
-    r.add(bhttp::verb::get, "/healthz", [&s](const request_ptr&, reply_fn reply) {
-        reply(json_response(200, {{"status", "ok"}, {"kernels", s.kernels.count()}}));
+    r.add(bhttp::verb::get, "/healthz", [](const request_ptr&, reply_fn reply) {
+        // Public: says only that the gateway serves (no counts: review L4).
+        reply(json_response(200, {{"status", "ok"}}));
     });
     r.add(bhttp::verb::get, "/api/status", [&s](const request_ptr& req, reply_fn reply) {
         const auto kernels = s.kernels.list(req->who.tenant);
@@ -40,7 +41,11 @@ void register_misc_api(router& r, services& s) {
                                     {"tenant", who.tenant}}},
                                   {"permissions", nlohmann::json::object()}}));
     });
-    r.add(bhttp::verb::get, "/metrics", [&s](const request_ptr&, reply_fn reply) {
+    // Counts across every tenant (and per kernel): the operator's only (L4).
+    r.add(bhttp::verb::get, "/metrics", [&s](const request_ptr& req, reply_fn reply) {
+        if (!req->who.is_operator)
+            return reply(error_response(403, "/metrics is for the operator: use the gateway's --token, or a "
+                                             "token entry with \"operator\": true"));
         response res;
         res.content_type = "text/plain; version=0.0.4; charset=utf-8";
         res.body = s.metrics.render();

@@ -53,6 +53,13 @@ void tenant_policy(gateway_config& c, const std::string& tenant, const json& ent
     }
 }
 
+bool operator_flag(const json& entry, const std::string& where) {
+    const auto it = entry.find("operator");
+    if (it == entry.end()) return false;
+    if (!it->is_boolean()) throw config_error("tokens[].operator must be true or false (in " + where + ")");
+    return it->get<bool>();
+}
+
 // A tokens file: [{"token": …, "tenant": …, "name"?: …, "max_sessions"?: n, "policy"?: {…}}, …].
 void load_tokens_file(gateway_config& c, const std::string& path) {
     std::ifstream in(path);
@@ -68,6 +75,7 @@ void load_tokens_file(gateway_config& c, const std::string& path) {
         e.tenant = t["tenant"].get<std::string>();
         e.name = t.value("name", e.tenant);
         e.max_sessions = t.value("max_sessions", std::size_t{0});
+        e.is_operator = operator_flag(t, path);
         tenant_policy(c, e.tenant, t, path);
         c.tokens.push_back(std::move(e));
     }
@@ -96,7 +104,7 @@ const std::map<std::string, setter>& setters() {
         {"port_file", [](auto& c, const auto& v) { c.port_file = v; }},
         {"token", [](auto& c, const auto& v) {
              if (v.empty()) throw config_error("token must not be empty");
-             c.tokens.push_back({v, "default", "default"});
+             c.tokens.push_back({v, "default", "default", 0, true});
          }},
         {"certfile", [](auto& c, const auto& v) { c.certfile = v; }},
         {"keyfile", [](auto& c, const auto& v) { c.keyfile = v; }},
@@ -222,6 +230,7 @@ void apply_file(gateway_config& c, const std::string& path) {
                     if (!m->is_number_unsigned()) throw config_error("tokens[].max_sessions must be a whole number");
                     e.max_sessions = m->get<std::size_t>();
                 }
+                e.is_operator = operator_flag(t, path);
                 tenant_policy(c, e.tenant, t, path);
                 c.tokens.push_back(std::move(e));
             }
@@ -278,7 +287,8 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         it->second(c, v);
     }
     (void)file_tokens;
-    if (c.tokens.empty() && env_token != nullptr && *env_token != '\0') c.tokens.push_back({env_token, "default", "default"});
+    if (c.tokens.empty() && env_token != nullptr && *env_token != '\0')
+        c.tokens.push_back({env_token, "default", "default", 0, true});
     if (c.certfile.has_value() != c.keyfile.has_value()) throw config_error("--certfile and --keyfile go together");
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
     c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book

@@ -35,7 +35,7 @@ bool iequals_prefix(std::string_view s, std::string_view prefix) {
 }  // namespace
 
 authenticator::authenticator(std::vector<token_entry> tokens) {
-    for (auto& t : tokens) entries_.push_back({sha256(t.token), {t.tenant, t.name}});
+    for (auto& t : tokens) entries_.push_back({sha256(t.token), {t.tenant, t.name, t.is_operator}});
 }
 
 authenticator::result authenticator::check(const request& req, const std::map<std::string, std::string>& query) const {

@@ -13,6 +13,10 @@ struct token_entry {
     std::string tenant = "default";
     std::string name = "default";
     std::size_t max_sessions = 0;  // 0: the server's per-tenant default
+    // May read what spans tenants (/metrics). The --token / CELLGATE_TOKEN
+    // (or generated) token is the operator's; a tokens entry is one only with
+    // "operator": true (review L4).
+    bool is_operator = false;
 };
 
 // Token authentication: `Authorization: token <t>`, `Authorization: Bearer <t>`

@@ -26,6 +26,7 @@ using request = bhttp::request<bhttp::string_body>;
 struct identity {
     std::string tenant;
     std::string token_name;
+    bool is_operator = false;
 };
 
 // A response as handlers build it; the server turns it into Beast messages.

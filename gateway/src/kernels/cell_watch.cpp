@@ -100,12 +100,16 @@ void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view st
     if (parent.empty()) return;
     if (state == "idle") {
         if (cell_ && cell_->msg_id == parent) cell_.reset();
+        if (own_running_ == parent) own_running_.clear();
         std::erase(own_, parent);
         std::erase_if(requests_, [&](const auto& r) { return r.first == parent; });
         return;
     }
     if (state != "busy") return;
-    if (std::find(own_.begin(), own_.end(), parent) != own_.end()) return;
+    if (std::find(own_.begin(), own_.end(), parent) != own_.end()) {
+        own_running_ = parent;
+        return;
+    }
     if (peek::string_member(m.msg.parent_header, "msg_type", 32).value_or("") != "execute_request") return;
     cell c;
     c.msg_id = parent;

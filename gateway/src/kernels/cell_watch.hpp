@@ -70,8 +70,16 @@ public:
     overdue check(const kernel_policy& p, clock::time_point now, clock::duration grace);
 
     // The kernel restarted, died or was replaced: no cell is running.
-    void reset() noexcept { cell_.reset(); }
+    void reset() noexcept {
+        cell_.reset();
+        own_running_.clear();
+    }
+    // A client's cell is running (the one this watch enforces limits on).
     bool running() const noexcept { return cell_.has_value(); }
+    // A cell someone asked for is running, the gateway's own included: what
+    // keeps a session from idle culling. A kernel that says "busy" by itself,
+    // or prints from a thread, does not (review L13).
+    bool serving_request() const noexcept { return cell_.has_value() || !own_running_.empty(); }
 
     // Builders for the messages above; public for the tests.
     static made_message notice(std::string_view text, const std::string& parent_header);
@@ -94,6 +102,7 @@ private:
 
     std::optional<cell> cell_;
     std::deque<std::string> own_;
+    std::string own_running_;  // the gateway's own cell the kernel is running
     std::deque<std::pair<std::string, std::uint64_t>> requests_;
 };
 

@@ -414,8 +414,7 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kern
                 else if (s == "starting") state_ = kernel_state::starting;
             }
         } else {
-            last_activity_ = std::chrono::system_clock::now();
-            last_activity_wall_ = steady::now();
+            last_activity_ = std::chrono::system_clock::now();  // the model's, not culling's (L13)
         }
         auto verdict = watch_.on_iopub(*m, s, policy_, steady::now());
         for (auto& made : verdict.before) fan_out_made_locked(std::move(made));
@@ -558,6 +557,11 @@ void kernel::nudge_on_control(bool on) {
 steady::time_point kernel::last_activity() const {
     std::lock_guard lock(mutex_);
     return last_activity_wall_;
+}
+
+bool kernel::serving_request() const {
+    std::lock_guard lock(mutex_);
+    return watch_.serving_request();
 }
 
 int kernel::connections() const {

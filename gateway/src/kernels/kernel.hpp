@@ -150,7 +150,11 @@ public:
     void gateway_send(jupyter::channel chan, protocol::message msg);
 
     nlohmann::json model() const;
+    // What a client did last (requests, file operations), for idle culling;
+    // what the kernel sends does not count (review L13).
     steady::time_point last_activity() const;
+    // A cell a client or the gateway asked for is running (cell_watch.hpp).
+    bool serving_request() const;
     int connections() const;
     const nlohmann::json& kernel_info() const { return kernel_info_; }
 

@@ -91,8 +91,9 @@ void kernel_manager::tick() {
                 cull.emplace_back(r.k, "session expired: its lifetime of " + std::to_string(p.lifetime.count()) + " s is over");
                 continue;
             }
-            // Busy kernels are working, not idle; reconnects and pings never count.
-            if (p.idle_timeout.count() > 0 && state != kernel_state::busy && !r.busy_lifecycle &&
+            // A kernel running a cell someone asked for is working, not idle;
+            // reconnects, pings and what the kernel does by itself never count.
+            if (p.idle_timeout.count() > 0 && !r.k->serving_request() && !r.busy_lifecycle &&
                 now - r.k->last_activity() > p.idle_timeout) {
                 cull.emplace_back(r.k, "session culled: idle for " + std::to_string(p.idle_timeout.count()) + " s");
                 continue;

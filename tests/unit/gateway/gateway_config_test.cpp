@@ -89,3 +89,16 @@ TEST(gateway_config, policies_per_surface_kernelspec_and_tenant) {
               std::string::npos);
     std::filesystem::remove(file);
 }
+
+TEST(gateway_config, the_command_line_token_is_the_operators_and_entries_say_so) {
+    EXPECT_TRUE(parse({"--token", "op-token-1"}).tokens.at(0).is_operator);
+    const auto file = std::filesystem::temp_directory_path() / ("cg-op-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(file) << R"({"tokens": [{"token": "t-aaaaaaaa", "tenant": "a", "operator": true},
+                                          {"token": "t-bbbbbbbb", "tenant": "b"}]})";
+    const auto c = parse({"--config", file.string()});
+    EXPECT_TRUE(c.tokens.at(0).is_operator);
+    EXPECT_FALSE(c.tokens.at(1).is_operator);
+    std::ofstream(file) << R"({"tokens": [{"token": "t-aaaaaaaa", "tenant": "a", "operator": "yes"}]})";
+    EXPECT_THROW(parse({"--config", file.string()}), config::config_error);
+    std::filesystem::remove(file);
+}
