@@ -1,9 +1,11 @@
 #pragma once
 
 #include "cellgate/launcher/launcher.hpp"
+#include "kernels/admission.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/launch_gate.hpp"
+#include "kernels/warm_pool.hpp"
 #include "kernels/sandbox_backend.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -136,7 +138,6 @@ private:
     void gauges(std::string& out) const;
     // Warm pool.
     void replenish();
-    kernel_ptr take_from_pool_locked(const std::string& spec_name);
     void claim(const kernel_ptr& k, const std::string& tenant, const std::map<std::string, std::string>& env,
                const kernel_policy& policy, done_kernel callback);
     void drop_from_pool(const kernel_ptr& k, const std::string& why);
@@ -154,17 +155,10 @@ private:
 
     mutable std::mutex mutex_;
     std::map<std::string, record> kernels_;
-    std::size_t admitted_ = 0;  // kernels plus starts under way
-    std::map<std::string, std::size_t> admitted_by_tenant_;
-    std::map<std::string, std::size_t> tenant_quota_;
-    bool admit_locked(const std::string& tenant, std::string& why);
-    void release_locked(const std::string& tenant);
+    admission admission_;  // kernels plus starts under way, under mutex_
     bool shutting_down_ = false;
     std::vector<std::function<void(const std::string&)>> removal_listeners_;
-    std::map<std::string, std::deque<kernel_ptr>> warm_;   // ready, by spec name
-    std::map<std::string, std::size_t> pool_starting_;
-    std::uint64_t pool_claims_ = 0, pool_misses_ = 0, pool_failures_ = 0;
-    steady::time_point pool_backoff_until_{};
+    warm_pool pool_;  // under mutex_
     state_store* store_ = nullptr;
 };
 

@@ -9,7 +9,7 @@ std::optional<session_record> session_registry::add(session_record s) {
     s.id = protocol::make_uuid();
     std::lock_guard lock(mutex_);
     std::size_t mine = 0;
-    for (const auto& [id, r] : sessions_) mine += r.tenant == s.tenant ? 1 : 0;
+    for (const auto& [id, r] : sessions_) mine += r.tenant == s.tenant ? 1u : 0u;
     if (mine >= max_per_tenant_) return std::nullopt;
     sessions_[s.id] = s;
     if (store_) store_->put_session(s);
@@ -19,7 +19,7 @@ std::optional<session_record> session_registry::add(session_record s) {
 bool session_registry::has_room(const std::string& tenant) const {
     std::lock_guard lock(mutex_);
     std::size_t mine = 0;
-    for (const auto& [id, r] : sessions_) mine += r.tenant == tenant ? 1 : 0;
+    for (const auto& [id, r] : sessions_) mine += r.tenant == tenant ? 1u : 0u;
     return mine < max_per_tenant_;
 }
 
