@@ -46,7 +46,7 @@ std::shared_ptr<asio::ssl::context> make_tls(const config::gateway_config& c) {
 }
 
 // Sandboxes left by an earlier gateway process that no kept session owns.
-void remove_leftovers(kernels::sandbox_backend& l, const std::set<std::string>& keep) {
+void remove_leftovers(launcher::sandbox_launcher& l, const std::set<std::string>& keep) {
     for (const auto& s : l.list()) {
         if (keep.count(s.id) != 0) continue;
         try {
@@ -68,7 +68,7 @@ struct recovered {
 // killed) gateway process to take back: those whose kernelspec still exists
 // and whose lifetime and idle limits did not run out while it was down.
 // The rest are forgotten here and their sandboxes removed with the leftovers.
-recovered recover(kernels::state_store& store, kernels::sandbox_backend& l, const kernels::kernelspec_registry& specs) {
+recovered recover(kernels::state_store& store, launcher::sandbox_launcher& l, const kernels::kernelspec_registry& specs) {
     recovered out;
     const auto now = std::chrono::system_clock::now();
     for (auto& row : store.kernels()) {
@@ -127,6 +127,88 @@ int raise_fd_limit() {
     return static_cast<int>(std::max<rlim_t>(sockets, 256));
 }
 
+std::unique_ptr<launcher::sandbox_launcher> make_launcher(const config::gateway_config& cfg) {
+    if (!cfg.launcher_socket.empty()) {
+        spdlog::info("sandboxes through the launcher service at {} (running as uid {})", cfg.launcher_socket,
+                     ::geteuid());
+        return std::make_unique<launcher::service::client>(cfg.launcher_socket);
+    }
+    if (::geteuid() != 0)
+        spdlog::warn("running the launcher in process without root: sandboxes will not start "
+                     "(use cellgate-launchd and --launcher-socket)");
+    return std::make_unique<launcher::launcher>(cfg.launcher);
+}
+
+// Every kernelspec can start here (its image, runtime and limits pass the
+// launcher's checks); false after logging the first that cannot.
+bool specs_can_start(const kernels::kernelspec_registry& specs, launcher::sandbox_launcher& launch) {
+    for (const auto& [name, k] : specs.all()) {
+        try {
+            launch.validate(k.to_sandbox_spec({}, {}));
+        } catch (const std::exception& e) {
+            spdlog::error("kernelspec {} cannot start: {}", name, e.what());
+            return false;
+        }
+    }
+    return true;
+}
+
+// The kernels and Jupyter sessions an earlier gateway process left, back
+// under this one; sessions whose kernel is gone are forgotten.
+void take_back(kernels::state_store& store, const recovered& taken_back, kernels::kernel_manager& manager,
+               kernels::session_registry& sessions) {
+    manager.persist_to(&store);
+    sessions.persist_to(&store);
+    for (const auto& [row, running] : taken_back.kernels) manager.adopt(row, running);
+    for (const auto& s : store.sessions()) {
+        if (taken_back.ids.count(s.kernel_id) != 0) sessions.restore(s);
+        else store.remove_session(s.id);
+    }
+    if (!taken_back.kernels.empty())
+        spdlog::info("took back {} kernel(s) from {}", taken_back.kernels.size(), store.file().string());
+}
+
+void register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
+                     const config::gateway_config& cfg) {
+    api::register_misc_api(routes, services);
+    api::register_kernels_api(routes, services);
+    api::register_sessions_api(routes, services);
+    api::register_contents_api(routes, services);
+    api::register_agent_api(routes, services, agents);
+    api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
+}
+
+void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {
+    if (cfg.port_file) std::ofstream(*cfg.port_file) << port << "\n";
+    const std::string url =
+        std::string(cfg.certfile ? "https" : "http") + "://" + cfg.server.ip + ":" + std::to_string(port) + "/";
+    spdlog::info("cellgate listening on {}", url);
+    if (generated_token)
+        std::cout << "cellgate: no token given; use this one:\n    " << url << "?token=" << cfg.tokens[0].token
+                  << "\n    Authorization: token " << cfg.tokens[0].token << std::endl;
+}
+
+// Runs the io threads until SIGINT or SIGTERM, then stops accepting, stops
+// every kernel and returns.
+void serve(asio::io_context& ioc, http::listener& server, kernels::kernel_manager& manager, int io_threads) {
+    asio::signal_set signals(ioc, SIGINT, SIGTERM);
+    std::thread stopper;
+    signals.async_wait([&](const boost::system::error_code&, int sig) {
+        spdlog::info("signal {}: shutting down (stop accepting, close sockets, stop kernels)", sig);
+        server.stop();
+        stopper = std::thread([&] {
+            manager.shutdown_all();
+            ioc.stop();
+        });
+    });
+    const int n = io_threads > 0 ? io_threads : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    std::vector<std::thread> threads;
+    for (int i = 1; i < n; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+    ioc.run();
+    for (auto& t : threads) t.join();
+    if (stopper.joinable()) stopper.join();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,19 +234,7 @@ int main(int argc, char** argv) {
     }
 
     try {
-        std::unique_ptr<kernels::sandbox_backend> backend;
-        if (cfg.launcher_socket.empty()) {
-            if (::geteuid() != 0)
-                spdlog::warn("running the launcher in process without root: sandboxes will not start "
-                             "(use cellgate-launchd and --launcher-socket)");
-            backend = std::make_unique<kernels::backend_of<launcher::launcher>>(
-                std::make_unique<launcher::launcher>(cfg.launcher));
-        } else {
-            backend = std::make_unique<kernels::backend_of<launcher::service::client>>(
-                std::make_unique<launcher::service::client>(cfg.launcher_socket));
-            spdlog::info("sandboxes through the launcher service at {} (running as uid {})", cfg.launcher_socket,
-                         ::geteuid());
-        }
+        const auto backend = make_launcher(cfg);
         auto& launch = *backend;
         kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
         std::unique_ptr<kernels::state_store> store;
@@ -173,41 +243,19 @@ int main(int argc, char** argv) {
                                                                                  : std::filesystem::path(cfg.state_db));
         const auto taken_back = store ? recover(*store, launch, specs) : recovered{};
         remove_leftovers(launch, taken_back.ids);
+        if (!specs_can_start(specs, launch)) return 1;
 
         wire::zmq_reactor::options wire_options;
         wire_options.max_sockets = raise_fd_limit();
         wire::zmq_reactor reactor(wire_options);
         reactor.start();
         metrics::registry metrics;
-        for (const auto& [name, k] : specs.all()) {
-            try {
-                launcher::sandbox_spec probe;
-                probe.image = k.image;
-                probe.runtime = k.runtime;
-                probe.limits = k.limits;
-                probe.preload = k.preload;
-                launch.validate(probe);
-            } catch (const std::exception& e) {
-                spdlog::error("kernelspec {} cannot start: {}", name, e.what());
-                return 1;
-            }
-        }
 
         asio::io_context ioc;
         cfg.manager.launcher_rules = cfg.launcher;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
-        if (store) {
-            manager.persist_to(store.get());
-            sessions.persist_to(store.get());
-            for (const auto& [row, running] : taken_back.kernels) manager.adopt(row, running);
-            for (const auto& s : store->sessions()) {
-                if (taken_back.ids.count(s.kernel_id) != 0) sessions.restore(s);
-                else store->remove_session(s.id);
-            }
-            if (!taken_back.kernels.empty())
-                spdlog::info("took back {} kernel(s) from {}", taken_back.kernels.size(), store->file().string());
-        }
+        if (store) take_back(*store, taken_back, manager, sessions);
         for (const auto& t : cfg.tokens)
             if (t.max_sessions > 0) manager.set_tenant_quota(t.tenant, t.max_sessions);
         // Checkpoints live in the workspaces now (.ipynb_checkpoints); earlier
@@ -224,43 +272,12 @@ int main(int argc, char** argv) {
             cfg.server, http::authenticator(cfg.tokens),
             [&manager](const std::string& tenant, const std::string& id) { return manager.find(tenant, id); }, metrics);
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
-        api::register_misc_api(ctx.routes, services);
-        api::register_kernels_api(ctx.routes, services);
-        api::register_sessions_api(ctx.routes, services);
-        api::register_contents_api(ctx.routes, services);
-        api::register_agent_api(ctx.routes, services, agents);
-        const api::web_options web{cfg.static_dir, cfg.output_scripts};
-        api::register_static_api(ctx.routes, web);
+        register_routes(ctx.routes, services, agents, cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
-        const auto port = server.listen();
-        if (cfg.port_file) std::ofstream(*cfg.port_file) << port << "\n";
-        const std::string url = std::string(cfg.certfile ? "https" : "http") + "://" + cfg.server.ip + ":" + std::to_string(port) + "/";
-        spdlog::info("cellgate listening on {}", url);
-        if (generated_token) {
-            std::cout << "cellgate: no token given; use this one:\n    " << url << "?token=" << cfg.tokens[0].token
-                      << "\n    Authorization: token " << cfg.tokens[0].token << std::endl;
-        }
+        announce(cfg, server.listen(), generated_token);
         manager.start();
-
-        asio::signal_set signals(ioc, SIGINT, SIGTERM);
-        std::thread stopper;
-        signals.async_wait([&](const boost::system::error_code&, int sig) {
-            spdlog::info("signal {}: shutting down (stop accepting, close sockets, stop kernels)", sig);
-            server.stop();
-            stopper = std::thread([&] {
-                manager.shutdown_all();
-                ioc.stop();
-            });
-        });
-
-        const int n = cfg.io_threads > 0 ? cfg.io_threads
-                                         : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-        std::vector<std::thread> threads;
-        for (int i = 1; i < n; ++i) threads.emplace_back([&ioc] { ioc.run(); });
-        ioc.run();
-        for (auto& t : threads) t.join();
-        if (stopper.joinable()) stopper.join();
+        serve(ioc, server, manager, cfg.io_threads);
         file_io.stop();  // its jobs use the services and the manager below
         reactor.stop();
         spdlog::info("cellgate stopped");

@@ -168,6 +168,55 @@ struct launcher::impl {
     }
 
     sandbox_info launch(const sandbox_spec& spec);
+
+    // The kernel's connection file (in its own dir, owned by it, read-only)
+    // and the host's (the same key, the paths the host dials); returns the
+    // endpoints the host connects to.
+    kernel_endpoints write_connection_files(const fs::path& dir, const fs::path& kernel_dir, const fs::path& socket_dir,
+                                            std::uint32_t kernel_uid, std::uint32_t kernel_gid) const {
+        kernel_endpoints e;
+        e.key = protocol::make_kernel_key();
+        write_file("write-connection-file", kernel_dir / "connection.json",
+                   connection_json("/run/kernel/k", e.key).dump(), 0400, kernel_uid, kernel_gid);
+        e.connection_file = (dir / "connection.json").string();
+        write_file("write-connection-file", e.connection_file,
+                   connection_json((socket_dir / "k").string(), e.key).dump(2), 0600);
+        const std::string ipc = "ipc://" + (socket_dir / "k").string();
+        e.shell = ipc + "-1";
+        e.iopub = ipc + "-2";
+        e.stdin_ = ipc + "-3";
+        e.control = ipc + "-4";
+        e.hb = ipc + "-5";
+        return e;
+    }
+
+    // What the OCI config is built from: the image, the mounts, the ids, the
+    // limits, the command and the environment (spec env and preloads).
+    oci_inputs oci_inputs_for(const sandbox_info& info, const sandbox_spec& spec, const fs::path& kernel_dir,
+                              std::uint32_t host_id_base, const oci_runtime& rt) const {
+        const bool relayed = rt.traits().relays_kernel_sockets;
+        oci_inputs in;
+        in.id = info.id;
+        in.rootfs = info.image;
+        in.workspace_dir = info.workspace_dir;
+        in.kernel_dir = kernel_dir.string();
+        in.host_id_base = host_id_base;
+        in.uid = spec.uid;
+        in.gid = spec.gid;
+        in.limits = spec.limits;
+        in.args = relayed ? relayed_kernel_args() : kernel_args();
+        if (rt.name() == "runsc")
+            in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(fs::path(info.run_dir)).script_dir.string()};
+        in.env = base_environment(spec.limits);
+        for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
+        if (!spec.preload.empty()) {
+            std::string modules;
+            for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;
+            in.env.push_back("CELLGATE_PRELOAD=" + modules);
+        }
+        in.cgroups_path = cgroup_path_of(cfg, info.id);
+        return in;
+    }
 };
 
 sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
@@ -232,43 +281,12 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     const fs::path kernel_dir = dir / "kernel";
     make_dir("prepare-run-dir", kernel_dir, 0700);
     change_owner("prepare-run-dir", kernel_dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, 0700);
-    const std::string key = protocol::make_kernel_key();
-    write_file("write-connection-file", kernel_dir / "connection.json",
-               connection_json("/run/kernel/k", key).dump(), 0400, ws.host_id_base + spec.uid,
-               ws.host_id_base + spec.gid);
     // Where the host connects: the kernel's own sockets, or under gVisor the
     // relay's, which speak the same ZMTP to the kernel through the sandbox.
     const fs::path socket_dir = relayed ? relay_paths_of(dir).socket_dir : kernel_dir;
-    info.endpoints.key = key;
-    info.endpoints.connection_file = (dir / "connection.json").string();
-    write_file("write-connection-file", info.endpoints.connection_file,
-               connection_json((socket_dir / "k").string(), key).dump(2), 0600);
-    const std::string ipc = "ipc://" + (socket_dir / "k").string();
-    info.endpoints.shell = ipc + "-1";
-    info.endpoints.iopub = ipc + "-2";
-    info.endpoints.stdin_ = ipc + "-3";
-    info.endpoints.control = ipc + "-4";
-    info.endpoints.hb = ipc + "-5";
-
-    oci_inputs in;
-    in.id = info.id;
-    in.rootfs = info.image;
-    in.workspace_dir = info.workspace_dir;
-    in.kernel_dir = kernel_dir.string();
-    in.host_id_base = ws.host_id_base;
-    in.uid = spec.uid;
-    in.gid = spec.gid;
-    in.limits = spec.limits;
-    in.args = relayed ? relayed_kernel_args() : kernel_args();
-    if (rt.name() == "runsc") in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(dir).script_dir.string()};
-    in.env = base_environment(spec.limits);
-    for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
-    if (!spec.preload.empty()) {
-        std::string modules;
-        for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;
-        in.env.push_back("CELLGATE_PRELOAD=" + modules);
-    }
-    in.cgroups_path = cgroup_path_of(cfg, info.id);
+    info.endpoints = write_connection_files(dir, kernel_dir, socket_dir, ws.host_id_base + spec.uid,
+                                            ws.host_id_base + spec.gid);
+    const auto in = oci_inputs_for(info, spec, kernel_dir, ws.host_id_base, rt);
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     finish_step("config");
 

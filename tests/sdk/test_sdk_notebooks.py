@@ -10,7 +10,7 @@ import openpyxl
 import pytest
 
 from sdk_support import NOTEBOOKS, run_cli
-from cellgate.notebook_runner import run_notebook
+from cellgate.notebook_runner import local_path, run_notebook
 
 EXAMPLES = ["csv_analysis", "excel_pivot", "image_processing"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -185,3 +185,14 @@ def test_cli_notebook_run(gateway, tmp_path):
     committed = nbformat.read(str(NOTEBOOKS / "excel_pivot.ipynb"), as_version=4)
     assert all(c.outputs == [] for c in code_cells(committed))
     assert sys.version_info >= (3, 9)
+
+
+def test_downloads_keep_to_the_download_dir_on_every_system(tmp_path):
+    """Review L10: the kernel names the files; a name that would leave the
+    download dir on Windows (a drive, a stream, a device) is not downloaded."""
+    import os
+    assert local_path(str(tmp_path), "out/plot.png") == os.path.join(str(tmp_path), "out", "plot.png")
+    for bad in ["C:x", "out/C:evil", "a\\..\\b", "../up", "/etc/passwd", "nul", "NUL.txt", "out/com1.csv",
+                "lpt9", "trailing.", "space ", "x\0y", ""]:
+        assert local_path(str(tmp_path), bad) is None, bad
+    assert local_path(str(tmp_path), "console.txt") is not None  # only the exact device names

@@ -16,6 +16,26 @@ from .models import ExecutionError
 from .sandbox import Sandbox
 
 
+# Names Windows gives to devices, whatever the extension ("nul.txt" too).
+_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+
+
+def local_path(download_dir, workspace_path):
+    """Where a file the kernel made goes under ``download_dir``, or None when
+    its name could escape it on some system: an absolute path, "..", a drive
+    or stream (":"; "C:x" is drive-relative on Windows), a backslash,
+    or a device name. The kernel picks these names (review L10)."""
+    parts = PurePosixPath(workspace_path).parts
+    if not parts or PurePosixPath(workspace_path).is_absolute():
+        return None
+    for part in parts:
+        if part in ("", ".", "..") or ":" in part or "\\" in part or "\0" in part:
+            return None
+        if part.split(".")[0].rstrip(" ").lower() in _RESERVED or part.endswith((" ", ".")):
+            return None
+    return os.path.join(download_dir, *parts)
+
+
 class NotebookRun:
     """What ``run_notebook`` did: the executed notebook (an nbformat
     NotebookNode), where it was saved, the first error (cell index and
@@ -27,6 +47,7 @@ class NotebookRun:
         self.errors = []          # [(cell_index, {"ename", "evalue", "traceback", "traceback_text"})]
         self.produced = {}        # workspace path -> FileInfo, newest version
         self.downloaded = []      # local paths
+        self.not_downloaded = []  # workspace paths with no safe local name (see local_path)
         self.cells_run = 0
         self.session_id = None
 
@@ -152,7 +173,11 @@ def run_notebook(path, url=None, token=None, *, uploads=(), output=None, allow_e
 
         if download_dir is not None:
             for f in run.produced.values():
-                local = os.path.join(download_dir, *PurePosixPath(f.path).parts)
+                local = local_path(download_dir, f.path)
+                if local is None:
+                    run.not_downloaded.append(f.path)
+                    say(f"not downloaded: {f.path!r} has no safe local name")
+                    continue
                 sb.download(f.path, local)
                 run.downloaded.append(local)
                 say(f"downloaded {f.path} -> {local}")

@@ -173,9 +173,8 @@ void finish_upload(services& s, const request_ptr& req, const reply_fn& reply) {
                          {"url", files_url(k->id()) + url_encode_path(info.path)}}));
 }
 
-}  // namespace
-
-void register_agent_api(router& r, services& s, agent::agent_service& agents) {
+// Sessions: create, list, look up, delete, interrupt, restart, execute.
+void register_sessions(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
         auto name = agent_kernel_name(body);
@@ -243,15 +242,19 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         }
         run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
     });
+}
 
-    // Files: each handler runs on the file-I/O pool (see run_file_work).
-    using file_handler = std::function<void(const request_ptr&, const reply_fn&)>;
-    const auto on_pool = [&s](file_handler h) {
-        return [&s, h = std::move(h)](const request_ptr& req, reply_fn reply) {
-            run_file_work(s, req, std::move(reply), [h, req](const reply_fn& rep) { h(req, rep); });
-        };
+// Files: each handler runs on the file-I/O pool (see run_file_work).
+using file_handler = std::function<void(const request_ptr&, const reply_fn&)>;
+handler_fn on_pool(services& s, file_handler h) {
+    return [&s, h = std::move(h)](const request_ptr& req, reply_fn reply) {
+        run_file_work(s, req, std::move(reply), [h, req](const reply_fn& rep) { h(req, rep); });
     };
-    r.add(bhttp::verb::get, "/v1/sessions/{id}/files", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
+}
+
+// The workspace listing, and uploads as multipart forms.
+void register_file_listing(router& r, services& s) {
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto store = store_of(k);
         const auto dir = req->query_value("path").value_or("");
@@ -263,7 +266,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         if (listed.truncated) res.headers.emplace_back("X-Cellgate-Truncated", std::to_string(s.max_listed_entries));
         reply(std::move(res));
     }));
-    r.add(bhttp::verb::post, "/v1/sessions/{id}/files", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/files", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto ct = req->req[bhttp::field::content_type];
         const auto boundary = multipart_boundary(std::string_view(ct.data(), ct.size()));
@@ -287,6 +290,10 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         if (saved.empty()) throw api_exception(400, "No file parts in the form");
         reply(json_response(201, {{"files", saved}}));
     }));
+}
+
+// One file by path: upload (streamed to a temporary file), download, delete.
+void register_file_paths(router& r, services& s) {
     r.add_upload(bhttp::verb::put, "/v1/sessions/{id}/files/{path*}",
                  {[&s](const request_ptr& req) {
                       const auto k = kernel_or_404(s, req, req->param("id"));
@@ -317,7 +324,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
                   [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
                       run_file_work(s, req, std::move(reply), [&s, req](const reply_fn& rep) { finish_upload(s, req, rep); });
                   }});
-    r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/files/{path*}", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto store = store_of(k);
         const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
@@ -334,7 +341,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
             res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
         reply(std::move(res));
     }));
-    r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", on_pool([&s](const request_ptr& req, const reply_fn& reply) {
+    r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
         if (path.empty()) throw api_exception(400, "Delete the session to remove its whole workspace");
@@ -345,7 +352,9 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
         });
         reply(empty_response(204));
     }));
+}
 
+void register_one_shot(router& r, services& s, agent::agent_service& agents) {
     // One-shot: a fresh sandbox, the files, the code, the result with every
     // produced file inline, and the sandbox gone again.
     r.add(bhttp::verb::post, "/v1/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
@@ -385,6 +394,15 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
             },
             policy);
     });
+}
+
+}  // namespace
+
+void register_agent_api(router& r, services& s, agent::agent_service& agents) {
+    register_sessions(r, s, agents);
+    register_file_listing(r, s);
+    register_file_paths(r, s);
+    register_one_shot(r, s, agents);
 }
 
 }  // namespace cellgate::api

@@ -290,6 +290,11 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
     if (c.tokens.empty() && env_token != nullptr && *env_token != '\0')
         c.tokens.push_back({env_token, "default", "default", 0, true});
     if (c.certfile.has_value() != c.keyfile.has_value()) throw config_error("--certfile and --keyfile go together");
+    // However it was given (review L6: only the tokens file used to check).
+    for (const auto& t : c.tokens)
+        if (t.token.size() < min_token_chars)
+            throw config_error("a token needs " + std::to_string(min_token_chars) + " or more characters (tenant '" +
+                               t.tenant + "')");
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
     c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book
     return c;

@@ -39,6 +39,10 @@ struct gateway_config {
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 
+// The shortest token accepted from any source (--token, CELLGATE_TOKEN, a
+// config file's "tokens", a tokens file).
+inline constexpr std::size_t min_token_chars = 8;
+
 class config_error : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;

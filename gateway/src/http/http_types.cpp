@@ -129,6 +129,9 @@ std::size_t set_response_headers(bhttp::response_header<>& h, const response& r,
     }
     h.set(bhttp::field::cache_control, "no-store");
     h.set("X-Content-Type-Options", "nosniff");
+    // A page served from /files/ (opened with ?token=) must not hand the URL,
+    // token and all, to whatever it links to (review L6).
+    h.set("Referrer-Policy", "no-referrer");
     for (const auto& [k, v] : r.headers) {
         if (safe_header_value(v)) h.set(k, v);
         else ++dropped;

@@ -27,7 +27,7 @@ std::chrono::seconds restart_pause(int failures) {
 
 }  // namespace
 
-kernel_manager::kernel_manager(asio::io_context& ioc, sandbox_backend& launcher, wire::zmq_reactor& reactor,
+kernel_manager::kernel_manager(asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
       config_(std::move(config)), launch_pool_(config_.launch_threads),
@@ -82,15 +82,9 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
 }
 
 launcher::sandbox_spec kernel_manager::spec_for(const kernel& k, const std::map<std::string, std::string>& env) const {
-    const auto* ks = specs_.find(k.spec_name());
-    launcher::sandbox_spec spec;
+    if (const auto* ks = specs_.find(k.spec_name())) return ks->to_sandbox_spec(k.id(), env);
+    launcher::sandbox_spec spec;  // a spec removed from the config: the launcher's defaults
     spec.id = k.id();
-    if (ks != nullptr) {
-        spec.image = ks->image;
-        spec.runtime = ks->runtime;
-        spec.limits = ks->limits;
-        spec.preload = ks->preload;
-    }
     spec.env = env;
     return spec;
 }
@@ -279,76 +273,86 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
     if (automatic) k->broadcast_status("restarting");
     const auto spec = spec_for(*k, env);
     launches_.submit(k->tenant(), [this, k, spec, automatic, callback = std::move(callback)] {
-        const auto t0 = steady::now();
-        launcher::sandbox_info info;
-        try {
-            launcher_.remove(k->id(), {.keep_workspace = true});
-            info = launcher_.launch(spec);
-        } catch (const std::exception& e) {
-            ++metrics_.sandbox_start_failures;
-            if (!is_registered(k)) {
-                spdlog::info("kernel {}: shut down during its restart ({})", k->id(), e.what());
-                callback(api_error{404, "The kernel was shut down"});
-                return;
-            }
-            int failures = 0;
-            {
-                std::lock_guard lock(mutex_);
-                if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
-                    it->second.busy_lifecycle = false;
-                    failures = ++it->second.failed_restarts;
-                    it->second.retry_at = steady::now() + restart_pause(failures);
-                }
-            }
-            k->set_state(kernel_state::dead);
-            k->broadcast_status("dead");
-            // Tried again with a growing pause (1, 2, 4 … 30 s) until the restart
-            // budget is spent; a client's request can also revive it, no sooner.
-            const auto pause = restart_pause(failures);
-            spdlog::error("kernel {}: restart failed (attempt {}): {}; trying again in {} s", k->id(), failures,
-                          util::log_safe(e.what()), pause.count());
-            auto retry = std::make_shared<asio::steady_timer>(ioc_, pause);
-            std::weak_ptr<kernel> weak = k;
-            retry->async_wait([this, weak, retry](const boost::system::error_code& ec) {
-                if (auto alive = weak.lock(); alive && !ec) revive(alive);
-            });
-            // The launcher's error names host paths and quotes the kernel's log
-            // (tenant-written text): the log gets it, the client a summary (L5).
-            callback(api_error{500, "The kernel could not be restarted; its files are kept. It is retried "
-                                    "automatically; see the gateway log for kernel " + k->id()});
-            return;
-        }
-        ++metrics_.sandbox_starts;
-        if (!is_registered(k)) {
-            // Shut down while this restart ran (its remove may have come
-            // before the launch): the new sandbox must not outlive it.
-            spdlog::info("kernel {}: shut down during its restart; removing the new sandbox", k->id());
-            try {
-                launcher_.remove(k->id());
-            } catch (const std::exception& e) {
-                spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
-            }
-            callback(api_error{404, "The kernel was shut down"});
-            return;
-        }
-        const auto pid = info.pid;
-        k->connect(std::move(info));
-        watch_process(k, pid);
-        wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
-            {
-                std::lock_guard lock(mutex_);
-                if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
-                    it->second.busy_lifecycle = false;
-                    it->second.failed_restarts = 0;
-                }
-            }
-            if (!ok) k->set_state(kernel_state::idle);
-            metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
-            spdlog::info("kernel {}: {} restart done ({} ms)", k->id(), automatic ? "automatic" : "requested",
-                         std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
-            callback(std::nullopt);
-        });
+        relaunch(k, spec, automatic, callback);
     });
+}
+
+// On a launch thread: the old sandbox goes (its workspace stays), a new one
+// starts, the kernel re-binds to it.
+void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec& spec, bool automatic,
+                              const done& callback) {
+    const auto t0 = steady::now();
+    launcher::sandbox_info info;
+    try {
+        launcher_.remove(k->id(), {.keep_workspace = true});
+        info = launcher_.launch(spec);
+    } catch (const std::exception& e) {
+        return restart_failed(k, e.what(), callback);
+    }
+    ++metrics_.sandbox_starts;
+    if (!is_registered(k)) {
+        // Shut down while this restart ran (its remove may have come
+        // before the launch): the new sandbox must not outlive it.
+        spdlog::info("kernel {}: shut down during its restart; removing the new sandbox", k->id());
+        try {
+            launcher_.remove(k->id());
+        } catch (const std::exception& e) {
+            spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+        }
+        callback(api_error{404, "The kernel was shut down"});
+        return;
+    }
+    const auto pid = info.pid;
+    k->connect(std::move(info));
+    watch_process(k, pid);
+    wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
+        {
+            std::lock_guard lock(mutex_);
+            if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
+                it->second.busy_lifecycle = false;
+                it->second.failed_restarts = 0;
+            }
+        }
+        if (!ok) k->set_state(kernel_state::idle);
+        metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
+        spdlog::info("kernel {}: {} restart done ({} ms)", k->id(), automatic ? "automatic" : "requested",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+        callback(std::nullopt);
+    });
+}
+
+void kernel_manager::restart_failed(const kernel_ptr& k, const std::string& what, const done& callback) {
+    ++metrics_.sandbox_start_failures;
+    if (!is_registered(k)) {
+        spdlog::info("kernel {}: shut down during its restart ({})", k->id(), util::log_safe(what));
+        callback(api_error{404, "The kernel was shut down"});
+        return;
+    }
+    int failures = 0;
+    {
+        std::lock_guard lock(mutex_);
+        if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
+            it->second.busy_lifecycle = false;
+            failures = ++it->second.failed_restarts;
+            it->second.retry_at = steady::now() + restart_pause(failures);
+        }
+    }
+    k->set_state(kernel_state::dead);
+    k->broadcast_status("dead");
+    // Tried again with a growing pause (1, 2, 4 … 30 s) until the restart
+    // budget is spent; a client's request can also revive it, no sooner.
+    const auto pause = restart_pause(failures);
+    spdlog::error("kernel {}: restart failed (attempt {}): {}; trying again in {} s", k->id(), failures,
+                  util::log_safe(what), pause.count());
+    auto retry = std::make_shared<asio::steady_timer>(ioc_, pause);
+    std::weak_ptr<kernel> weak = k;
+    retry->async_wait([this, weak, retry](const boost::system::error_code& ec) {
+        if (auto alive = weak.lock(); alive && !ec) revive(alive);
+    });
+    // The launcher's error names host paths and quotes the kernel's log
+    // (tenant-written text): the log gets it, the client a summary (L5).
+    callback(api_error{500, "The kernel could not be restarted; its files are kept. It is retried "
+                            "automatically; see the gateway log for kernel " + k->id()});
 }
 
 void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::string& reason) {

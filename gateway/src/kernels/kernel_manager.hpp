@@ -1,12 +1,11 @@
 #pragma once
 
-#include "cellgate/launcher/launcher.hpp"
+#include "cellgate/launcher/sandbox_launcher.hpp"
 #include "kernels/admission.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/launch_gate.hpp"
 #include "kernels/warm_pool.hpp"
-#include "kernels/sandbox_backend.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
 #include "util/api_error.hpp"
@@ -71,7 +70,7 @@ public:
     using done_kernel = std::function<void(std::optional<api_error>, kernel_ptr)>;
     using done = std::function<void(std::optional<api_error>)>;
 
-    kernel_manager(boost::asio::io_context& ioc, sandbox_backend& launcher, wire::zmq_reactor& reactor,
+    kernel_manager(boost::asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                    const kernelspec_registry& specs, metrics::registry& metrics, manager_config config);
     ~kernel_manager();
 
@@ -133,6 +132,8 @@ private:
     void confirm_death(const kernel_ptr& k, std::int64_t pid, const std::string& why, bool oom);
     bool is_registered(const kernel_ptr& k) const;
     void do_restart(const kernel_ptr& k, done callback, bool automatic);
+    void relaunch(const kernel_ptr& k, const launcher::sandbox_spec& spec, bool automatic, const done& callback);
+    void restart_failed(const kernel_ptr& k, const std::string& what, const done& callback);
     void tick();
     void check_cells();  // time limits of WebSocket cells (cell_watch.hpp)
     void gauges(std::string& out) const;
@@ -143,7 +144,7 @@ private:
     void drop_from_pool(const kernel_ptr& k, const std::string& why);
 
     boost::asio::io_context& ioc_;
-    sandbox_backend& launcher_;
+    launcher::sandbox_launcher& launcher_;
     wire::zmq_reactor& reactor_;
     const kernelspec_registry& specs_;
     metrics::registry& metrics_;

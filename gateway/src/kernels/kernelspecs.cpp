@@ -7,6 +7,18 @@
 namespace cellgate::kernels {
 namespace fs = std::filesystem;
 
+launcher::sandbox_spec kernelspec::to_sandbox_spec(const std::string& kernel_id,
+                                                   const std::map<std::string, std::string>& env) const {
+    launcher::sandbox_spec spec;
+    spec.id = kernel_id;
+    spec.image = image;
+    spec.runtime = runtime;
+    spec.limits = limits;
+    spec.preload = preload;
+    spec.env = env;
+    return spec;
+}
+
 kernelspec default_python_kernelspec() {
     kernelspec k;
     k.name = "python3";

@@ -25,6 +25,10 @@ struct kernelspec {
     launcher::sandbox_limits limits;
     std::vector<std::string> preload;
     std::map<std::string, std::filesystem::path> resources;  // "logo-64x64.png" → host file
+
+    // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
+    launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,
+                                           const std::map<std::string, std::string>& env) const;
 };
 
 class kernelspec_registry {

@@ -102,3 +102,12 @@ TEST(gateway_config, the_command_line_token_is_the_operators_and_entries_say_so)
     EXPECT_THROW(parse({"--config", file.string()}), config::config_error);
     std::filesystem::remove(file);
 }
+
+TEST(gateway_config, every_token_has_eight_characters_or_more) {
+    EXPECT_THROW(parse({"--token", "short"}), config::config_error);
+    EXPECT_NO_THROW(parse({"--token", "12345678"}));
+    const auto file = std::filesystem::temp_directory_path() / ("cg-short-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(file) << R"({"tokens": [{"token": "abc", "tenant": "a"}]})";
+    EXPECT_THROW(parse({"--config", file.string()}), config::config_error);
+    std::filesystem::remove(file);
+}

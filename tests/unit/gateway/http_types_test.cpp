@@ -102,6 +102,7 @@ TEST(set_response_headers, drops_values_that_would_split_the_response) {
     EXPECT_EQ(res.count("Content-Disposition"), 0u);
     EXPECT_EQ(res["X-Fine"], "yes");
     EXPECT_EQ(wire_of(r, nullptr, {}).find("X-Injected"), std::string::npos);
+    EXPECT_EQ(res["Referrer-Policy"], "no-referrer");  // a ?token= URL never leaves in a Referer (L6)
 }
 
 TEST(set_response_headers, cors_only_for_allowed_origins) {

@@ -3,8 +3,7 @@
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "cellgate/launcher/oci_runtime.hpp"
-#include "cellgate/launcher/sandbox_info.hpp"
-#include "cellgate/launcher/sandbox_spec.hpp"
+#include "cellgate/launcher/sandbox_launcher.hpp"
 
 #include <map>
 #include <memory>
@@ -14,49 +13,45 @@
 
 namespace cellgate::launcher {
 
-struct remove_options {
-    bool keep_workspace = false;  // a restart keeps the session's files
-};
-
-// Starts, signals, inspects and removes sandboxed kernels. Thread-safe: each
-// call works on its own sandbox's files; shared state is on disk, claimed with
-// O_EXCL creates. Calls block (they run the OCI runtime), so an async caller
-// runs them off its reactor.
-class launcher {
+// Starts, signals, inspects and removes sandboxed kernels, in this process
+// (which needs root). Thread-safe: each call works on its own sandbox's
+// files; shared state is on disk, claimed with O_EXCL creates. Calls block
+// (they run the OCI runtime), so an async caller runs them off its reactor.
+class launcher final : public sandbox_launcher {
 public:
     explicit launcher(launcher_config config);
     launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes);
-    ~launcher();
+    ~launcher() override;
 
     // Validates the spec, builds the sandbox and waits until the kernel answers
     // kernel_info_request. On failure everything made so far is torn down and
     // a launch_error names the step. spec_error means nothing was started.
-    sandbox_info launch(const sandbox_spec& spec);
+    sandbox_info launch(const sandbox_spec& spec) override;
 
     // Sends a signal to the sandbox's init (tini forwards it to the kernel's
     // process group): SIGINT interrupts a cell.
-    void signal(const std::string& id, int signal);
+    void signal(const std::string& id, int signal) override;
 
-    sandbox_status status(const std::string& id);
+    sandbox_status status(const std::string& id) override;
 
     // Changes a running sandbox's relative CPU weight (a warm-pool kernel is
     // prepared at a low weight and raised when a session claims it).
-    void set_cpu_shares(const std::string& id, std::uint32_t shares);
-    std::vector<sandbox_status> list();
+    void set_cpu_shares(const std::string& id, std::uint32_t shares) override;
+    std::vector<sandbox_status> list() override;
 
     // Kills the kernel and removes the container, its cgroups, its run dir and
     // (unless kept) its workspace. Idempotent.
-    void remove(const std::string& id, remove_options options = {});
+    void remove(const std::string& id, remove_options options = {}) override;
 
     // Removes what belongs to no live sandbox: containers without a run dir,
     // run dirs without a container, stopped sandboxes (unless in `keep`),
     // stray cgroups and workspace slots; with `unused_workspaces`, also
     // workspaces no sandbox mounts. Returns what it removed.
     std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
-                                          bool unused_workspaces = false);
+                                          bool unused_workspaces = false) override;
 
     // Checks a spec without starting anything; throws spec_error.
-    void validate(const sandbox_spec& spec) const;
+    void validate(const sandbox_spec& spec) const override;
 
     const launcher_config& config() const noexcept { return config_; }
 

@@ -10,7 +10,7 @@
 // every spec goes through the launcher's own strict parsing and validation.
 
 #include "cellgate/launcher/launch_error.hpp"
-#include "cellgate/launcher/launcher.hpp"
+#include "cellgate/launcher/sandbox_launcher.hpp"
 #include "cellgate/launcher/sandbox_info.hpp"
 #include "cellgate/launcher/sandbox_spec.hpp"
 
@@ -59,18 +59,19 @@ sandbox_status status_from_json(const nlohmann::json& j);
 
 // The gateway's side: the same calls as launcher::launcher, over the socket.
 // Errors come back as the launcher's own exception types.
-class client {
+class client final : public sandbox_launcher {
 public:
     explicit client(std::filesystem::path socket);
 
-    sandbox_info launch(const sandbox_spec& spec);
-    void signal(const std::string& id, int signal);
-    sandbox_status status(const std::string& id);
-    void set_cpu_shares(const std::string& id, std::uint32_t shares);
-    std::vector<sandbox_status> list();
-    void remove(const std::string& id, remove_options options = {});
-    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {}, bool unused_workspaces = false);
-    void validate(const sandbox_spec& spec) const;
+    sandbox_info launch(const sandbox_spec& spec) override;
+    void signal(const std::string& id, int signal) override;
+    sandbox_status status(const std::string& id) override;
+    void set_cpu_shares(const std::string& id, std::uint32_t shares) override;
+    std::vector<sandbox_status> list() override;
+    void remove(const std::string& id, remove_options options = {}) override;
+    std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
+                                          bool unused_workspaces = false) override;
+    void validate(const sandbox_spec& spec) const override;
 
 private:
     nlohmann::json call(const request& r) const;

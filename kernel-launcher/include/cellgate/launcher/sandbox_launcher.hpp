@@ -1,0 +1,44 @@
+#pragma once
+
+#include "cellgate/launcher/sandbox_info.hpp"
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+struct remove_options {
+    bool keep_workspace = false;  // a restart keeps the session's files
+};
+
+// What starts and stops sandboxes, as its users see it: the launcher in the
+// caller's process (launcher.hpp, which needs root) and the client of the
+// privileged launcher service (service.hpp, over a unix socket) both are one.
+// Same calls, same errors (launch_error.hpp): a caller never knows which.
+// Every call blocks; an async caller runs them off its reactor.
+class sandbox_launcher {
+public:
+    virtual ~sandbox_launcher() = default;
+
+    // Validates the spec, builds the sandbox and waits until the kernel
+    // answers kernel_info_request; spec_error means nothing was started.
+    virtual sandbox_info launch(const sandbox_spec& spec) = 0;
+    // To the sandbox's init, which forwards it to the kernel's process group.
+    virtual void signal(const std::string& id, int signal) = 0;
+    virtual sandbox_status status(const std::string& id) = 0;
+    virtual void set_cpu_shares(const std::string& id, std::uint32_t shares) = 0;
+    virtual std::vector<sandbox_status> list() = 0;
+    // Idempotent.
+    virtual void remove(const std::string& id, remove_options options = {}) = 0;
+    // Removes what belongs to no live sandbox (and, with unused_workspaces,
+    // workspaces none mounts), except `keep`; returns what it removed.
+    virtual std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
+                                                  bool unused_workspaces = false) = 0;
+    // Checks a spec without starting anything; throws spec_error.
+    virtual void validate(const sandbox_spec& spec) const = 0;
+};
+
+}  // namespace cellgate::launcher

@@ -1,0 +1,109 @@
+#include "cli_runtime.hpp"
+
+#include "cellgate/launcher/launch_error.hpp"
+#include "command.hpp"
+#include "host_fs.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+
+namespace cellgate::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto runtime_timeout = std::chrono::seconds(60);
+
+std::string signal_name(int sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    return abbrev != nullptr ? std::string("SIG") + abbrev : std::to_string(sig);
+}
+
+bool not_found(const std::string& output) {
+    return output.find("does not exist") != std::string::npos || output.find("not found") != std::string::npos;
+}
+
+runtime_container parse(const nlohmann::json& j, const std::string& fallback_id) {
+    runtime_container c;
+    c.id = fallback_id;
+    if (!j.is_object()) return c;
+    c.id = j.value("id", fallback_id);
+    c.status = j.value("status", std::string());
+    c.pid = std::max<std::int64_t>(0, j.value("pid", std::int64_t{0}));  // runsc says -1 once stopped
+    c.bundle = j.value("bundle", std::string());
+    return c;
+}
+
+}  // namespace
+
+std::vector<std::string> cli_runtime::argv(std::vector<std::string> args) const {
+    std::vector<std::string> out = {program_, "--root", root_.string()};
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+}
+
+std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bundle, const container_stdio& io,
+                                       const std::vector<std::string>& flags, const fs::path& why_log,
+                                       std::size_t why_bytes) {
+    const auto pid_file = bundle / "init.pid";
+    std::vector<std::string> args = flags;
+    for (const auto& a : {std::string("run"), std::string("--detach"), std::string("--bundle"), bundle.string(),
+                          std::string("--pid-file"), pid_file.string(), id})
+        args.push_back(a);
+    command_fds fds;
+    fds.stdin_fd = io.stdin_fd;
+    fds.stdout_fd = io.stdout_fd;
+    fds.stderr_fd = io.log_fd;
+    const auto r = run_command(argv(std::move(args)), runtime_timeout, fds);
+    const std::string who(name());
+    if (r.timed_out) throw launch_error("runtime-run", who + " run timed out", ETIMEDOUT);
+    if (r.exit_code != 0) {
+        std::string why = read_tail(why_log, why_bytes);
+        if (why_log != bundle / "kernel.log") why += read_tail(bundle / "kernel.log", why_bytes);
+        throw launch_error("runtime-run", who + " run exited " + std::to_string(r.exit_code) + ": " + why);
+    }
+    try {
+        return std::stoll(read_file(pid_file, 32));
+    } catch (...) {
+        throw launch_error("runtime-run", who + " wrote no pid file", ENOENT);
+    }
+}
+
+void cli_runtime::kill(const std::string& id, int signal, bool all_processes) {
+    std::vector<std::string> args = {"kill"};
+    if (all_processes) args.push_back("--all");
+    args.push_back(id);
+    args.push_back(signal_name(signal));
+    const auto r = run_command(argv(args), runtime_timeout);
+    if (r.exit_code != 0 && !not_found(r.output) && r.output.find("not running") == std::string::npos &&
+        r.output.find("process already finished") == std::string::npos)
+        throw launch_error("runtime-kill", std::string(name()) + " kill: " + r.output);
+}
+
+void cli_runtime::remove(const std::string& id) {
+    const auto r = run_command(argv({"delete", "--force", id}), runtime_timeout);
+    if (r.exit_code != 0 && !not_found(r.output))
+        throw launch_error("runtime-delete", std::string(name()) + " delete: " + r.output);
+}
+
+runtime_container cli_runtime::state(const std::string& id) {
+    const auto r = run_command(argv({"state", id}), runtime_timeout);
+    if (r.exit_code != 0) return {id, "", 0, ""};
+    return parse(nlohmann::json::parse(r.output, nullptr, false), id);
+}
+
+std::vector<runtime_container> cli_runtime::list() {
+    std::vector<runtime_container> out;
+    std::error_code ec;
+    if (!fs::is_directory(root_, ec)) return out;  // never used: nothing to ask the runtime
+    const auto r = run_command(argv({"list", "--format", "json"}), runtime_timeout);
+    if (r.exit_code != 0) return out;
+    const auto j = nlohmann::json::parse(r.output, nullptr, false);
+    if (!j.is_array()) return out;  // runsc says "null" when there are none
+    for (const auto& c : j) out.push_back(parse(c, ""));
+    return out;
+}
+
+}  // namespace cellgate::launcher
