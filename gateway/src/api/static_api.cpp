@@ -63,16 +63,17 @@ bool safe_asset_name(const std::string& path) {
 
 }  // namespace
 
+// The handlers keep their own copy of `web` (a caller may pass a temporary).
 void register_static_api(router& r, const web_options& web) {
-    r.add(bhttp::verb::get, "/", [&web](const request_ptr&, reply_fn reply) { reply(asset_response(web, "web/index.html")); });
-    r.add(bhttp::verb::get, "/static/{path*}", [&web](const request_ptr& req, reply_fn reply) {
+    r.add(bhttp::verb::get, "/", [web](const request_ptr&, reply_fn reply) { reply(asset_response(web, "web/index.html")); });
+    r.add(bhttp::verb::get, "/static/{path*}", [web](const request_ptr& req, reply_fn reply) {
         const auto& path = req->param("path");
         if (!safe_asset_name(path)) throw api_exception(404, "Not found");
         // The page's own files, then the JavaScript client it imports.
         if (asset_bytes(web, "web/" + path)) return reply(asset_response(web, "web/" + path));
         reply(asset_response(web, "js/" + path));
     });
-    r.add(bhttp::verb::get, "/static-config.json", [&web](const request_ptr&, reply_fn reply) {
+    r.add(bhttp::verb::get, "/static-config.json", [web](const request_ptr&, reply_fn reply) {
         reply(json_response(200, {{"output_scripts", web.output_scripts}}));
     });
 }
