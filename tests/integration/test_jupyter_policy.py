@@ -4,6 +4,7 @@ and result_limit, set per kernelspec and per tenant in the config. A client
 hears about a limit the Jupyter way (a stderr stream message under the cell,
 the kernel's error reply, or one made up by the gateway when the kernel had
 to be restarted); the socket is never dropped."""
+import contextlib
 import json
 import time
 import uuid
@@ -73,6 +74,18 @@ def run(ch, code, timeout=90, until_restart=False):
     raise AssertionError(f"the cell did not finish within {timeout} s: {seen}")
 
 
+@contextlib.contextmanager
+def kernel_channel(g):
+    """A kernel of g's tenant and a WebSocket on it, both gone afterwards."""
+    k = g.start_kernel()
+    ch = KernelChannel(g, k["id"])
+    try:
+        yield k, ch
+    finally:
+        ch.close()
+        g.api("DELETE", f"/api/kernels/{k['id']}")
+
+
 def wait_ready(g, kernel_id, token=None, timeout=90):
     headers = {"Authorization": f"token {token or g.token}"}
     end = time.monotonic() + timeout
@@ -100,9 +113,7 @@ def test_the_kernel_model_reports_the_limits_the_config_resolved(gw):
 
 
 def test_an_endless_cell_is_interrupted_at_its_time_limit_and_the_kernel_keeps_its_state(gw):
-    k = gw.start_kernel()
-    ch = KernelChannel(gw, k["id"])
-    try:
+    with kernel_channel(gw) as (k, ch):
         assert run(ch, "kept = 41")["reply"]["status"] == "ok"
         seen = run(ch, "while True:\n    pass\n")
         assert "time limit of 3 s (exec_timeout); interrupting it" in seen["stderr"], seen
@@ -116,15 +127,10 @@ def test_an_endless_cell_is_interrupted_at_its_time_limit_and_the_kernel_keeps_i
         metrics = requests.get(gw.url + "/metrics", headers=gw.headers, timeout=10).text
         counted = [line for line in metrics.splitlines() if line.startswith("cellgate_cell_time_limits_total ")]
         assert counted and int(counted[0].split()[1]) >= 1, counted
-    finally:
-        ch.close()
-        gw.api("DELETE", f"/api/kernels/{k['id']}")
 
 
 def test_a_cell_that_ignores_the_interrupt_gets_an_error_reply_and_the_kernel_restarts(gw):
-    k = gw.start_kernel()
-    ch = KernelChannel(gw, k["id"])
-    try:
+    with kernel_channel(gw) as (k, ch):
         assert run(ch, "gone = 1")["reply"]["status"] == "ok"
         seen = run(ch, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n",
                    until_restart=True)
@@ -139,15 +145,10 @@ def test_a_cell_that_ignores_the_interrupt_gets_an_error_reply_and_the_kernel_re
         # The socket survived the restart; the variables did not.
         after = run(ch, "print('gone' in globals())")
         assert after["reply"]["status"] == "ok" and after["stdout"] == "False\n", after
-    finally:
-        ch.close()
-        gw.api("DELETE", f"/api/kernels/{k['id']}")
 
 
 def test_output_past_the_limit_is_cut_with_a_notice_and_the_next_cell_starts_afresh(gw):
-    k = gw.start_kernel()
-    ch = KernelChannel(gw, k["id"])
-    try:
+    with kernel_channel(gw) as (k, ch):
         # One 3 MiB print, and the same in 3000 small ones.
         for code in ("print('x' * (3 << 20))", "for i in range(3000):\n    print('y' * 1023)"):
             seen = run(ch, code)
@@ -157,15 +158,10 @@ def test_output_past_the_limit_is_cut_with_a_notice_and_the_next_cell_starts_afr
             assert "output_limit" in seen["stderr"] and "256 KiB" in seen["stderr"], seen["stderr"]
         after = run(ch, "print('z' * 1000)")
         assert after["stdout"] == "z" * 1000 + "\n" and after["stderr"] == ""
-    finally:
-        ch.close()
-        gw.api("DELETE", f"/api/kernels/{k['id']}")
 
 
 def test_rich_outputs_past_their_limit_are_withheld(gw):
-    k = gw.start_kernel()
-    ch = KernelChannel(gw, k["id"])
-    try:
+    with kernel_channel(gw) as (k, ch):
         seen = run(ch, "from IPython.display import display\n"
                        "for i in range(40):\n    display({'text/plain': str(i) * 50000}, raw=True)\n")
         shown = [o for o in seen["outputs"] if o["header"]["msg_type"] == "display_data"]
@@ -173,9 +169,6 @@ def test_rich_outputs_past_their_limit_are_withheld(gw):
         assert sum(len(json.dumps(o["content"])) for o in shown) <= SPEC_RESULT_LIMIT
         assert "result_limit" in seen["stderr"]
         assert seen["reply"]["status"] == "ok"
-    finally:
-        ch.close()
-        gw.api("DELETE", f"/api/kernels/{k['id']}")
 
 
 def test_a_tenant_policy_relaxes_the_kernelspecs_limits(gw):

@@ -3,7 +3,11 @@
 #include "cellgate/protocol/message.hpp"
 #include "jupyter/ws_codec.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
+#include <string>
+#include <string_view>
 
 namespace cellgate::jupyter {
 
@@ -31,5 +35,12 @@ struct kernel_message {
 };
 
 using kernel_message_ptr = std::shared_ptr<const kernel_message>;
+
+// A message the gateway makes up for its clients (a status, a notice, a
+// reply the kernel will never send), with its fields filled in; the kernel
+// numbers it (seq) when it sends it. `parent_header` is raw JSON ("{}": none).
+std::shared_ptr<kernel_message> make_gateway_message(channel chan, std::string_view msg_type,
+                                                     const nlohmann::json& content, std::string_view session,
+                                                     const std::string& parent_header = "{}");
 
 }  // namespace cellgate::jupyter

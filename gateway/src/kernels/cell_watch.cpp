@@ -13,16 +13,8 @@ using json = nlohmann::json;
 namespace peek = jupyter::json_peek;
 
 std::shared_ptr<jupyter::kernel_message> made(jupyter::channel chan, std::string_view type, const json& content,
-                                           const std::string& parent_header) {
-    auto m = std::make_shared<jupyter::kernel_message>();
-    m->chan = chan;
-    m->msg = protocol::make_message(type, content, "cellgate-gateway", "cellgate", parent_header);
-    const auto header = json::parse(m->msg.header);
-    m->fields.msg_id = header.at("msg_id").get<std::string>();
-    m->fields.msg_type = std::string(type);
-    m->fields.session = header.at("session").get<std::string>();
-    m->fields.parent_msg_id = peek::string_member(parent_header, "msg_id").value_or("");
-    return m;
+                                              const std::string& parent_header) {
+    return jupyter::make_gateway_message(chan, type, content, "cellgate-gateway", parent_header);
 }
 
 bool is_rich(const std::string& type) {

@@ -143,28 +143,17 @@ steady::time_point kernel::last_heartbeat() const {
 }
 
 jupyter::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
-    auto m = std::make_shared<jupyter::kernel_message>();
-    m->seq = next_seq_++;
-    m->chan = jupyter::channel::iopub;
     nlohmann::json content = {{"execution_state", execution_state}};
     if (!reason.empty()) content["cellgate_reason"] = reason;
-    m->msg = protocol::make_message("status", content, "cellgate-gateway-" + id_);
-    const auto header = nlohmann::json::parse(m->msg.header);
-    m->fields.msg_id = header.at("msg_id").get<std::string>();
-    m->fields.msg_type = "status";
-    m->fields.session = header.at("session").get<std::string>();
+    auto m = jupyter::make_gateway_message(jupyter::channel::iopub, "status", content, "cellgate-gateway-" + id_);
+    m->seq = next_seq_++;
     return m;
 }
 
 jupyter::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
-    auto m = std::make_shared<jupyter::kernel_message>();
+    auto m = jupyter::make_gateway_message(jupyter::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}},
+                                           "cellgate-gateway-" + id_);
     m->seq = next_seq_++;
-    m->chan = jupyter::channel::iopub;
-    m->msg = protocol::make_message("stream", {{"name", "stderr"}, {"text", text}}, "cellgate-gateway-" + id_);
-    const auto header = nlohmann::json::parse(m->msg.header);
-    m->fields.msg_id = header.at("msg_id").get<std::string>();
-    m->fields.msg_type = "stream";
-    m->fields.session = header.at("session").get<std::string>();
     return m;
 }
 
