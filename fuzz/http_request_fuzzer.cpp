@@ -296,7 +296,7 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
             }
         });
         if (method == bhttp::verb::put || method == bhttp::verb::post)
-            headers.emplace_back("Location", "/api/contents/" + http::url_encode_path(path));
+            headers.emplace_back("Location", "/api/contents/" + url_encode_path(path));
         if (method == bhttp::verb::get && ctx.query.count("download") != 0)
             headers.emplace_back("Content-Disposition",
                                  http::attachment_disposition(std::filesystem::path(path).filename().string()));
