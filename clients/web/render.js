@@ -162,17 +162,103 @@ function link(href, content) {
   return a;
 }
 
+// Escapes, links, autolinks and italics: each alternative stops at the next
+// delimiter of its kind (a link's text at the next `[`, its URL at the next
+// `(`), so a run of openers without closers costs one step each. Code spans and bold are found by
+// `delimitedSpans` instead: as regex alternatives they cost a scan to the end
+// of the text per opener without a closer, quadratic in all (review L8: a
+// 100 KB display of backtick runs froze the tab for 17 s).
 const INLINE = new RegExp([
   '\\\\([\\\\`*_{}\\[\\]()#+\\-.!>~|])',                  // 1: escaped punctuation
-  '(`+)([^`]|[^`][\\s\\S]*?[^`])\\2(?!`)',                 // 2,3: code span
-  '(!?)\\[([^\\]\\n]{0,1000})\\]\\(\\s*<?([^\\s)<>]{0,2000})>?(?:\\s+"[^"\\n]{0,500}")?\\s*\\)',  // 4,5,6: link / image
-  '<(https?://[^\\s<>]{1,2000})>',                          // 7: autolink
-  '\\*\\*(?=\\S)([^\\n]*?\\S)\\*\\*',                      // 8: bold
-  '__(?=\\S)([^\\n]*?\\S)__',                              // 9: bold
-  '\\*(?=[^\\s*])([^\\n*]*?[^\\s*])\\*',                   // 10: italic (or 1 char)
-  '\\b_(?=[^\\s_])([^\\n_]*?[^\\s_])_\\b',                 // 11: italic
-  '\\*(?=[^\\s*])([^\\s*])\\*',                            // 12: one-letter italic
-].join('|'));
+  '(!?)\\[([^\\]\\n[]{0,1000})\\]\\(\\s*<?([^\\s()<>]{0,2000})>?(?:\\s+"[^"\\n]{0,500}")?\\s*\\)',  // 2,3,4: link / image
+  '<(https?://[^\\s<>]{1,2000})>',                          // 5: autolink
+  '\\*(?=[^\\s*])([^\\n*]*?[^\\s*])\\*',                   // 6: italic (or 1 char)
+  '\\b_(?=[^\\s_])([^\\n_]*?[^\\s_])_\\b',                 // 7: italic
+  '\\*(?=[^\\s*])([^\\s*])\\*',                            // 8: one-letter italic
+].join('|'), 'g');
+
+/**
+ * Code spans and bold in one text, found in linear time. `next(from)` gives
+ * the first span starting at or after `from`, or null; calls must come with
+ * `from` never decreasing. Code spans follow CommonMark: an opening run of
+ * backticks closes at the next run of the same length (maximal runs; a run
+ * without one is literal text). Bold is `**x**` or `__x__` on one line, the
+ * first character after the opener and the last before the closer not
+ * blank, closing at the first such closer.
+ * @param {string} text
+ */
+export function delimitedSpans(text) {
+  /** @type {{pos: number, len: number, close: number}[]} */
+  const runs = [];  // maximal backtick runs; close: index of the closing run, or -1
+  for (let i = text.indexOf('`'); i !== -1; i = text.indexOf('`', i)) {
+    let j = i;
+    while (text[j] === '`') j++;
+    runs.push({ pos: i, len: j - i, close: -1 });
+    i = j;
+  }
+  const lastOfLength = new Map();
+  for (let r = runs.length - 1; r >= 0; r--) {
+    runs[r].close = lastOfLength.get(runs[r].len) ?? -1;
+    lastOfLength.set(runs[r].len, r);
+  }
+  let run = 0;
+  const bold = { '*': boldFinder(text, '*'), _: boldFinder(text, '_') };
+  return {
+    /** @param {number} from */
+    next(from) {
+      while (run < runs.length && (runs[run].pos < from || runs[run].close === -1)) run++;
+      /** @type {{index: number, end: number, kind: string, body: string}|null} */
+      let best = null;
+      if (run < runs.length) {
+        const open = runs[run], close = runs[open.close];
+        best = { index: open.pos, end: close.pos + close.len, kind: 'code', body: text.slice(open.pos + open.len, close.pos) };
+      }
+      for (const find of [bold['*'], bold._]) {
+        const b = find(from, best ? best.index : text.length);
+        if (b && (!best || b.index < best.index)) best = b;
+      }
+      return best;
+    },
+  };
+}
+
+/**
+ * The first `cc…cc` bold span opening in [from, before), in amortised O(1)
+ * per call over a text (from never decreases). An opener whose line has no
+ * closer after it fails, and so does every later opener on that line: the
+ * closers after them are a subset, so the search for that line is not
+ * repeated.
+ * @param {string} text @param {string} c
+ */
+function boldFinder(text, c) {
+  const pair = c + c;
+  const blank = (/** @type {string|undefined} */ ch) => ch === undefined || /\s/.test(ch);
+  let opener = -2;     // the next `cc` not yet looked at (-2: not searched yet)
+  let closer = -2;     // the first valid closer at or after the last search start
+  let deadUntil = -1;  // openers before this index have no closer on their line
+  return (/** @type {number} */ from, /** @type {number} */ before) => {
+    for (;;) {
+      if (opener !== -1 && opener < from) opener = text.indexOf(pair, from);
+      if (opener === -1 || opener >= before) return null;
+      const p = opener;
+      opener = text.indexOf(pair, p + 1);
+      if (p < deadUntil || blank(text[p + 2])) continue;
+      let lineEnd = text.indexOf('\n', p);
+      if (lineEnd === -1) lineEnd = text.length;
+      // The first q ≥ p + 3 with `cc` at q and a non-blank character before
+      // it. Closers only move forward, so the scan is linear over the text.
+      if (closer !== -1 && closer < p + 3) {
+        closer = text.indexOf(pair, p + 3);
+        while (closer !== -1 && blank(text[closer - 1])) closer = text.indexOf(pair, closer + 1);
+      }
+      if (closer === -1 || closer >= lineEnd) {
+        deadUntil = lineEnd;
+        continue;
+      }
+      return { index: p, end: closer + 2, kind: 'bold', body: text.slice(p + 2, closer) };
+    }
+  };
+}
 
 /**
  * Inline Markdown → nodes appended to `parent`.
@@ -180,39 +266,61 @@ const INLINE = new RegExp([
  */
 function inline(parent, text, depth = 0) {
   if (depth > 6) { parent.appendChild(document.createTextNode(text)); return; }
-  let rest = text;
-  while (rest) {
-    const m = INLINE.exec(rest);
-    if (!m) { parent.appendChild(document.createTextNode(rest)); return; }
-    if (m.index > 0) parent.appendChild(document.createTextNode(rest.slice(0, m.index)));
-    if (m[1] !== undefined) parent.appendChild(document.createTextNode(m[1]));
-    else if (m[2] !== undefined) parent.appendChild(el('code', '', m[3].replace(/^ (.*) $/s, '$1')));
-    else if (m[5] !== undefined) {
-      const url = safeHttpUrl(m[6]);
-      if (m[4] === '!') {
-        // No remote images (and the page's CSP forbids them): a link instead.
-        const label = `[image${m[5] ? ': ' + m[5] : ''}]`;
-        parent.appendChild(url ? link(url, label) : document.createTextNode(label));
-      } else if (url) {
-        const a = link(url, '');
-        inline(a, m[5], depth + 1);
-        parent.appendChild(a);
-      } else {
-        inline(parent, m[5], depth + 1);  // not http(s): the text only, no link
-      }
-    } else if (m[7] !== undefined) {
-      const url = safeHttpUrl(m[7]);
-      parent.appendChild(url ? link(url, m[7]) : document.createTextNode(m[7]));
-    } else if (m[8] !== undefined || m[9] !== undefined) {
-      const b = el('strong');
-      inline(b, m[8] ?? m[9], depth + 1);
-      parent.appendChild(b);
-    } else {
-      const i = el('em');
-      inline(i, m[10] ?? m[11] ?? m[12], depth + 1);
-      parent.appendChild(i);
+  const spans = delimitedSpans(text);
+  const pattern = new RegExp(INLINE.source, 'g');
+  let at = 0;
+  /** @type {RegExpExecArray|null|undefined} */
+  let m;  // the regex's next match at or after `at` (undefined: to be searched)
+  while (at < text.length) {
+    if (m === undefined || (m && m.index < at)) {
+      pattern.lastIndex = at;
+      m = pattern.exec(text);
     }
-    rest = rest.slice(m.index + m[0].length);
+    const span = spans.next(at);
+    if (span && (!m || span.index <= m.index)) {
+      if (span.index > at) parent.appendChild(document.createTextNode(text.slice(at, span.index)));
+      if (span.kind === 'code') {
+        parent.appendChild(el('code', '', span.body.replace(/^ (.*) $/s, '$1')));
+      } else {
+        const b = el('strong');
+        inline(b, span.body, depth + 1);
+        parent.appendChild(b);
+      }
+      at = span.end;
+      continue;
+    }
+    if (!m) break;
+    if (m.index > at) parent.appendChild(document.createTextNode(text.slice(at, m.index)));
+    inlineMatch(parent, m, depth);
+    at = m.index + m[0].length;
+  }
+  if (at < text.length) parent.appendChild(document.createTextNode(text.slice(at)));
+}
+
+/** One match of INLINE. @param {Node} parent @param {RegExpExecArray} m @param {number} depth */
+function inlineMatch(parent, m, depth) {
+  if (m[1] !== undefined) {
+    parent.appendChild(document.createTextNode(m[1]));
+  } else if (m[3] !== undefined) {
+    const url = safeHttpUrl(m[4]);
+    if (m[2] === '!') {
+      // No remote images (and the page's CSP forbids them): a link instead.
+      const label = `[image${m[3] ? ': ' + m[3] : ''}]`;
+      parent.appendChild(url ? link(url, label) : document.createTextNode(label));
+    } else if (url) {
+      const a = link(url, '');
+      inline(a, m[3], depth + 1);
+      parent.appendChild(a);
+    } else {
+      inline(parent, m[3], depth + 1);  // not http(s): the text only, no link
+    }
+  } else if (m[5] !== undefined) {
+    const url = safeHttpUrl(m[5]);
+    parent.appendChild(url ? link(url, m[5]) : document.createTextNode(m[5]));
+  } else {
+    const i = el('em');
+    inline(i, m[6] ?? m[7] ?? m[8], depth + 1);
+    parent.appendChild(i);
   }
 }
 

@@ -174,3 +174,14 @@ def test_hostile_output_with_output_scripts(gateway_output_scripts, node_modules
     r = requests.get(f"{gateway_output_scripts.url}/static-config.json", timeout=30)
     assert r.json() == {"output_scripts": True}
     _run_node(gateway_output_scripts, "xss.test.mjs", output_scripts=True)
+
+
+def test_markdown_renderer_in_node():
+    """render.test.mjs: code spans and bold from the linear scanner (review
+    L8), against a stand-in DOM; needs Node only."""
+    require("the Markdown renderer's tests", node_missing())
+    r = subprocess.run(["node", "--test", "--test-reporter=spec", "render.test.mjs"], cwd=HERE,
+                       env={**os.environ, "NODE_NO_WARNINGS": "1"}, capture_output=True, text=True, timeout=300)
+    print(r.stdout)
+    assert r.returncode == 0, f"node --test render.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
