@@ -9,6 +9,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/node_settings.hpp"
 #include "cellgate/launcher/service.hpp"
+#include "host_fs.hpp"
 #include "workspace_view.hpp"
 
 #include <grp.h>
@@ -108,11 +109,10 @@ private:
             const std::string prefix = "ipc://";
             if (endpoint->rfind(prefix, 0) != 0) continue;
             const auto path = endpoint->substr(prefix.size());
-            struct stat st {};
-            if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode))
-                throw launch_error("open-to-client", "not a socket: " + path);
-            if (::lchown(path.c_str(), 0, o_.client_gid) != 0 || ::chmod(path.c_str(), 0660) != 0)
-                throw launch_error("open-to-client", "cannot open " + path + " to the client", errno);
+            // Through one O_PATH descriptor each (review L3): the relay owns
+            // the directory under gVisor and could swap a name for a symlink
+            // between a check and a chmod that follows it.
+            change_owner("open-to-client", path, 0, o_.client_gid, 0660, S_IFSOCK);
             // Under gVisor the sockets are the host relay's, in a directory of
             // the sandbox's uid that others may not enter: the client's group
             // may (r-x, so it finds the sockets but creates nothing there).
@@ -120,10 +120,8 @@ private:
             struct stat ds {};
             if (::lstat(dir.c_str(), &ds) != 0 || !S_ISDIR(ds.st_mode))
                 throw launch_error("open-to-client", "not a directory: " + dir.string());
-            if ((ds.st_mode & S_IXOTH) == 0 && ds.st_gid != o_.client_gid &&
-                (::lchown(dir.c_str(), static_cast<uid_t>(-1), o_.client_gid) != 0 ||
-                 ::chmod(dir.c_str(), (ds.st_mode & 0700) | 0050) != 0))
-                throw launch_error("open-to-client", "cannot open " + dir.string() + " to the client", errno);
+            if ((ds.st_mode & S_IXOTH) == 0 && ds.st_gid != o_.client_gid)
+                change_owner("open-to-client", dir, kNoChange, o_.client_gid, (ds.st_mode & 0700) | 0050, S_IFDIR);
         }
         const auto view = views_ / info.id;
         service::remove_workspace_view(view);

@@ -95,10 +95,32 @@ void make_dir(const std::string& step, const fs::path& path, unsigned mode, bool
 }
 
 void change_owner(const std::string& step, const fs::path& path, std::uint32_t uid,
-                  std::uint32_t gid, unsigned mode) {
-    if (::lchown(path.c_str(), uid, gid) != 0)
-        throw launch_error(step, "chown " + path.string(), errno);
-    if (::chmod(path.c_str(), mode) != 0) throw launch_error(step, "chmod " + path.string(), errno);
+                  std::uint32_t gid, unsigned mode, unsigned type) {
+    const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) throw launch_error(step, "open " + path.string(), errno);
+    struct stat st{};
+    std::string failed;
+    int e = 0;
+    if (::fstat(fd, &st) != 0) {
+        failed = "stat";
+        e = errno;
+    } else if (S_ISLNK(st.st_mode) || (type != 0 && (st.st_mode & S_IFMT) != type)) {
+        failed = S_ISLNK(st.st_mode) ? "refused a symlink at" : "refused a file of the wrong type at";
+        e = S_ISLNK(st.st_mode) ? ELOOP : EINVAL;
+    } else if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH) != 0) {
+        failed = "chown";
+        e = errno;
+    } else {
+        // No fchmod on an O_PATH descriptor before Linux 6.6; its /proc link
+        // names this very inode, whatever the path now holds.
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        if (::chmod(self.c_str(), mode) != 0) {
+            failed = "chmod";
+            e = errno;
+        }
+    }
+    ::close(fd);
+    if (!failed.empty()) throw launch_error(step, failed + " " + path.string(), e);
 }
 
 void write_file(const std::string& step, const fs::path& path, const std::string& content,

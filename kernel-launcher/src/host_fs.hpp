@@ -22,8 +22,16 @@ void unmount(const std::string& step, const std::filesystem::path& where);
 
 void make_dir(const std::string& step, const std::filesystem::path& path, unsigned mode,
               bool must_not_exist = false);
+// Owner and mode of `path` itself, never of what a symlink there points at:
+// the name is opened once (O_PATH | O_NOFOLLOW) and the type check, chown and
+// chmod all go through that descriptor, so a name swapped for a symlink
+// between a check and a change (review L3: under gVisor the relay owns the
+// directory its sockets sit in) changes nothing else. `type` is the S_IFMT
+// kind the file must be (S_IFSOCK, S_IFDIR, …), or 0 for any but a symlink;
+// kNoChange as uid or gid keeps it.
+inline constexpr std::uint32_t kNoChange = static_cast<std::uint32_t>(-1);
 void change_owner(const std::string& step, const std::filesystem::path& path, std::uint32_t uid,
-                  std::uint32_t gid, unsigned mode);
+                  std::uint32_t gid, unsigned mode, unsigned type = 0);
 // Creates `path` (O_EXCL) with `content`, owner and mode; durable enough for /run.
 void write_file(const std::string& step, const std::filesystem::path& path,
                 const std::string& content, unsigned mode, std::uint32_t uid = 0,
