@@ -137,7 +137,7 @@ void execution::cancel() {
     asio::post(strand_, [self = shared_from_this()] {
         if (self->finished_) return;
         self->cancelled_ = true;
-        self->manager_.interrupt(self->kernel_, [](std::optional<api_error>) {});
+        self->manager_.interrupt(self->kernel_, [](std::optional<kernels::failure>) {});
     });
 }
 
@@ -325,7 +325,7 @@ void execution::on_timeout() {
     timed_out_ = true;
     spdlog::info("kernel {}: execution {} timed out after {} ms; interrupting", kernel_->id(), msg_id_,
                  options_.timeout.count());
-    manager_.interrupt(kernel_, [](std::optional<api_error>) {});
+    manager_.interrupt(kernel_, [](std::optional<kernels::failure>) {});
     timer_.expires_after(options_.interrupt_grace);
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
         if (ec || self->finished_) return;
@@ -333,7 +333,7 @@ void execution::on_timeout() {
         spdlog::warn("kernel {}: not idle {} ms after the interrupt; restarting it", self->kernel_->id(),
                      self->options_.interrupt_grace.count());
         self->kernel_restarted_ = true;
-        self->manager_.restart(self->kernel_, [self](std::optional<api_error>) {
+        self->manager_.restart(self->kernel_, [self](std::optional<kernels::failure>) {
             asio::post(self->strand_, [self] { self->finish(); });
         });
     });

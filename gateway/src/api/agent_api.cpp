@@ -183,8 +183,8 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
         const auto policy = policy_from(body, base, agents.limits());
         s.kernels.start_kernel(
             req->who.tenant, name, strict_env(body),
-            [&s, reply](std::optional<api_error> e, kernels::kernel_ptr k) {
-                if (e) return reply(error_response(e->status, e->message));
+            [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+                if (e) return reply(failure_response(*e));
                 auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
                 res.headers.emplace_back("Location", "/v1/sessions/" + k->id());
                 reply(std::move(res));
@@ -204,21 +204,21 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::delete_, "/v1/sessions/{id}", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         s.sessions.remove_for_kernel(k->id());
-        s.kernels.shutdown(k, [reply](std::optional<api_error> e) {
-            reply(e ? error_response(e->status, e->message) : empty_response(204));
+        s.kernels.shutdown(k, [reply](std::optional<kernels::failure> e) {
+            reply(e ? failure_response(*e) : empty_response(204));
         }, "session deleted");
     });
 
     r.add(bhttp::verb::post, "/v1/sessions/{id}/interrupt", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        s.kernels.interrupt(k, [reply](std::optional<api_error> e) {
-            reply(e ? error_response(e->status, e->message) : empty_response(204));
+        s.kernels.interrupt(k, [reply](std::optional<kernels::failure> e) {
+            reply(e ? failure_response(*e) : empty_response(204));
         });
     });
     r.add(bhttp::verb::post, "/v1/sessions/{id}/restart", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        s.kernels.restart(k, [&s, k, reply](std::optional<api_error> e) {
-            reply(e ? error_response(e->status, e->message)
+        s.kernels.restart(k, [&s, k, reply](std::optional<kernels::failure> e) {
+            reply(e ? failure_response(*e)
                     : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
         });
     });
@@ -367,10 +367,10 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
         policy.idle_timeout = std::chrono::seconds(0);
         s.kernels.start_kernel(
             req->who.tenant, s.kernels.specs().default_name(), strict_env(body),
-            [&s, &agents, req, body, files = std::move(files), reply](std::optional<api_error> e, kernels::kernel_ptr k) {
-                if (e) return reply(error_response(e->status, e->message));
+            [&s, &agents, req, body, files = std::move(files), reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+                if (e) return reply(failure_response(*e));
                 auto finish = [&s, k](std::function<void()> then) {
-                    s.kernels.shutdown(k, [then](std::optional<api_error>) { then(); }, "one-shot execution finished");
+                    s.kernels.shutdown(k, [then](std::optional<kernels::failure>) { then(); }, "one-shot execution finished");
                 };
                 // The files are written on the file-I/O pool; an error there ends the sandbox too.
                 reply_fn finish_with = [finish, reply](response res) {

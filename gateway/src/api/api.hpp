@@ -44,6 +44,10 @@ struct web_options {
 };
 void register_static_api(http::router& r, const web_options& web);  // /, /static/…
 
+// The HTTP answer to a kernel operation that did not happen: the one place
+// the core's failure kinds become statuses (404, 400, 429, 503, 409, 500).
+http::response failure_response(const kernels::failure& f);
+
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
 

@@ -9,6 +9,21 @@ namespace cellgate::api {
 
 using namespace http;
 
+response failure_response(const kernels::failure& f) {
+    using kernels::failure_kind;
+    switch (f.kind) {
+    case failure_kind::no_such_spec:
+    case failure_kind::no_such_kernel: return error_response(404, f.message);
+    case failure_kind::invalid: return error_response(400, f.message);
+    case failure_kind::over_quota: return error_response(429, f.message);
+    case failure_kind::unavailable: return error_response(503, f.message);
+    case failure_kind::not_running:
+    case failure_kind::busy: return error_response(409, f.message);
+    case failure_kind::start_failed: break;
+    }
+    return error_response(500, f.message);
+}
+
 kernels::kernel_ptr kernel_or_404(services& s, const request_ptr& req, const std::string& id) {
     auto k = s.kernels.find(req->who.tenant, id);
     if (!k) throw api_exception(404, "No such session or kernel: " + id.substr(0, 64));
@@ -26,8 +41,8 @@ response created(const nlohmann::json& model) {
 // Maps the manager's errors onto replies.
 template <class Fn>
 kernels::kernel_manager::done on_done(reply_fn reply, Fn success) {
-    return [reply = std::move(reply), success = std::move(success)](std::optional<api_error> e) {
-        if (e) reply(error_response(e->status, e->message));
+    return [reply = std::move(reply), success = std::move(success)](std::optional<kernels::failure> e) {
+        if (e) reply(failure_response(*e));
         else reply(success());
     };
 }
@@ -71,8 +86,8 @@ void register_kernels_api(router& r, services& s) {
         auto name = kernel_name_from(body);
         if (name.empty()) name = s.kernels.specs().default_name();
         s.kernels.start_kernel(req->who.tenant, name, kernel_env_from(body),
-                               [reply](std::optional<api_error> e, kernels::kernel_ptr k) {
-                                   if (e) reply(error_response(e->status, e->message));
+                               [reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+                                   if (e) reply(failure_response(*e));
                                    else reply(created(k->model()));
                                });
     });

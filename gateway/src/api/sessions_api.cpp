@@ -18,7 +18,7 @@ nlohmann::json session_model(services& s, const kernels::session_record& rec) {
 // Resolves the "kernel" member of a session request: an existing kernel by id,
 // or a spec name to start. Calls back with the kernel or an error.
 void resolve_kernel(services& s, const request_ptr& req, const nlohmann::json& body,
-                    std::function<void(std::optional<api_error>, kernels::kernel_ptr)> then) {
+                    std::function<void(std::optional<kernels::failure>, kernels::kernel_ptr)> then) {
     const auto kernel = kernel_member(body);
     const auto id = string_field(kernel, "id");
     if (!id.empty()) {
@@ -59,8 +59,8 @@ void register_sessions_api(router& r, services& s) {
         if (!s.sessions.has_room(rec.tenant))
             throw api_exception(429, "Session limit reached for this token (" +
                                          std::to_string(s.sessions.max_per_tenant()) + " sessions)");
-        resolve_kernel(s, req, body, [&s, rec, reply](std::optional<api_error> e, kernels::kernel_ptr k) mutable {
-            if (e) return reply(error_response(e->status, e->message));
+        resolve_kernel(s, req, body, [&s, rec, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) mutable {
+            if (e) return reply(failure_response(*e));
             rec.kernel_id = k->id();
             const auto added = s.sessions.add(rec);
             if (!added) {
@@ -91,9 +91,9 @@ void register_sessions_api(router& r, services& s) {
             return reply(json_response(200, session_model(s, *rec)));
         }
         const auto old_kernel = rec->kernel_id;
-        resolve_kernel(s, req, body, [&s, rec = *rec, old_kernel, reply](std::optional<api_error> e,
+        resolve_kernel(s, req, body, [&s, rec = *rec, old_kernel, reply](std::optional<kernels::failure> e,
                                                                           kernels::kernel_ptr k) mutable {
-            if (e) return reply(error_response(e->status, e->message));
+            if (e) return reply(failure_response(*e));
             rec.kernel_id = k->id();
             s.sessions.update(rec);
             // The old kernel goes when no other session uses it (as jupyter_server does).
@@ -108,7 +108,7 @@ void register_sessions_api(router& r, services& s) {
         s.sessions.remove(rec->tenant, rec->id);
         auto k = s.kernels.find(rec->tenant, rec->kernel_id);
         if (!k || !s.sessions.for_kernel(rec->kernel_id).empty()) return reply(empty_response(204));
-        s.kernels.shutdown(k, [reply](std::optional<api_error>) { reply(empty_response(204)); });
+        s.kernels.shutdown(k, [reply](std::optional<kernels::failure>) { reply(empty_response(204)); });
     });
 }
 

@@ -67,7 +67,7 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
         spdlog::warn("kernel {}: its sandbox ended while the gateway was down; restarting it (files kept)", row.id);
         ++metrics_.kernel_deaths;
         k->set_state(kernel_state::dead);
-        do_restart(k, [](std::optional<api_error>) {}, true);
+        do_restart(k, [](std::optional<failure>) {}, true);
         return;
     }
     const auto pid = running->pid;
@@ -103,24 +103,24 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
                                   const std::map<std::string, std::string>& env, done_kernel callback,
                                   std::optional<kernel_policy> policy) {
     if (specs_.find(spec_name) == nullptr) {
-        callback(api_error{404, "No such kernel spec: '" + spec_name + "'"}, nullptr);
+        callback(failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"}, nullptr);
         return;
     }
     try {
         launcher::validate_env(env, config_.launcher_rules);  // the same rules the launcher applies
     } catch (const launcher::spec_error& e) {
-        callback(api_error{400, e.what()}, nullptr);
+        callback(failure{failure_kind::invalid, e.what()}, nullptr);
         return;
     }
     {
         std::lock_guard lock(mutex_);
         if (shutting_down_) {
-            callback(api_error{503, "The gateway is shutting down"}, nullptr);
+            callback(failure{failure_kind::unavailable, "The gateway is shutting down"}, nullptr);
             return;
         }
         // Counted now, so concurrent starts cannot race past the limits.
         if (auto why = admission_.admit(tenant)) {
-            callback(api_error{429, std::move(*why)}, nullptr);
+            callback(failure{failure_kind::over_quota, std::move(*why)}, nullptr);
             return;
         }
     }
@@ -147,13 +147,13 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
             ++metrics_.sandbox_start_failures;
             { std::lock_guard lock(mutex_); admission_.release(k->tenant()); }
             spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
-            callback(api_error{400, e.what()}, nullptr);
+            callback(failure{failure_kind::invalid, e.what()}, nullptr);
             return;
         } catch (const std::exception& e) {
             ++metrics_.sandbox_start_failures;
             { std::lock_guard lock(mutex_); admission_.release(k->tenant()); }
             spdlog::error("kernel {}: sandbox start failed: {}", k->id(), util::log_safe(e.what()));
-            callback(api_error{500, "The kernel's sandbox could not be started"}, nullptr);
+            callback(failure{failure_kind::start_failed, "The kernel's sandbox could not be started"}, nullptr);
             return;
         }
         ++metrics_.sandbox_starts;
@@ -212,7 +212,7 @@ void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
             callback(std::nullopt);
         } catch (const std::exception& e) {
             spdlog::warn("kernel {}: interrupt failed: {}", k->id(), e.what());
-            callback(api_error{409, "The kernel is not running"});
+            callback(failure{failure_kind::not_running, "The kernel is not running"});
         }
     });
 }
@@ -244,7 +244,7 @@ bool kernel_manager::revive(const kernel_ptr& k) {
         r.restarts.push_back(now);
     }
     spdlog::info("kernel {}: dead; restarting it", k->id());
-    do_restart(k, [](std::optional<api_error>) {}, true);
+    do_restart(k, [](std::optional<failure>) {}, true);
     return true;
 }
 
@@ -254,11 +254,11 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
         if (it == kernels_.end()) {
-            callback(api_error{404, "No such kernel"});
+            callback(failure{failure_kind::no_such_kernel, "No such kernel"});
             return;
         }
         if (it->second.busy_lifecycle) {
-            callback(api_error{409, "The kernel is already restarting or shutting down"});
+            callback(failure{failure_kind::busy, "The kernel is already restarting or shutting down"});
             return;
         }
         it->second.busy_lifecycle = true;
@@ -299,7 +299,7 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
         } catch (const std::exception& e) {
             spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
         }
-        callback(api_error{404, "The kernel was shut down"});
+        callback(failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         return;
     }
     const auto pid = info.pid;
@@ -325,7 +325,7 @@ void kernel_manager::restart_failed(const kernel_ptr& k, const std::string& what
     ++metrics_.sandbox_start_failures;
     if (!is_registered(k)) {
         spdlog::info("kernel {}: shut down during its restart ({})", k->id(), util::log_safe(what));
-        callback(api_error{404, "The kernel was shut down"});
+        callback(failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         return;
     }
     int failures = 0;
@@ -351,7 +351,7 @@ void kernel_manager::restart_failed(const kernel_ptr& k, const std::string& what
     });
     // The launcher's error names host paths and quotes the kernel's log
     // (tenant-written text): the log gets it, the client a summary (L5).
-    callback(api_error{500, "The kernel could not be restarted; its files are kept. It is retried "
+    callback(failure{failure_kind::start_failed, "The kernel could not be restarted; its files are kept. It is retried "
                             "automatically; see the gateway log for kernel " + k->id()});
 }
 
@@ -360,7 +360,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
         if (it == kernels_.end()) {
-            callback(api_error{404, "No such kernel"});
+            callback(failure{failure_kind::no_such_kernel, "No such kernel"});
             return;
         }
         kernels_.erase(it);
@@ -412,7 +412,7 @@ void kernel_manager::shutdown_all() {
     std::mutex m;
     std::condition_variable cv;
     for (auto& k : all) {
-        shutdown(k, [&, remaining](std::optional<api_error>) {
+        shutdown(k, [&, remaining](std::optional<failure>) {
             if (--*remaining == 0) {
                 std::lock_guard lock(m);
                 cv.notify_all();

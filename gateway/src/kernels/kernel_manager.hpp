@@ -2,13 +2,13 @@
 
 #include "cellgate/launcher/sandbox_launcher.hpp"
 #include "kernels/admission.hpp"
+#include "kernels/failure.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/launch_gate.hpp"
 #include "kernels/warm_pool.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
-#include "util/api_error.hpp"
 #include "wire/zmq_reactor.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -67,8 +67,8 @@ struct manager_config {
 // replies back to their own strand.
 class kernel_manager {
 public:
-    using done_kernel = std::function<void(std::optional<api_error>, kernel_ptr)>;
-    using done = std::function<void(std::optional<api_error>)>;
+    using done_kernel = std::function<void(std::optional<failure>, kernel_ptr)>;
+    using done = std::function<void(std::optional<failure>)>;
 
     kernel_manager(boost::asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                    const kernelspec_registry& specs, metrics::registry& metrics, manager_config config);

@@ -31,11 +31,11 @@ void kernel_manager::check_cells() {
             ++metrics_.cell_time_limits;
             spdlog::info("kernel {}: a cell ran past its time limit of {} s; interrupting it", k->id(),
                          k->policy().exec_timeout.count());
-            interrupt(k, [](std::optional<api_error>) {});
+            interrupt(k, [](std::optional<failure>) {});
         } else {
             spdlog::warn("kernel {}: the cell did not stop within {} s of its interrupt; restarting the kernel",
                          k->id(), config_.cell_interrupt_grace.count());
-            do_restart(k, [](std::optional<api_error>) {}, true);
+            do_restart(k, [](std::optional<failure>) {}, true);
         }
     }
     cell_timer_.expires_after(config_.cell_check_interval);
@@ -102,7 +102,7 @@ void kernel_manager::tick() {
     for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
     for (auto& [k, reason] : cull) {
         spdlog::info("kernel {}: {}", k->id(), reason);
-        shutdown(k, [](std::optional<api_error>) {}, reason);
+        shutdown(k, [](std::optional<failure>) {}, reason);
     }
     tick_timer_.expires_after(config_.heartbeat_interval);
     tick_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -174,7 +174,7 @@ void kernel_manager::confirm_death(const kernel_ptr& k, std::int64_t pid, const 
             restart_now = true;
         }
     }
-    if (restart_now) do_restart(k, [](std::optional<api_error>) {}, true);
+    if (restart_now) do_restart(k, [](std::optional<failure>) {}, true);
 }
 
 }  // namespace cellgate::kernels
