@@ -43,8 +43,10 @@ struct manager_config {
     bool auto_restart = true;                     // restart a kernel that died
     int restart_limit = 5;                        // …at most this often per window
     std::chrono::seconds restart_window{300};
-    std::chrono::seconds heartbeat_interval{3};
-    std::chrono::seconds heartbeat_timeout{30};   // no echo this long: the kernel is dead
+    // Milliseconds, so that a unit test can run heartbeats well under a second
+    // apart with a timeout a few intervals long (kernel_manager_test.cpp).
+    std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(3);
+    std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(30);  // no echo this long: the kernel is dead
     std::chrono::milliseconds nudge_interval{20};
     std::chrono::seconds ready_timeout{30};
     std::size_t launch_threads = 4;

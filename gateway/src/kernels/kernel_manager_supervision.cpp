@@ -15,6 +15,15 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// As clients read it in a dead kernel's reason: "30 s" ("300 ms" in tests).
+std::string duration_text(std::chrono::milliseconds d) {
+    return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + " s" : std::to_string(d.count()) + " ms";
+}
+
+}  // namespace
+
 void kernel_manager::check_cells() {
     const auto now = steady::now();
     std::vector<std::pair<kernel_ptr, cell_watch::action>> due;
@@ -99,7 +108,7 @@ void kernel_manager::tick() {
         }
         store_->touch_kernels(seen);
     }
-    for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " s");
+    for (auto& [k, pid] : silent) on_died(k, pid, "no heartbeat for " + duration_text(config_.heartbeat_timeout));
     for (auto& [k, reason] : cull) {
         spdlog::info("kernel {}: {}", k->id(), reason);
         shutdown(k, [](std::optional<failure>) {}, reason);
