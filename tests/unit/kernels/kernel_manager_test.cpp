@@ -93,8 +93,15 @@ launcher::launcher_config rules_in(const std::filesystem::path& dir) {
     return c;
 }
 
+// A callback that never came: the test fails here, and the caller gets a
+// failure that matches none it expects.
+kernels::failure no_callback() {
+    ADD_FAILURE() << "no callback within 5 s";
+    return {kernels::failure_kind::unavailable, "no callback within 5 s"};
+}
+
 struct started {
-    std::optional<api_error> error;
+    std::optional<kernels::failure> error;
     kernels::kernel_ptr k;
 };
 
@@ -138,19 +145,19 @@ protected:
     started start(const std::string& tenant, const std::map<std::string, std::string>& env = {}) {
         auto p = std::make_shared<std::promise<started>>();
         auto f = p->get_future();
-        manager->start_kernel(tenant, "fake", env, [p](std::optional<api_error> e, kernels::kernel_ptr k) {
+        manager->start_kernel(tenant, "fake", env, [p](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
             p->set_value({std::move(e), std::move(k)});
         });
-        if (f.wait_for(5s) != std::future_status::ready) return {api_error{0, "no callback within 5 s"}, nullptr};
+        if (f.wait_for(5s) != std::future_status::ready) return {no_callback(), nullptr};
         return f.get();
     }
 
     // Calls a manager operation and waits for its callback.
-    static std::optional<api_error> wait_for(const std::function<void(kernels::kernel_manager::done)>& call) {
-        auto p = std::make_shared<std::promise<std::optional<api_error>>>();
+    static std::optional<kernels::failure> wait_for(const std::function<void(kernels::kernel_manager::done)>& call) {
+        auto p = std::make_shared<std::promise<std::optional<kernels::failure>>>();
         auto f = p->get_future();
-        call([p](std::optional<api_error> e) { p->set_value(std::move(e)); });
-        if (f.wait_for(5s) != std::future_status::ready) return api_error{0, "no callback within 5 s"};
+        call([p](std::optional<kernels::failure> e) { p->set_value(std::move(e)); });
+        if (f.wait_for(5s) != std::future_status::ready) return no_callback();
         return f.get();
     }
 
@@ -230,7 +237,7 @@ TEST_F(kernel_manager_test, a_tenant_over_its_share_is_refused_before_any_launch
     ASSERT_FALSE(start("alice").error);
     const auto third = start("alice");
     ASSERT_TRUE(third.error);
-    EXPECT_EQ(third.error->status, 429u);
+    EXPECT_EQ(third.error->kind, kernels::failure_kind::over_quota);
     EXPECT_EQ(third.k, nullptr);
     EXPECT_EQ(launcher.count("launch"), 2);
 
@@ -251,7 +258,7 @@ TEST_F(kernel_manager_test, the_total_limit_holds_across_tenants_until_a_kernel_
     ASSERT_FALSE(start("bob").error);
     const auto refused = start("carol");
     ASSERT_TRUE(refused.error);
-    EXPECT_EQ(refused.error->status, 429u);
+    EXPECT_EQ(refused.error->kind, kernels::failure_kind::over_quota);
     EXPECT_EQ(launcher.count("launch"), 2);
 
     ASSERT_FALSE(wait_for([&](auto done) { manager->shutdown(a.k, done); }));
@@ -269,7 +276,7 @@ TEST_F(kernel_manager_test, a_failed_launch_gives_back_its_slot) {
     launcher.fail_launches(1);
     const auto failed = start("alice");
     ASSERT_TRUE(failed.error);
-    EXPECT_EQ(failed.error->status, 500u);
+    EXPECT_EQ(failed.error->kind, kernels::failure_kind::start_failed);
     EXPECT_EQ(failed.k, nullptr);
     EXPECT_EQ(manager->count(), 0u);
     EXPECT_TRUE(manager->list("alice").empty());
@@ -277,7 +284,7 @@ TEST_F(kernel_manager_test, a_failed_launch_gives_back_its_slot) {
     launcher.fail_launches(1, true);  // the launcher refused the spec: the caller's fault
     const auto refused = start("alice");
     ASSERT_TRUE(refused.error);
-    EXPECT_EQ(refused.error->status, 400u);
+    EXPECT_EQ(refused.error->kind, kernels::failure_kind::invalid);
     EXPECT_EQ(manager->count(), 0u);
 
     const auto s = start("alice");
@@ -405,7 +412,7 @@ TEST_F(kernel_manager_test, a_shutdown_removes_the_sandbox_and_tells_the_listene
 
     const auto again = wait_for([&](auto done) { manager->shutdown(s.k, done); });
     ASSERT_TRUE(again);
-    EXPECT_EQ(again->status, 404u);
+    EXPECT_EQ(again->kind, kernels::failure_kind::no_such_kernel);
 }
 
 TEST_F(kernel_manager_test, an_interrupt_signals_the_sandbox) {
@@ -420,7 +427,7 @@ TEST_F(kernel_manager_test, an_interrupt_signals_the_sandbox) {
     ASSERT_FALSE(wait_for([&](auto done) { manager->shutdown(s.k, done); }));
     const auto gone = wait_for([&](auto done) { manager->interrupt(s.k, done); });
     ASSERT_TRUE(gone);
-    EXPECT_EQ(gone->status, 409u);
+    EXPECT_EQ(gone->kind, kernels::failure_kind::not_running);
 }
 
 // Fails: a restarted sandbox that dies before its kernel answers is never
