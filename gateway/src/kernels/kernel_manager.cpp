@@ -306,11 +306,13 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
     k->connect(std::move(info));
     watch_process(k, pid);
     wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
+        std::optional<record::death> died;
         {
             std::lock_guard lock(mutex_);
             if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
                 it->second.busy_lifecycle = false;
                 it->second.failed_restarts = 0;
+                died = std::exchange(it->second.died_while_busy, std::nullopt);
             }
         }
         if (!ok) k->set_state(kernel_state::idle);
@@ -318,6 +320,9 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
         spdlog::info("kernel {}: {} restart done ({} ms)", k->id(), automatic ? "automatic" : "requested",
                      std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
         callback(std::nullopt);
+        // A death of the new sandbox while it was starting is handled now,
+        // like any other (confirm_death ignores one of the sandbox it replaced).
+        if (died) confirm_death(k, died->pid, died->why, died->oom);
     });
 }
 
@@ -333,6 +338,7 @@ void kernel_manager::restart_failed(const kernel_ptr& k, const std::string& what
         std::lock_guard lock(mutex_);
         if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
             it->second.busy_lifecycle = false;
+            it->second.died_while_busy.reset();  // it is dead already
             failures = ++it->second.failed_restarts;
             it->second.retry_at = steady::now() + restart_pause(failures);
         }

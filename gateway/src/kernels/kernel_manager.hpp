@@ -124,6 +124,14 @@ private:
         std::chrono::system_clock::time_point saved_activity{};  // as last written to the store
         int failed_restarts = 0;  // automatic restarts that failed in a row
         steady::time_point retry_at{};  // no revive before this (backoff after a failure)
+        // The sandbox a restart started died before the restart was done:
+        // kept until it is (relaunch), since nothing else would look again.
+        struct death {
+            std::int64_t pid;
+            std::string why;
+            bool oom;
+        };
+        std::optional<death> died_while_busy;
     };
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
 

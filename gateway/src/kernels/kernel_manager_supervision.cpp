@@ -160,9 +160,13 @@ void kernel_manager::confirm_death(const kernel_ptr& k, std::int64_t pid, const 
     {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
-        if (it == kernels_.end() || it->second.k != k || it->second.busy_lifecycle || shutting_down_) return;
+        if (it == kernels_.end() || it->second.k != k || shutting_down_) return;
         const auto sb = k->sandbox();
         if (!sb || sb->pid != pid) return;  // an old process of a restarted kernel
+        if (it->second.busy_lifecycle) {
+            it->second.died_while_busy = record::death{pid, why, oom};
+            return;
+        }
         const auto state = k->state();
         if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
             return;

@@ -437,7 +437,7 @@ TEST_F(kernel_manager_test, an_interrupt_signals_the_sandbox) {
 // housekeeping tick pings only ready kernels, so nothing looks at it again:
 // "idle", not ready, its process gone, no further restart. Enable it with
 // the fix.
-TEST_F(kernel_manager_test, DISABLED_a_restarted_kernel_that_dies_before_it_is_ready_is_restarted_again) {
+TEST_F(kernel_manager_test, a_restarted_kernel_that_dies_before_it_is_ready_is_restarted_again) {
     auto c = fast_config();
     c.ready_timeout = 1s;
     make_manager(c);
