@@ -78,6 +78,8 @@ json connection_json(const std::string& ip, const std::string& key) {
 
 }  // namespace
 
+class step_timer;
+
 struct launcher::impl {
     launcher_config cfg;
     std::map<std::string, std::unique_ptr<oci_runtime>> runtimes;
@@ -167,7 +169,15 @@ struct launcher::impl {
         return why;
     }
 
+    // The launch sequence, in the order launch() runs it.
     sandbox_info launch(const sandbox_spec& spec);
+    sandbox_info describe(const sandbox_spec& spec) const;
+    fs::path make_run_dir(sandbox_info& info);
+    fs::path prepare_kernel_dir(sandbox_info& info, const fs::path& dir, const workspace& ws, bool relayed);
+    std::int64_t start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws, oci_runtime& rt,
+                                 bool& runtime_started, step_timer& steps);
+    void wait_until_serving(sandbox_info& info, const fs::path& socket_dir, bool relayed,
+                            clock_type::time_point deadline, step_timer& steps);
 
     // The kernel's connection file (in its own dir, owned by it, read-only)
     // and the host's (the same key, the paths the host dials); returns the
@@ -219,12 +229,21 @@ struct launcher::impl {
     }
 };
 
-sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
-    const auto t0 = clock_type::now();
-    const auto deadline = t0 + spec.start_timeout;
-    validate_spec(spec, cfg);
-    oci_runtime& rt = runtime(spec.runtime);
-    const bool relayed = rt.traits().relays_kernel_sockets;
+// How long each launch step took, into info.step_ms.
+class step_timer {
+public:
+    explicit step_timer(sandbox_info& info) : info_(info) {}
+    void done(const char* name) {
+        info_.step_ms[name] = ms_since(start_);
+        start_ = clock_type::now();
+    }
+
+private:
+    sandbox_info& info_;
+    clock_type::time_point start_ = clock_type::now();
+};
+
+sandbox_info launcher::impl::describe(const sandbox_spec& spec) const {
     sandbox_info info;
     info.id = spec.id.empty() ? protocol::make_uuid() : spec.id;
     info.runtime = spec.runtime;
@@ -232,14 +251,10 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     info.spec.id = info.id;
     info.image = resolve_image(spec.image, cfg).string();
     info.created_unix_ms = unix_ms_now();
-    auto step_start = clock_type::now();
-    auto finish_step = [&](const char* name) {
-        info.step_ms[name] = ms_since(step_start);
-        step_start = clock_type::now();
-    };
+    return info;
+}
 
-    // Run dir: a small tmpfs of its own, so nothing the kernel writes to its
-    // log or sockets can fill the host.
+fs::path launcher::impl::make_run_dir(sandbox_info& info) {
     std::error_code ec;
     fs::create_directories(cfg.state_dir.parent_path(), ec);
     make_dir("prepare-run-dir", cfg.state_dir, 0711);
@@ -250,6 +265,83 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
         if (errno == EEXIST) throw spec_error("a sandbox with id '" + info.id + "' already exists");
         throw launch_error("prepare-run-dir", "mkdir " + dir.string(), errno);
     }
+    return dir;
+}
+
+// The kernel's sockets and connection file; the dir is the kernel's until
+// its sockets are bound, then it is locked (wait_until_serving). The image's
+// entry point keeps ipykernel from rewriting the file (which would race the
+// lock). Returns where the host connects: the kernel's own sockets, or under
+// gVisor the relay's, which speak the same ZMTP to the kernel through the
+// sandbox.
+fs::path launcher::impl::prepare_kernel_dir(sandbox_info& info, const fs::path& dir, const workspace& ws,
+                                            bool relayed) {
+    const auto uid = ws.host_id_base + info.spec.uid, gid = ws.host_id_base + info.spec.gid;
+    const fs::path kernel_dir = dir / "kernel";
+    make_dir("prepare-run-dir", kernel_dir, 0700);
+    change_owner("prepare-run-dir", kernel_dir, uid, gid, 0700);
+    const fs::path socket_dir = relayed ? relay_paths_of(dir).socket_dir : kernel_dir;
+    info.endpoints = write_connection_files(dir, kernel_dir, socket_dir, uid, gid);
+    return socket_dir;
+}
+
+// Starts the relay (gVisor) and the container; returns the init's host pid.
+// `runtime_started` tells the caller's teardown that there is now a
+// container or relay to stop.
+std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws,
+                                             oci_runtime& rt, bool& runtime_started, step_timer& steps) {
+    relay_pipes pipes;
+    if (rt.traits().relays_kernel_sockets) {
+        runtime_started = true;  // from here a teardown must stop the relay
+        start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + info.spec.uid,
+                    ws.host_id_base + info.spec.gid, pipes);
+        steps.done("relay");
+    }
+    const int log_fd = ::open((dir / "kernel.log").c_str(),
+                              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
+    runtime_started = true;
+    struct fd_closer {
+        int fd;
+        ~fd_closer() { ::close(fd); }
+    } log_closer{log_fd};
+    return rt.run(info.id, dir, container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
+}
+
+// Waits for the kernel's sockets, locks its dir, and asks it kernel_info.
+void launcher::impl::wait_until_serving(sandbox_info& info, const fs::path& socket_dir, bool relayed,
+                                        clock_type::time_point deadline, step_timer& steps) {
+    const int pidfd = pidfd_open(info.pid);
+    if (pidfd < 0) throw launch_error("runtime-run", "the sandbox's init is already gone", errno);
+    struct fd_closer {
+        int fd;
+        ~fd_closer() { ::close(fd); }
+    } pidfd_closer{pidfd};
+    const liveness_check alive = [&] { return liveness(pidfd, info.id, relayed); };
+
+    wait_for_sockets(socket_dir, deadline, alive);
+    // From here the kernel may not add, rename or replace anything in its run
+    // dir: the host connects to these paths, and a link planted there would
+    // point the gateway at a socket of the kernel's choosing.
+    change_owner("lock-kernel-dir", fs::path(info.run_dir) / "kernel", 0, 0, 0755);
+    verify_sockets(socket_dir);
+    steps.done("sockets");
+    request_kernel_info(info.endpoints, deadline, alive);
+    steps.done("kernel_info");
+}
+
+sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
+    const auto t0 = clock_type::now();
+    const auto deadline = t0 + spec.start_timeout;
+    validate_spec(spec, cfg);
+    oci_runtime& rt = runtime(spec.runtime);
+    const bool relayed = rt.traits().relays_kernel_sockets;
+    sandbox_info info = describe(spec);
+    step_timer steps(info);
+
+    // Run dir: a small tmpfs of its own, so nothing the kernel writes to its
+    // log or sockets can fill the host.
+    const fs::path dir = make_run_dir(info);
     // Declared before the guard: its undo step reads them as it unwinds.
     std::optional<fs::path> workspace_created;
     bool runtime_started = false;
@@ -268,70 +360,25 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     info.workspace_dir = ws_dir.string();
     info.spec.workspace_dir = info.workspace_dir;
     write_file("prepare-run-dir", dir / "spec.json", json(info.spec).dump(2), 0600);
-    finish_step("run_dir");
+    steps.done("run_dir");
 
     const auto ws = workspaces.ensure(ws_dir, spec.limits.workspace_bytes, spec.uid, spec.gid);
     if (ws.created) workspace_created = ws_dir;
     info.host_uid_base = ws.host_id_base;
-    finish_step("workspace");
+    steps.done("workspace");
 
-    // The kernel's sockets and connection file; the dir is the kernel's until
-    // its sockets are bound, then it is locked (see below). The image's entry
-    // point keeps ipykernel from rewriting the file (which would race the lock).
-    const fs::path kernel_dir = dir / "kernel";
-    make_dir("prepare-run-dir", kernel_dir, 0700);
-    change_owner("prepare-run-dir", kernel_dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, 0700);
-    // Where the host connects: the kernel's own sockets, or under gVisor the
-    // relay's, which speak the same ZMTP to the kernel through the sandbox.
-    const fs::path socket_dir = relayed ? relay_paths_of(dir).socket_dir : kernel_dir;
-    info.endpoints = write_connection_files(dir, kernel_dir, socket_dir, ws.host_id_base + spec.uid,
-                                            ws.host_id_base + spec.gid);
-    const auto in = oci_inputs_for(info, spec, kernel_dir, ws.host_id_base, rt);
+    const fs::path socket_dir = prepare_kernel_dir(info, dir, ws, relayed);
+    const auto in = oci_inputs_for(info, spec, dir / "kernel", ws.host_id_base, rt);
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
-    finish_step("config");
-
+    steps.done("config");
     if (in.gvisor) {
-        for (const auto& p : {fs::path(info.image), ws_dir, kernel_dir, relay_paths_of(dir).script_dir})
+        for (const auto& p : {fs::path(info.image), ws_dir, dir / "kernel", relay_paths_of(dir).script_dir})
             require_searchable_by_others("runtime-run", p);
     }
-    relay_pipes pipes;
-    if (relayed) {
-        runtime_started = true;  // from here a teardown must stop the relay
-        start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + spec.uid,
-                    ws.host_id_base + spec.gid, pipes);
-        finish_step("relay");
-    }
-    const int log_fd = ::open((dir / "kernel.log").c_str(),
-                              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
-    runtime_started = true;
-    try {
-        info.pid = rt.run(info.id, dir, container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
-    } catch (...) {
-        ::close(log_fd);
-        throw;
-    }
-    ::close(log_fd);
-    finish_step("runtime_run");
 
-    const int pidfd = pidfd_open(info.pid);
-    if (pidfd < 0) throw launch_error("runtime-run", "the sandbox's init is already gone", errno);
-    struct fd_closer {
-        int fd;
-        ~fd_closer() { ::close(fd); }
-    } pidfd_closer{pidfd};
-    const liveness_check alive = [&] { return liveness(pidfd, info.id, relayed); };
-
-    wait_for_sockets(socket_dir, deadline, alive);
-    // From here the kernel may not add, rename or replace anything in its run
-    // dir: the host connects to these paths, and a link planted there would
-    // point the gateway at a socket of the kernel's choosing.
-    change_owner("lock-kernel-dir", kernel_dir, 0, 0, 0755);
-    verify_sockets(socket_dir);
-    finish_step("sockets");
-
-    request_kernel_info(info.endpoints, deadline, alive);
-    finish_step("kernel_info");
+    info.pid = start_container(info, dir, ws, rt, runtime_started, steps);
+    steps.done("runtime_run");
+    wait_until_serving(info, socket_dir, relayed, deadline, steps);
     info.step_ms["total"] = ms_since(t0);
 
     write_file("record-sandbox", dir / "info.json", to_persisted_json(info).dump(2), 0600);
