@@ -38,17 +38,12 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
     return run_command(argv, timeout, fds);
 }
 
-command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                           const command_fds& fds) {
-    if (argv.empty()) throw launch_error("run-command", "empty argv");
-    const int output_fd = fds.stderr_fd;
-    int pipe_fds[2] = {-1, -1};
-    if (output_fd < 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
-        throw launch_error("run-command", "pipe for " + argv[0], errno);
-    fd_closer read_end{pipe_fds[0]};
-    fd_closer write_end{pipe_fds[1]};
-    const int child_out = output_fd >= 0 ? output_fd : pipe_fds[1];
+namespace {
 
+// Starts argv[0] (PATH search) with `fds` as its stdin, stdout, stderr and
+// 3…, every other descriptor closed, signals unblocked and at their
+// defaults. `child_out` is where stdout and stderr go when not given.
+pid_t spawn(const std::vector<std::string>& argv, const command_fds& fds, int child_out) {
     // Every descriptor the child gets is first copied above any target number,
     // so one dup2 cannot overwrite the source of the next.
     struct copies_closer {
@@ -100,46 +95,44 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
     pid_t pid = -1;
     const int rc = ::posix_spawnp(&pid, cargv[0], &actions, &attr, cargv.data(), environ);
     posix_spawnattr_destroy(&attr);
-    copies.close_all();
     if (rc != 0) throw launch_error("run-command", "cannot start " + argv[0], rc);
-    if (write_end.fd >= 0) {
-        ::close(write_end.fd);
-        write_end.fd = -1;
-    }
+    return pid;
+}
 
-    command_result result;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    if (read_end.fd >= 0) {
-        char buf[8192];
-        for (;;) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - std::chrono::steady_clock::now());
-            if (left.count() <= 0) {
-                result.timed_out = true;
-                break;
-            }
-            pollfd p{read_end.fd, POLLIN, 0};
-            const int n = ::poll(&p, 1, static_cast<int>(left.count()));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) continue;
-            const ssize_t got = ::read(read_end.fd, buf, sizeof buf);
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) break;
-            result.output.append(buf, static_cast<std::size_t>(got));
-            if (result.output.size() > 2 * max_captured)
-                result.output.erase(0, result.output.size() - max_captured);
+// Reads the child's output until it closes it or the deadline passes,
+// keeping the last max_captured bytes.
+void capture(int read_fd, std::chrono::steady_clock::time_point deadline, command_result& result) {
+    char buf[8192];
+    for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            result.timed_out = true;
+            break;
         }
-        if (result.output.size() > max_captured)
-            result.output.erase(0, result.output.size() - max_captured);
+        pollfd p{read_fd, POLLIN, 0};
+        const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) continue;
+        const ssize_t got = ::read(read_fd, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        result.output.append(buf, static_cast<std::size_t>(got));
+        if (result.output.size() > 2 * max_captured) result.output.erase(0, result.output.size() - max_captured);
     }
+    if (result.output.size() > max_captured) result.output.erase(0, result.output.size() - max_captured);
+}
 
+// Waits for the child, killing it once the deadline has passed.
+void reap(pid_t pid, const std::string& name, std::chrono::steady_clock::time_point deadline,
+          command_result& result) {
     int status = 0;
     if (result.timed_out) ::kill(pid, SIGKILL);
     for (;;) {
         const pid_t w = ::waitpid(pid, &status, result.timed_out ? 0 : WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) throw launch_error("run-command", "waitpid for " + argv[0], errno);
+        if (w < 0) throw launch_error("run-command", "waitpid for " + name, errno);
         if (std::chrono::steady_clock::now() >= deadline) {
             result.timed_out = true;
             ::kill(pid, SIGKILL);
@@ -148,6 +141,28 @@ command_result run_command(const std::vector<std::string>& argv, std::chrono::mi
         ::usleep(1000);
     }
     if (WIFEXITED(status) && !result.timed_out) result.exit_code = WEXITSTATUS(status);
+}
+
+}  // namespace
+
+command_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                           const command_fds& fds) {
+    if (argv.empty()) throw launch_error("run-command", "empty argv");
+    const int output_fd = fds.stderr_fd;
+    int pipe_fds[2] = {-1, -1};
+    if (output_fd < 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
+        throw launch_error("run-command", "pipe for " + argv[0], errno);
+    fd_closer read_end{pipe_fds[0]};
+    fd_closer write_end{pipe_fds[1]};
+    const pid_t pid = spawn(argv, fds, output_fd >= 0 ? output_fd : pipe_fds[1]);
+    if (write_end.fd >= 0) {
+        ::close(write_end.fd);
+        write_end.fd = -1;
+    }
+    command_result result;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (read_end.fd >= 0) capture(read_end.fd, deadline, result);
+    reap(pid, argv[0], deadline, result);
     return result;
 }
 

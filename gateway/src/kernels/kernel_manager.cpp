@@ -61,7 +61,7 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
     {
         std::lock_guard lock(mutex_);
         admission_.readmit(row.tenant);  // already admitted once; never refused now
-        kernels_[row.id] = record{k, row.env, {}, false, row.last_activity};
+        kernels_.insert_or_assign(row.id, record(k, row.env, row.last_activity));
     }
     if (!running) {
         spdlog::warn("kernel {}: its sandbox ended while the gateway was down; restarting it (files kept)", row.id);
@@ -99,31 +99,26 @@ void kernel_manager::set_tenant_quota(const std::string& tenant, std::size_t max
     admission_.set_quota(tenant, max_kernels);
 }
 
-void kernel_manager::start_kernel(const std::string& tenant, const std::string& spec_name,
-                                  const std::map<std::string, std::string>& env, done_kernel callback,
-                                  std::optional<kernel_policy> policy) {
-    if (specs_.find(spec_name) == nullptr) {
-        callback(failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"}, nullptr);
-        return;
-    }
+std::optional<failure> kernel_manager::admit(const std::string& tenant, const std::string& spec_name,
+                                             const std::map<std::string, std::string>& env) {
+    if (specs_.find(spec_name) == nullptr)
+        return failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"};
     try {
         launcher::validate_env(env, config_.launcher_rules);  // the same rules the launcher applies
     } catch (const launcher::spec_error& e) {
-        callback(failure{failure_kind::invalid, e.what()}, nullptr);
-        return;
+        return failure{failure_kind::invalid, e.what()};
     }
-    {
-        std::lock_guard lock(mutex_);
-        if (shutting_down_) {
-            callback(failure{failure_kind::unavailable, "The gateway is shutting down"}, nullptr);
-            return;
-        }
-        // Counted now, so concurrent starts cannot race past the limits.
-        if (auto why = admission_.admit(tenant)) {
-            callback(failure{failure_kind::over_quota, std::move(*why)}, nullptr);
-            return;
-        }
-    }
+    std::lock_guard lock(mutex_);
+    if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
+    // Counted now, so concurrent starts cannot race past the limits.
+    if (auto why = admission_.admit(tenant)) return failure{failure_kind::over_quota, std::move(*why)};
+    return std::nullopt;
+}
+
+void kernel_manager::start_kernel(const std::string& tenant, const std::string& spec_name,
+                                  const std::map<std::string, std::string>& env, done_kernel callback,
+                                  std::optional<kernel_policy> policy) {
+    if (auto refused = admit(tenant, spec_name, env)) return callback(std::move(refused), nullptr);
     const auto p = policy.value_or(config_.policies.resolve(surface::jupyter, spec_name, tenant));
     kernel_ptr warm;
     {
@@ -137,41 +132,65 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
     }
     auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
     k->set_policy(p);
-    const auto spec = spec_for(*k, env);
-    launches_.submit(tenant, [this, k, spec, env, callback = std::move(callback)] {
-        const auto t0 = steady::now();
-        launcher::sandbox_info info;
-        try {
-            info = launcher_.launch(spec);
-        } catch (const launcher::spec_error& e) {
-            ++metrics_.sandbox_start_failures;
-            { std::lock_guard lock(mutex_); admission_.release(k->tenant()); }
-            spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
-            callback(failure{failure_kind::invalid, e.what()}, nullptr);
-            return;
-        } catch (const std::exception& e) {
-            ++metrics_.sandbox_start_failures;
-            { std::lock_guard lock(mutex_); admission_.release(k->tenant()); }
-            spdlog::error("kernel {}: sandbox start failed: {}", k->id(), util::log_safe(e.what()));
-            callback(failure{failure_kind::start_failed, "The kernel's sandbox could not be started"}, nullptr);
-            return;
-        }
-        ++metrics_.sandbox_starts;
-        const auto pid = info.pid;
-        k->connect(std::move(info));
+    launches_.submit(tenant, [this, k, spec = spec_for(*k, env), env, callback = std::move(callback)] {
+        launch_new(k, spec, env, callback);
+    });
+}
+
+// On the launch pool: the sandbox, then the kernel in the registry, then
+// the wait for its first reply. Its admission slot is given back on failure.
+void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spec& spec,
+                                const std::map<std::string, std::string>& env, const done_kernel& callback) {
+    const auto t0 = steady::now();
+    auto refuse = [&](failure f) {
+        ++metrics_.sandbox_start_failures;
         {
             std::lock_guard lock(mutex_);
-            kernels_[k->id()] = record{k, env, {}, false, k->last_activity_time()};
+            admission_.release(k->tenant());
         }
-        persist(k, env);
-        watch_process(k, pid);
-        wait_ready(k, [this, k, t0, callback](bool ok) {
-            metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
-            if (!ok) spdlog::warn("kernel {}: not ready in time after start", k->id());
-            spdlog::info("kernel {}: started ({} ms)", k->id(),
-                         std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
-            callback(std::nullopt, k);
-        });
+        callback(std::move(f), nullptr);
+    };
+    launcher::sandbox_info info;
+    try {
+        info = launcher_.launch(spec);
+    } catch (const launcher::spec_error& e) {
+        spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
+        return refuse(failure{failure_kind::invalid, e.what()});
+    } catch (const std::exception& e) {
+        spdlog::error("kernel {}: sandbox start failed: {}", k->id(), util::log_safe(e.what()));
+        return refuse(failure{failure_kind::start_failed, "The kernel's sandbox could not be started"});
+    }
+    ++metrics_.sandbox_starts;
+    bool stopping = false;
+    {
+        std::lock_guard lock(mutex_);
+        // shutdown_all has taken its list already: registering now would
+        // leave this sandbox running after the gateway is gone.
+        stopping = shutting_down_;
+        if (!stopping) kernels_.insert_or_assign(k->id(), record(k, env, k->last_activity_time()));
+    }
+    if (stopping) {
+        try {
+            launcher_.remove(k->id());
+        } catch (const std::exception& e) {
+            spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+        }
+        {
+            std::lock_guard lock(mutex_);
+            admission_.release(k->tenant());
+        }
+        return callback(failure{failure_kind::unavailable, "The gateway is shutting down"}, nullptr);
+    }
+    const auto pid = info.pid;
+    k->connect(std::move(info));
+    persist(k, env);
+    watch_process(k, pid);
+    wait_ready(k, [this, k, t0, callback](bool ok) {
+        metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
+        if (!ok) spdlog::warn("kernel {}: not ready in time after start", k->id());
+        spdlog::info("kernel {}: started ({} ms)", k->id(),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+        callback(std::nullopt, k);
     });
 }
 
@@ -409,7 +428,7 @@ void kernel_manager::shutdown_all() {
     {
         std::lock_guard lock(mutex_);
         for (auto& k : warm) {
-            kernels_[k->id()] = record{k, {}, {}, false};
+            kernels_.insert_or_assign(k->id(), record(k));
             admission_.readmit(k->tenant());
             all.push_back(k);
         }

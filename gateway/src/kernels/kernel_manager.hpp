@@ -117,6 +117,9 @@ public:
 
 private:
     struct record {
+        explicit record(kernel_ptr kernel, std::map<std::string, std::string> env_ = {},
+                        std::chrono::system_clock::time_point activity = {})
+            : k(std::move(kernel)), env(std::move(env_)), saved_activity(activity) {}
         kernel_ptr k;
         std::map<std::string, std::string> env;
         std::vector<steady::time_point> restarts;
@@ -134,6 +137,10 @@ private:
         std::optional<death> died_while_busy;
     };
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
+    std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,
+                                 const std::map<std::string, std::string>& env);
+    void launch_new(const kernel_ptr& k, const launcher::sandbox_spec& spec,
+                    const std::map<std::string, std::string>& env, const done_kernel& callback);
 
     launcher::sandbox_spec spec_for(const kernel& k, const std::map<std::string, std::string>& env) const;
     void watch_process(const kernel_ptr& k, std::int64_t pid);

@@ -38,8 +38,29 @@ fake_launcher::~fake_launcher() {
     while (!sandboxes_.empty()) remove_locked(sandboxes_.begin()->first);
 }
 
-launcher::sandbox_info fake_launcher::launch(const launcher::sandbox_spec& spec) {
+void fake_launcher::hold_launches() {
     std::lock_guard lock(mutex_);
+    hold_ = true;
+}
+
+void fake_launcher::release_launches() {
+    {
+        std::lock_guard lock(mutex_);
+        hold_ = false;
+    }
+    released_.notify_all();
+}
+
+int fake_launcher::held() const {
+    std::lock_guard lock(mutex_);
+    return held_;
+}
+
+launcher::sandbox_info fake_launcher::launch(const launcher::sandbox_spec& spec) {
+    std::unique_lock lock(mutex_);
+    ++held_;
+    released_.wait(lock, [this] { return !hold_; });
+    --held_;
     calls_.emplace_back(spec.id, "launch");
     launched_.push_back(spec);
     if (failures_ > 0) {

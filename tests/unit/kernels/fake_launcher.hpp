@@ -3,6 +3,7 @@
 #include "cellgate/launcher/sandbox_launcher.hpp"
 #include "fake_kernel.hpp"
 
+#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -38,6 +39,11 @@ public:
     void fail_launches(int n, bool refused = false);
     // The next launch starts a kernel that never answers.
     void mute_next_launch();
+    // Launches wait (before they do anything) until release_launches(), as a
+    // slow start does; held() is how many are waiting.
+    void hold_launches();
+    void release_launches();
+    int held() const;
     // status() says the cgroup's OOM killer fired.
     void report_oom(bool on);
     // The sandbox dies: its child is killed (and left a zombie until
@@ -73,6 +79,9 @@ private:
     bool refuse_ = false;
     bool mute_next_ = false;
     bool oom_ = false;
+    bool hold_ = false;
+    int held_ = 0;
+    std::condition_variable released_;
 };
 
 }  // namespace cellgate::fakes

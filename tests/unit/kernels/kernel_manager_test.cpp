@@ -453,3 +453,27 @@ TEST_F(kernel_manager_test, a_restarted_kernel_that_dies_before_it_is_ready_is_r
     EXPECT_TRUE(eventually([&] { return launcher.count("launch") == 3 && k->ready(); }, 4s))
         << "state " << to_string(k->state()) << ", ready " << k->ready() << ", launches " << launcher.count("launch");
 }
+
+// A start whose launch was still running when the gateway began to shut
+// down: shutdown_all had taken its list already, so the new sandbox would
+// have outlived the gateway. It is removed, and the caller hears why.
+TEST_F(kernel_manager_test, a_launch_that_ends_during_shutdown_leaves_no_sandbox) {
+    make_manager(fast_config());
+    launcher.hold_launches();
+    auto p = std::make_shared<std::promise<started>>();
+    auto f = p->get_future();
+    manager->start_kernel("alice", "fake", {}, [p](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+        p->set_value({std::move(e), std::move(k)});
+    });
+    ASSERT_TRUE(eventually([&] { return launcher.held() == 1; }));
+    manager->shutdown_all();  // nothing registered yet: returns at once
+    launcher.release_launches();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    const auto s = f.get();
+    ASSERT_TRUE(s.error);
+    EXPECT_EQ(s.error->kind, kernels::failure_kind::unavailable);
+    EXPECT_EQ(s.k, nullptr);
+    EXPECT_TRUE(eventually([&] { return launcher.sandboxes() == 0; })) << launcher.sandboxes() << " left";
+    EXPECT_EQ(launcher.count("launch"), 1);
+    EXPECT_EQ(manager->count(), 0u);
+}
