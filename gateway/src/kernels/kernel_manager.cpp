@@ -70,11 +70,8 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
         do_restart(k, [](std::optional<failure>) {}, true);
         return;
     }
-    const auto pid = running->pid;
     k->nudge_on_control(true);
-    k->connect(*running);
-    watch_process(k, pid);
-    wait_ready(k, [k](bool ok) {
+    bring_up(k, *running, [k](bool ok) {
         k->nudge_on_control(false);
         if (ok) spdlog::info("kernel {}: re-attached to its running sandbox", k->id());
         else spdlog::warn("kernel {}: re-attached, but it did not answer kernel_info in time", k->id());
@@ -181,11 +178,8 @@ void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spe
         }
         return callback(failure{failure_kind::unavailable, "The gateway is shutting down"}, nullptr);
     }
-    const auto pid = info.pid;
-    k->connect(std::move(info));
     persist(k, env);
-    watch_process(k, pid);
-    wait_ready(k, [this, k, t0, callback](bool ok) {
+    bring_up(k, std::move(info), [this, k, t0, callback](bool ok) {
         metrics_.sandbox_start_seconds.observe(std::chrono::duration<double>(steady::now() - t0).count());
         if (!ok) spdlog::warn("kernel {}: not ready in time after start", k->id());
         spdlog::info("kernel {}: started ({} ms)", k->id(),
@@ -217,6 +211,13 @@ struct ready_waiter : std::enable_shared_from_this<ready_waiter> {
 };
 
 }  // namespace
+
+void kernel_manager::bring_up(const kernel_ptr& k, launcher::sandbox_info sandbox, std::function<void(bool)> then) {
+    const auto pid = sandbox.pid;
+    k->connect(std::move(sandbox));
+    watch_process(k, pid);
+    wait_ready(k, std::move(then));
+}
 
 void kernel_manager::wait_ready(const kernel_ptr& k, std::function<void(bool)> then) {
     auto waiter = std::make_shared<ready_waiter>(ioc_, k, steady::now() + config_.ready_timeout,
@@ -321,10 +322,7 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
         callback(failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         return;
     }
-    const auto pid = info.pid;
-    k->connect(std::move(info));
-    watch_process(k, pid);
-    wait_ready(k, [this, k, t0, automatic, callback](bool ok) {
+    bring_up(k, std::move(info), [this, k, t0, automatic, callback](bool ok) {
         std::optional<record::death> died;
         {
             std::lock_guard lock(mutex_);

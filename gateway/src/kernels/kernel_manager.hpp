@@ -143,6 +143,10 @@ private:
                     const std::map<std::string, std::string>& env, const done_kernel& callback);
 
     launcher::sandbox_spec spec_for(const kernel& k, const std::map<std::string, std::string>& env) const;
+    // The one way a sandbox becomes a kernel, for a start, a restart, a warm
+    // sandbox and one taken back after a gateway restart: connect its
+    // sockets, watch its init's pid, wait for its first kernel_info reply.
+    void bring_up(const kernel_ptr& k, launcher::sandbox_info sandbox, std::function<void(bool)> then);
     void watch_process(const kernel_ptr& k, std::int64_t pid);
     void wait_ready(const kernel_ptr& k, std::function<void(bool)> then);
     void on_died(const kernel_ptr& k, std::int64_t pid, const std::string& why);

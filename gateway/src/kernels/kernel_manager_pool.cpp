@@ -89,10 +89,7 @@ void kernel_manager::replenish() {
                 return;
             }
             ++metrics_.sandbox_starts;
-            const auto pid = info.pid;
-            k->connect(std::move(info));
-            watch_process(k, pid);
-            wait_ready(k, [this, k, name](bool ok) {
+            bring_up(k, std::move(info), [this, k, name](bool ok) {
                 if (ok) {
                     // One throwaway cell pays the first execution's lazy set-up
                     // now, so the claimer's first cell (or its env) is fast.
