@@ -18,15 +18,6 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
-namespace {
-
-// After the n-th failed restart in a row: 1, 2, 4 … 30 s.
-std::chrono::seconds restart_pause(int failures) {
-    return std::chrono::seconds(std::min(30, 1 << std::min(std::max(failures, 1) - 1, 5)));
-}
-
-}  // namespace
-
 kernel_manager::kernel_manager(asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
@@ -61,7 +52,7 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
     {
         std::lock_guard lock(mutex_);
         admission_.readmit(row.tenant);  // already admitted once; never refused now
-        kernels_.insert_or_assign(row.id, record(k, row.env, row.last_activity));
+        kernels_.insert_or_assign(row.id, record(k, new_budget(), row.env, row.last_activity));
     }
     if (!running) {
         spdlog::warn("kernel {}: its sandbox ended while the gateway was down; restarting it (files kept)", row.id);
@@ -164,7 +155,7 @@ void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spe
         // shutdown_all has taken its list already: registering now would
         // leave this sandbox running after the gateway is gone.
         stopping = shutting_down_;
-        if (!stopping) kernels_.insert_or_assign(k->id(), record(k, env, k->last_activity_time()));
+        if (!stopping) kernels_.insert_or_assign(k->id(), record(k, new_budget(), env, k->last_activity_time()));
     }
     if (stopping) {
         try {
@@ -251,17 +242,14 @@ bool kernel_manager::revive(const kernel_ptr& k) {
         const auto it = kernels_.find(k->id());
         if (it == kernels_.end() || it->second.busy_lifecycle || shutting_down_ || k->state() != kernel_state::dead)
             return false;
-        auto& r = it->second;
+        auto& budget = it->second.budget;
         const auto now = steady::now();
-        if (now < r.retry_at) return false;
-        // The same budget as restarts after a death: revived starts count too.
-        std::erase_if(r.restarts, [&](auto t) { return now - t > config_.restart_window; });
-        if (static_cast<int>(r.restarts.size()) >= config_.restart_limit) {
+        if (budget.paused(now)) return false;
+        if (!budget.take(now)) {
             spdlog::warn("kernel {}: dead, and its restart budget ({} in {} s) is spent; not restarting it",
                          k->id(), config_.restart_limit, config_.restart_window.count());
             return false;
         }
-        r.restarts.push_back(now);
     }
     spdlog::info("kernel {}: dead; restarting it", k->id());
     do_restart(k, [](std::optional<failure>) {}, true);
@@ -328,7 +316,7 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
             std::lock_guard lock(mutex_);
             if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
                 it->second.busy_lifecycle = false;
-                it->second.failed_restarts = 0;
+                it->second.budget.succeeded();
                 died = std::exchange(it->second.died_while_busy, std::nullopt);
             }
         }
@@ -351,20 +339,20 @@ void kernel_manager::restart_failed(const kernel_ptr& k, const std::string& what
         return;
     }
     int failures = 0;
+    std::chrono::seconds pause{1};
     {
         std::lock_guard lock(mutex_);
         if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
             it->second.busy_lifecycle = false;
             it->second.died_while_busy.reset();  // it is dead already
-            failures = ++it->second.failed_restarts;
-            it->second.retry_at = steady::now() + restart_pause(failures);
+            pause = it->second.budget.failed(steady::now());
+            failures = it->second.budget.failures();
         }
     }
     k->set_state(kernel_state::dead);
     k->broadcast_status("dead");
     // Tried again with a growing pause (1, 2, 4 … 30 s) until the restart
     // budget is spent; a client's request can also revive it, no sooner.
-    const auto pause = restart_pause(failures);
     spdlog::error("kernel {}: restart failed (attempt {}): {}; trying again in {} s", k->id(), failures,
                   util::log_safe(what), pause.count());
     auto retry = std::make_shared<asio::steady_timer>(ioc_, pause);
@@ -426,7 +414,7 @@ void kernel_manager::shutdown_all() {
     {
         std::lock_guard lock(mutex_);
         for (auto& k : warm) {
-            kernels_.insert_or_assign(k->id(), record(k));
+            kernels_.insert_or_assign(k->id(), record(k, new_budget()));
             admission_.readmit(k->tenant());
             all.push_back(k);
         }

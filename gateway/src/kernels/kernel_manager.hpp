@@ -6,6 +6,7 @@
 #include "kernels/kernel.hpp"
 #include "kernels/kernelspecs.hpp"
 #include "kernels/launch_gate.hpp"
+#include "kernels/restart_budget.hpp"
 #include "kernels/warm_pool.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -117,16 +118,14 @@ public:
 
 private:
     struct record {
-        explicit record(kernel_ptr kernel, std::map<std::string, std::string> env_ = {},
-                        std::chrono::system_clock::time_point activity = {})
-            : k(std::move(kernel)), env(std::move(env_)), saved_activity(activity) {}
+        record(kernel_ptr kernel, restart_budget budget_, std::map<std::string, std::string> env_ = {},
+               std::chrono::system_clock::time_point activity = {})
+            : k(std::move(kernel)), env(std::move(env_)), budget(budget_), saved_activity(activity) {}
         kernel_ptr k;
         std::map<std::string, std::string> env;
-        std::vector<steady::time_point> restarts;
+        restart_budget budget;  // automatic restarts and revives
         bool busy_lifecycle = false;  // a restart or shutdown is under way
         std::chrono::system_clock::time_point saved_activity{};  // as last written to the store
-        int failed_restarts = 0;  // automatic restarts that failed in a row
-        steady::time_point retry_at{};  // no revive before this (backoff after a failure)
         // The sandbox a restart started died before the restart was done:
         // kept until it is (relaunch), since nothing else would look again.
         struct death {
@@ -137,6 +136,7 @@ private:
         std::optional<death> died_while_busy;
     };
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
+    restart_budget new_budget() const { return {config_.restart_limit, config_.restart_window}; }
     std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,
                                  const std::map<std::string, std::string>& env);
     void launch_new(const kernel_ptr& k, const launcher::sandbox_spec& spec,

@@ -24,7 +24,7 @@ void kernel_manager::claim(const kernel_ptr& k, const std::string& tenant, const
     k->touch();
     {
         std::lock_guard lock(mutex_);
-        kernels_.insert_or_assign(k->id(), record(k, env, k->last_activity_time()));
+        kernels_.insert_or_assign(k->id(), record(k, new_budget(), env, k->last_activity_time()));
     }
     persist(k, env);
     spdlog::info("kernel {}: claimed from the warm pool", k->id());

@@ -179,13 +179,7 @@ void kernel_manager::confirm_death(const kernel_ptr& k, std::int64_t pid, const 
         ++metrics_.kernel_deaths;
         k->set_state(kernel_state::dead);
         k->broadcast_status("dead", reason);
-        auto& r = it->second;
-        const auto now = steady::now();
-        std::erase_if(r.restarts, [&](auto t) { return now - t > config_.restart_window; });
-        if (config_.auto_restart && static_cast<int>(r.restarts.size()) < config_.restart_limit) {
-            r.restarts.push_back(now);
-            restart_now = true;
-        }
+        restart_now = config_.auto_restart && it->second.budget.take(steady::now());
     }
     if (restart_now) do_restart(k, [](std::optional<failure>) {}, true);
 }
