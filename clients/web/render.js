@@ -211,7 +211,7 @@ export function delimitedSpans(text) {
       let best = null;
       if (run < runs.length) {
         const open = runs[run], close = runs[open.close];
-        best = { index: open.pos, end: close.pos + close.len, kind: 'code', body: text.slice(open.pos + open.len, close.pos) };
+        best = makeSpan(text, open.pos, close.pos + close.len, 'code', open.pos + open.len, close.pos);
       }
       for (const find of [bold['*'], bold._]) {
         const b = find(from, best ? best.index : text.length);
@@ -220,6 +220,16 @@ export function delimitedSpans(text) {
       return best;
     },
   };
+}
+
+/**
+ * A span of `text` from `index` to `end`; its body (between the delimiters)
+ * is cut only when asked for: most spans found are never used.
+ * @param {string} text @param {number} index @param {number} end @param {string} kind
+ * @param {number} bodyStart @param {number} bodyEnd
+ */
+function makeSpan(text, index, end, kind, bodyStart, bodyEnd) {
+  return { index, end, kind, get body() { return text.slice(bodyStart, bodyEnd); } };
 }
 
 /**
@@ -255,7 +265,7 @@ function boldFinder(text, c) {
         deadUntil = lineEnd;
         continue;
       }
-      return { index: p, end: closer + 2, kind: 'bold', body: text.slice(p + 2, closer) };
+      return makeSpan(text, p, closer + 2, 'bold', p + 2, closer);
     }
   };
 }
@@ -269,14 +279,18 @@ function inline(parent, text, depth = 0) {
   const spans = delimitedSpans(text);
   const pattern = new RegExp(INLINE.source, 'g');
   let at = 0;
+  // The next regex match and the next span at or after `at`, each searched
+  // again only once `at` has passed where it starts (undefined: not yet).
   /** @type {RegExpExecArray|null|undefined} */
-  let m;  // the regex's next match at or after `at` (undefined: to be searched)
+  let m;
+  /** @type {ReturnType<ReturnType<typeof delimitedSpans>['next']>|undefined} */
+  let span;
   while (at < text.length) {
     if (m === undefined || (m && m.index < at)) {
       pattern.lastIndex = at;
       m = pattern.exec(text);
     }
-    const span = spans.next(at);
+    if (span === undefined || (span && span.index < at)) span = spans.next(at);
     if (span && (!m || span.index <= m.index)) {
       if (span.index > at) parent.appendChild(document.createTextNode(text.slice(at, span.index)));
       if (span.kind === 'code') {

@@ -3,33 +3,11 @@
 // linear time since review L8), including the inputs that made the old
 // regex quadratic. No gateway and no browser; run by test_chat_page.py.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+import { loadRender } from './render_in_node.mjs';
 
-// Just enough of the DOM for render.js: elements, text nodes, fragments.
-class FakeNode {
-  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.dataset = {}; this.className = ''; }
-  appendChild(c) { this.children.push(c); return c; }
-  setAttribute(k, v) { this.attrs[k] = v; }
-  set textContent(t) { this.children = [{ text: String(t) }]; }
-}
-globalThis.document = {
-  createElement: (tag) => new FakeNode(tag),
-  createTextNode: (text) => ({ text }),
-  createDocumentFragment: () => new FakeNode('#fragment'),
-};
-
-// render.js imports ./cellgate.js, which the gateway serves beside it
-// (/static/); the same two files side by side in a temporary folder.
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cellgate-render-'));
-fs.copyFileSync(path.join(root, 'clients/web/render.js'), path.join(dir, 'render.js'));
-fs.copyFileSync(path.join(root, 'clients/js/cellgate.js'), path.join(dir, 'cellgate.js'));
-const { renderMarkdown, delimitedSpans } = await import(pathToFileURL(path.join(dir, 'render.js')).href);
+const { renderMarkdown, delimitedSpans } = await loadRender();
 
 /** Rendered nodes as compact markup: text as is, elements as <tag>…</tag>. */
 function show(node) {

@@ -430,13 +430,10 @@ TEST_F(kernel_manager_test, an_interrupt_signals_the_sandbox) {
     EXPECT_EQ(gone->kind, kernels::failure_kind::not_running);
 }
 
-// Fails: a restarted sandbox that dies before its kernel answers is never
-// noticed. Its death comes while the restart still owns the kernel
-// (busy_lifecycle), and confirm_death drops it; when ready_timeout passes,
-// relaunch marks the kernel idle although it never became ready, and the
-// housekeeping tick pings only ready kernels, so nothing looks at it again:
-// "idle", not ready, its process gone, no further restart. Enable it with
-// the fix.
+// A restarted sandbox that dies before its kernel answers. Its death comes
+// while the restart still owns the kernel (busy_lifecycle); it used to be
+// dropped, leaving the kernel "idle", not ready, its process gone and never
+// restarted. Now it is kept and handled once the restart is done.
 TEST_F(kernel_manager_test, a_restarted_kernel_that_dies_before_it_is_ready_is_restarted_again) {
     auto c = fast_config();
     c.ready_timeout = 1s;
