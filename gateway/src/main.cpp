@@ -1,5 +1,6 @@
 // cellgate: the gateway. Wires the pieces together and runs the shutdown ladder.
 #include "agent/agent_service.hpp"
+#include "e2b/e2b_api.hpp"
 #include "api/api.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
@@ -168,14 +169,16 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
         spdlog::info("took back {} kernel(s) from {}", taken_back.kernels.size(), store.file().string());
 }
 
-void register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
-                     const config::gateway_config& cfg) {
+// Returns what the routes' handlers hold (kept as long as the router).
+std::shared_ptr<void> register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
+                                      e2b::sandbox_book& e2b_book, const config::gateway_config& cfg) {
     api::register_misc_api(routes, services);
     api::register_kernels_api(routes, services);
     api::register_sessions_api(routes, services);
     api::register_contents_api(routes, services);
     api::register_agent_api(routes, services, agents);
     api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
+    return e2b::register_e2b_api(routes, services, agents, e2b_book, cfg.e2b);
 }
 
 void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {
@@ -272,7 +275,8 @@ int main(int argc, char** argv) {
             cfg.server, http::authenticator(cfg.tokens),
             [&manager](const std::string& tenant, const std::string& id) { return manager.find(tenant, id); }, metrics);
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
-        register_routes(ctx.routes, services, agents, cfg);
+        e2b::sandbox_book e2b_book(store.get());
+        const auto surfaces = register_routes(ctx.routes, services, agents, e2b_book, cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
         announce(cfg, server.listen(), generated_token);

@@ -9,7 +9,7 @@ here=$(dirname "$0")
 
 # The non-root user the kernel runs as (uid/gid 1000 inside the user namespace).
 grep -q '^kernel:' "$root/etc/group"  || echo 'kernel:x:1000:' >> "$root/etc/group"
-grep -q '^kernel:' "$root/etc/passwd" || echo 'kernel:x:1000:1000:cellgate kernel:/tmp:/bin/sh' >> "$root/etc/passwd"
+grep -q '^kernel:' "$root/etc/passwd" || echo 'kernel:x:1000:1000:cellgate kernel:/home/user:/bin/bash' >> "$root/etc/passwd"
 grep -q '^kernel:' "$root/etc/shadow" 2>/dev/null || echo 'kernel:!:19000::::::' >> "$root/etc/shadow"
 
 # Purge build-time-only dependencies (see strip-packages.txt).
@@ -21,6 +21,11 @@ fi
 
 # Mount points the sandbox fills in (the rootfs itself is mounted read-only).
 mkdir -p "$root/workspace" "$root/run/kernel" "$root/opt/cellgate"
+# E2B code (and its SDK's paths) expect the home at /home/user: it is the
+# workspace, by a link in the read-only root that the sandbox cannot change.
+mkdir -p "$root/home"
+rm -rf "$root/home/user"
+ln -s /workspace "$root/home/user"
 
 # The kernel entry point and its defaults (inline PNG plots, in-memory history).
 install -m 0755 "$here/cellgate-kernel" "$root/opt/cellgate/cellgate-kernel"

@@ -67,9 +67,42 @@ execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, ke
       on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_),
       admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results), 0, 0, nullptr} {}
 
+std::string check_cell_env(const std::map<std::string, std::string>& env) {
+    if (env.size() > 256) return "at most 256 environment variables per cell";
+    std::size_t bytes = 0;
+    for (const auto& [name, value] : env) {
+        if (name.empty() || name.find_first_of(std::string_view("=\0", 2)) != std::string::npos)
+            return "environment variable names must be non-empty, without '=' or NUL";
+        if (value.find('\0') != std::string::npos) return "environment variable values must not hold NUL";
+        bytes += name.size() + value.size();
+    }
+    if (bytes > (256u << 10)) return "the cell's environment is larger than 256 KiB";
+    return {};
+}
+
+namespace {
+
+// A Python string literal holding `text`: a JSON string is one.
+std::string py_literal(const std::string& text) { return json(text).dump(); }
+
+// Silent cells around a cell with its own environment. One expression each,
+// so nothing is left in the user's namespace; the previous values wait on
+// the os module until the cell is over.
+std::string set_env_code(const std::map<std::string, std::string>& env) {
+    return "(lambda os, new: (setattr(os, '_cellgate_saved_env', {k: os.environ.get(k) for k in new}), "
+           "os.environ.update(new)))(__import__('os'), __import__('json').loads(" +
+           py_literal(json(env).dump()) + "))";
+}
+constexpr const char* restore_env_code =
+    "(lambda os: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v) "
+    "for k, v in os.__dict__.pop('_cellgate_saved_env', {}).items()])(__import__('os'))";
+
+}  // namespace
+
 void execution::start() {
     asio::post(strand_, [self = shared_from_this()] {
         self->started_ = std::chrono::steady_clock::now();
+        if (!self->options_.report_files) return self->send_request();
         // The snapshot walks the workspace: off the strand, which is an io thread.
         const bool queued = self->on_file_pool([self] {
             auto snap = self->take_snapshot();
@@ -125,7 +158,11 @@ void execution::send_request() {
     auto self = shared_from_this();
     kernel_->add_observer(self);
     kernel_->touch();
+    // The kernel runs shell requests in order, and none of these stops on an
+    // error: the restore runs after the cell however it ends.
+    if (!options_.env.empty()) kernel_->run_silent(set_env_code(options_.env), [](const json&) {});
     kernel_->gateway_send(jupyter::channel::shell, std::move(msg));
+    if (!options_.env.empty()) kernel_->run_silent(restore_env_code, [](const json&) {});
     if (options_.timeout.count() == 0) return;  // the session's policy sets no time limit
     timer_.expires_after(options_.timeout);
     timer_.async_wait([self](const boost::system::error_code& ec) {

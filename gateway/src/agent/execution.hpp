@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +34,17 @@ struct execution_options {
     bool inline_files = false;                        // one-shot: file contents in the result
     std::size_t inline_files_limit_bytes = 32u << 20;
     util::file_io_pool* file_io = nullptr;            // where the workspace snapshots run (the strand when null)
+    bool report_files = true;                         // snapshot the workspace to report changed files
+    // Environment for this cell only: set in the kernel's os.environ just
+    // before it runs and put back as it was right after (names checked by
+    // check_cell_env).
+    std::map<std::string, std::string> env;
 };
+
+// Names and values for a cell's environment: a name is non-empty and holds
+// no '=' or NUL, a value no NUL; at most 256 of them and 256 KiB in all.
+// Returns what is wrong, or "" when nothing is.
+std::string check_cell_env(const std::map<std::string, std::string>& env);
 
 // One cell run for the agent API: sends execute_request on the gateway's own
 // channel set and collects what the kernel publishes for it into one result

@@ -139,6 +139,7 @@ const std::map<std::string, setter>& setters() {
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
         {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
+        {"e2b_domain", [](auto& c, const auto& v) { c.e2b.domain = v; }},
         {"state_db", [](auto& c, const auto& v) { c.state_db = v; }},
         {"launcher_socket", [](auto& c, const auto& v) { c.launcher_socket = v; }},
         {"pool_size", [](auto& c, const auto& v) { c.pool_size = to_u64("pool_size", v); }},

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "agent/agent_service.hpp"
+#include "e2b/e2b_api.hpp"
 #include "util/file_io_pool.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
@@ -36,6 +37,7 @@ struct gateway_config {
     // The privileged launcher service's socket (cellgate-launchd); empty: the
     // launcher runs inside this process, which then needs root.
     std::string launcher_socket;
+    e2b::e2b_options e2b;         // the E2B surface (--e2b-domain)
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 

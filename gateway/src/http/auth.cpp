@@ -49,8 +49,13 @@ authenticator::result authenticator::check(const request& req, const std::map<st
     } else if (const auto it = query.find("token"); it != query.end()) {
         given = it->second;
     }
-    if (!given || given->empty()) return {outcome::missing, {}};
-    const auto digest = sha256(*given);
+    if (!given) return {outcome::missing, {}};
+    return check_token(*given);
+}
+
+authenticator::result authenticator::check_token(std::string_view given) const {
+    if (given.empty()) return {outcome::missing, {}};
+    const auto digest = sha256(given);
     const entry* found = nullptr;
     for (const auto& e : entries_)  // every entry is compared: no early exit to time
         if (CRYPTO_memcmp(e.digest.data(), digest.data(), digest.size()) == 0) found = &e;

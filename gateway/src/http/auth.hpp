@@ -33,6 +33,8 @@ public:
         identity who;
     };
     result check(const request& req, const std::map<std::string, std::string>& query) const;
+    // One token, however it came (a surface's own header).
+    result check_token(std::string_view token) const;
 
 private:
     struct entry {

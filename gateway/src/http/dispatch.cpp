@@ -85,7 +85,9 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
     ctx.path = std::string(raw_path);
 
     const bool is_public = public_route(m.pattern) && m.upload == nullptr;
-    if (!is_public) {
+    if (m.guard != nullptr) {
+        if (auto refusal = (*m.guard)(ctx, rules.auth)) return respond(std::move(a), std::move(*refusal), body);
+    } else if (!is_public) {
         const auto who = rules.auth.check(ctx.req, ctx.query);
         if (who.status == authenticator::outcome::missing)
             return respond(std::move(a), error_response(401, "Authentication required: send 'Authorization: token <token>'"), body);

@@ -104,6 +104,12 @@ struct upload_handler {
     std::function<void(const request_ptr&, std::uint64_t bytes, reply_fn)> finish;
 };
 
+class authenticator;
+// Proves who calls a guarded route (router::add_guarded) from its headers:
+// sets ctx.who (and may add params) and returns nothing to let it through,
+// or returns the refusal to send. Runs before the body is read.
+using route_guard = std::function<std::optional<response>(request_context& ctx, const authenticator& auth)>;
+
 // One Server-Sent Event: its name and its data as compact JSON (which holds
 // no raw newline, so it cannot break the framing).
 std::string sse_event(const std::string& event, const nlohmann::json& data);

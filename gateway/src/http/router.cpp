@@ -23,8 +23,13 @@ void router::add_upload(bhttp::verb method, std::string pattern, upload_handler 
     routes_.back().upload = std::move(handler);
 }
 
+void router::add_guarded(bhttp::verb method, std::string pattern, route_guard guard, handler_fn handler) {
+    add(method, std::move(pattern), std::move(handler));
+    routes_.back().guard = std::move(guard);
+}
+
 void router::add(bhttp::verb method, std::string pattern, handler_fn handler) {
-    route r{method, pattern, {}, std::move(handler), std::nullopt};
+    route r{method, pattern, {}, std::move(handler), std::nullopt, std::nullopt};
     for (auto s : split(pattern)) r.segments.emplace_back(s);
     routes_.push_back(std::move(r));
 }
@@ -79,6 +84,7 @@ router::match router::find(bhttp::verb method, std::string_view raw_path) const 
         }
         result.handler = &r.handler;
         if (r.upload) result.upload = &*r.upload;
+        if (r.guard) result.guard = &*r.guard;
         result.params = std::move(params);
         result.pattern = r.pattern;
         result.status = 200;

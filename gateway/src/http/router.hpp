@@ -16,10 +16,15 @@ class router {
 public:
     void add(bhttp::verb method, std::string pattern, handler_fn handler);
     void add_upload(bhttp::verb method, std::string pattern, upload_handler handler);
+    // A route that proves its caller itself (a surface with its own
+    // credentials, such as the E2B adapter's X-API-KEY and access tokens):
+    // `guard` runs in place of the token check, before any body byte is read.
+    void add_guarded(bhttp::verb method, std::string pattern, route_guard guard, handler_fn handler);
 
     struct match {
         const handler_fn* handler = nullptr;
         const upload_handler* upload = nullptr;
+        const route_guard* guard = nullptr;
         std::map<std::string, std::string> params;
         std::string pattern;
         unsigned status = 200;  // 404 (no such path) or 405 (wrong method) when handler is null
@@ -37,6 +42,7 @@ private:
         std::vector<std::string> segments;
         handler_fn handler;
         std::optional<upload_handler> upload;
+        std::optional<route_guard> guard;
     };
     std::vector<route> routes_;
 };

@@ -107,6 +107,9 @@ state_store::state_store(const std::filesystem::path& file) : file_(file) {
     exec("CREATE TABLE IF NOT EXISTS sessions ("
          " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, path TEXT NOT NULL, name TEXT NOT NULL,"
          " type TEXT NOT NULL, kernel_id TEXT NOT NULL)");
+    exec("CREATE TABLE IF NOT EXISTS surface_records ("
+         " kind TEXT NOT NULL, id TEXT NOT NULL, kernel_id TEXT NOT NULL, body TEXT NOT NULL,"
+         " PRIMARY KEY (kind, id))");
 }
 
 state_store::~state_store() { sqlite3_close(db_); }
@@ -138,6 +141,7 @@ void state_store::remove_kernel(const std::string& id) {
         exec("BEGIN");
         try {
             statement(db_, "DELETE FROM sessions WHERE kernel_id = ?1").bind(1, id).step();
+            statement(db_, "DELETE FROM surface_records WHERE kernel_id = ?1").bind(1, id).step();
             statement(db_, "DELETE FROM kernels WHERE id = ?1").bind(1, id).step();
             exec("COMMIT");
         } catch (...) {
@@ -211,6 +215,36 @@ std::vector<session_record> state_store::sessions() {
     logged("reading sessions", [&] {
         statement s(db_, "SELECT id, tenant, path, name, type, kernel_id FROM sessions");
         while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5)});
+    });
+    return out;
+}
+
+void state_store::put_record(const surface_record& r) {
+    std::lock_guard lock(mutex_);
+    logged("saving a surface record", [&] {
+        statement s(db_, "INSERT OR REPLACE INTO surface_records (kind, id, kernel_id, body) VALUES (?1, ?2, ?3, ?4)");
+        s.bind(1, r.kind).bind(2, r.id).bind(3, r.kernel_id).bind(4, r.body.dump());
+        s.step();
+    });
+}
+
+void state_store::remove_record(const std::string& kind, const std::string& id) {
+    std::lock_guard lock(mutex_);
+    logged("forgetting a surface record", [&] {
+        statement(db_, "DELETE FROM surface_records WHERE kind = ?1 AND id = ?2").bind(1, kind).bind(2, id).step();
+    });
+}
+
+std::vector<state_store::surface_record> state_store::records(const std::string& kind) {
+    std::lock_guard lock(mutex_);
+    std::vector<surface_record> out;
+    logged("reading surface records", [&] {
+        statement s(db_, "SELECT id, kernel_id, body FROM surface_records WHERE kind = ?1");
+        s.bind(1, kind);
+        while (s.step()) {
+            auto body = nlohmann::json::parse(s.text(2), nullptr, false);
+            if (!body.is_discarded()) out.push_back({kind, s.text(0), s.text(1), std::move(body)});
+        }
     });
     return out;
 }

@@ -48,6 +48,16 @@ public:
     void remove_session(const std::string& id);
     std::vector<session_record> sessions();
 
+    // What a surface keeps about a kernel (the E2B adapter's sandbox record,
+    // say): one JSON document per (kind, id), removed with its kernel.
+    struct surface_record {
+        std::string kind, id, kernel_id;
+        nlohmann::json body;
+    };
+    void put_record(const surface_record& r);
+    void remove_record(const std::string& kind, const std::string& id);
+    std::vector<surface_record> records(const std::string& kind);
+
     const std::filesystem::path& file() const noexcept { return file_; }
 
 private:

@@ -1,0 +1,190 @@
+// The unmodified E2B SDKs (e2b, @e2b/code-interpreter, pinned in
+// package-lock.json) against a live cellgate. The SDK is configured the way
+// the README tells an E2B user to: E2B_API_KEY, E2B_API_URL and
+// E2B_SANDBOX_URL, nothing else. test_e2b_sdk.py starts the gateway and
+// sets them; CELLGATE_OTHER_KEY is a second tenant's token.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Sandbox } from '@e2b/code-interpreter';
+import { Sandbox as BaseSandbox, AuthenticationError, SandboxError, NotFoundError } from 'e2b';
+
+for (const name of ['E2B_API_KEY', 'E2B_API_URL', 'E2B_SANDBOX_URL'])
+  assert.ok(process.env[name], `${name} must be set`);
+
+const made = [];
+async function create(opts) {
+  const sbx = await Sandbox.create(opts);
+  made.push(sbx);
+  return sbx;
+}
+after(async () => {
+  for (const s of made) await s.kill().catch(() => {});
+});
+
+const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+
+test('create, then state across runCode calls', async () => {
+  const sbx = await create();
+  assert.match(sbx.sandboxId, /^[0-9a-zA-Z-]+$/);
+  const first = await sbx.runCode('x = 1');
+  assert.equal(first.error, undefined);
+  const second = await sbx.runCode('x + 1');
+  assert.equal(second.text, '2');
+  assert.equal(second.results.length, 1);
+  assert.equal(second.results[0].isMainResult, true);
+  assert.ok(second.executionCount >= 2, `executionCount ${second.executionCount}`);
+});
+
+test('a Matplotlib plot arrives as a PNG', async () => {
+  const sbx = await create();
+  const ex = await sbx.runCode([
+    'import matplotlib.pyplot as plt',
+    'plt.plot([1, 2, 3], [1, 4, 9])',
+    'plt.title("squares")',
+    'plt.show()',
+  ].join('\n'));
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+  const png = ex.results.find((r) => r.png);
+  assert.ok(png, `no PNG among ${JSON.stringify(ex.results.map((r) => Object.keys(r)))}`);
+  const bytes = Buffer.from(png.png, 'base64');
+  assert.deepEqual([...bytes.subarray(0, 8)], PNG_MAGIC);
+  assert.ok(bytes.length > 1000);
+  assert.equal(png.isMainResult, false);
+});
+
+test('onStdout streams lines as they are printed, stderr too', async () => {
+  const sbx = await create();
+  const out = [], err = [];
+  const ex = await sbx.runCode(
+    'import sys, time\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.2)\nprint("oops", file=sys.stderr)',
+    { onStdout: (m) => out.push(m), onStderr: (m) => err.push(m) });
+  assert.equal(out.map((m) => m.line).join(''), 'line 0\nline 1\nline 2\n');
+  assert.ok(out.length >= 2, `stdout came in ${out.length} piece(s)`);
+  assert.ok(out.every((m) => m.error === false && m.timestamp > 0));
+  assert.equal(err.map((m) => m.line).join(''), 'oops\n');
+  assert.deepEqual(ex.logs.stdout, out.map((m) => m.line));
+});
+
+test('an exception is an ExecutionError with name, value and traceback', async () => {
+  const sbx = await create();
+  const seen = [];
+  const ex = await sbx.runCode('def f():\n    raise ValueError("bad input")\nf()', { onError: (e) => seen.push(e) });
+  assert.ok(ex.error);
+  assert.equal(ex.error.name, 'ValueError');
+  assert.equal(ex.error.value, 'bad input');
+  assert.equal(typeof ex.error.traceback, 'string');
+  const plain = ex.error.traceback.replace(/\x1b\[[0-9;]*m/g, '');  // coloured, as E2B's
+  assert.match(plain, /ValueError: bad input/);
+  assert.match(plain, /----> 3 f\(\)/);
+  assert.equal(seen.length, 1);
+  // The sandbox goes on.
+  assert.equal((await sbx.runCode('6 * 7')).text, '42');
+});
+
+test('envs for one execution only, and rich results in every MIME field', async () => {
+  const sbx = await create({ envs: { FROM_CREATE: 'made' } });
+  const ex = await sbx.runCode('import os; (os.environ.get("ONE_RUN"), os.environ.get("FROM_CREATE"))',
+    { envs: { ONE_RUN: 'yes' } });
+  assert.equal(ex.text, "('yes', 'made')");
+  const again = await sbx.runCode('import os; os.environ.get("ONE_RUN", "gone")');
+  assert.equal(again.text, 'gone');
+  const rich = await sbx.runCode('from IPython.display import HTML, Markdown, JSON, display\n' +
+    'display(HTML("<b>hi</b>"))\ndisplay(Markdown("# T"))\n{"a": 1}');
+  assert.equal(rich.results[0].html, '<b>hi</b>');
+  assert.equal(rich.results[1].markdown, '# T');
+  assert.equal(rich.text, "{'a': 1}");
+});
+
+test('files: write, read, list, exists, makeDir, rename, remove, and 20 MB of binary', async () => {
+  const sbx = await create();
+  const info = await sbx.files.write('/home/user/hello.txt', 'hello from e2b');
+  assert.equal(info.path, '/home/user/hello.txt');
+  assert.equal(await sbx.files.read('/home/user/hello.txt'), 'hello from e2b');
+  assert.equal(await sbx.files.read('hello.txt'), 'hello from e2b');  // relative to the home
+  // The kernel sees the same file where E2B code expects it.
+  assert.equal((await sbx.runCode('open("/home/user/hello.txt").read()')).text, 'hello from e2b');
+
+  assert.equal(await sbx.files.exists('/home/user/hello.txt'), true);
+  assert.equal(await sbx.files.exists('/home/user/nope.txt'), false);
+  assert.equal(await sbx.files.makeDir('/home/user/data/raw'), true);
+  assert.equal(await sbx.files.makeDir('/home/user/data/raw'), false);  // already there
+  const moved = await sbx.files.rename('/home/user/hello.txt', '/home/user/data/hello.txt');
+  assert.equal(moved.path, '/home/user/data/hello.txt');
+  const listed = await sbx.files.list('/home/user/data');
+  assert.deepEqual(listed.map((e) => [e.name, e.type]).sort(), [['hello.txt', 'file'], ['raw', 'dir']]);
+  const deep = await sbx.files.list('/home/user', { depth: 3 });
+  assert.ok(deep.some((e) => e.path === '/home/user/data/raw'), JSON.stringify(deep.map((e) => e.path)));
+  await sbx.files.remove('/home/user/data');
+  assert.equal(await sbx.files.exists('/home/user/data/hello.txt'), false);
+
+  const big = Buffer.alloc(20 << 20);
+  for (let i = 0; i < big.length; i += 4) big.writeUInt32LE((i * 2654435761) >>> 0, i);
+  await sbx.files.write('/home/user/big.bin', big);
+  const back = await sbx.files.read('/home/user/big.bin', { format: 'bytes' });
+  assert.equal(back.length, big.length);
+  assert.ok(Buffer.from(back).equals(big), 'the 20 MB file came back changed');
+  const size = await sbx.runCode('import os; os.path.getsize("big.bin")');
+  assert.equal(size.text, String(20 << 20));
+
+  await assert.rejects(sbx.files.read('/home/user/missing.txt'), (e) => e.name === 'FileNotFoundError' || e instanceof NotFoundError);
+});
+
+test('getInfo, setTimeout, list, connect and kill', async () => {
+  const sbx = await create({ metadata: { suite: 'e2b-sdk', run: String(process.pid) } });
+  const info = await sbx.getInfo();
+  assert.equal(info.sandboxId, sbx.sandboxId);
+  assert.equal(info.templateId, 'code-interpreter-v1');
+  assert.deepEqual(info.metadata, { suite: 'e2b-sdk', run: String(process.pid) });
+  assert.equal(info.state, 'running');
+  const before = info.endAt.getTime();
+  await sbx.setTimeout(600_000);
+  const later = (await sbx.getInfo()).endAt.getTime();
+  assert.ok(later > before + 200_000, `endAt ${before} → ${later}`);
+
+  const pager = Sandbox.list({ query: { metadata: { run: String(process.pid) } } });
+  const listed = await pager.nextItems();
+  assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId]);
+
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await again.runCode('21 * 2')).text, '42');
+
+  assert.equal(await sbx.isRunning(), true);
+  await sbx.kill();
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);  // already gone
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), (e) => e.name === 'SandboxNotFoundError' || e instanceof NotFoundError || e instanceof SandboxError);
+});
+
+test("another tenant's key finds nothing, a wrong key is an AuthenticationError", async () => {
+  const sbx = await create();
+  const other = process.env.CELLGATE_OTHER_KEY;
+  assert.ok(other, 'CELLGATE_OTHER_KEY must be set');
+  await assert.rejects(Sandbox.connect(sbx.sandboxId, { apiKey: other }),
+    (e) => /404|not found/i.test(String(e.message)) || e.name === 'SandboxNotFoundError');
+  await assert.rejects(BaseSandbox.getInfo(sbx.sandboxId, { apiKey: other }), (e) => /404|not found/i.test(String(e.message)));
+  assert.equal(await Sandbox.kill(sbx.sandboxId, { apiKey: other }), false);
+  assert.equal((await sbx.runCode('1 + 1')).text, '2');  // untouched
+  await assert.rejects(Sandbox.create({ apiKey: 'not-a-cellgate-token' }), AuthenticationError);
+});
+
+test('E2B docs: upload a CSV, analyse it with pandas, chart it', async () => {
+  // From E2B's "analyze data with AI" guide, unchanged apart from the data.
+  const sbx = await create();
+  const csv = 'city,year,temp\nOslo,2023,6.1\nOslo,2024,6.8\nRome,2023,16.2\nRome,2024,16.9\n';
+  const dataset = await sbx.files.write('dataset.csv', csv);
+  const code = `
+import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.read_csv('${dataset.path}')
+means = df.groupby('city')['temp'].mean()
+means.plot(kind='bar', title='Mean temperature')
+plt.show()
+print(means.to_string())
+`;
+  const execution = await sbx.runCode(code);
+  assert.equal(execution.error, undefined, JSON.stringify(execution.error));
+  assert.match(execution.logs.stdout.join(''), /Oslo\s+6\.45/);
+  assert.match(execution.logs.stdout.join(''), /Rome\s+16\.55/);
+  const chart = execution.results.find((r) => r.png);
+  assert.ok(chart);
+  assert.deepEqual([...Buffer.from(chart.png, 'base64').subarray(0, 8)], PNG_MAGIC);
+});

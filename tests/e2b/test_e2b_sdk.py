@@ -1,0 +1,158 @@
+"""Runs the unmodified E2B SDKs (npm `e2b` and `@e2b/code-interpreter`, the
+versions pinned in package-lock.json, installed with `npm ci`, never patched)
+against the REAL cellgate: built binary, runc sandboxes, the kernel image.
+
+The SDK gets exactly what the README's "Coming from E2B" tells a user to set —
+E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL — and nothing else of cellgate's.
+A second tenant's token (CELLGATE_OTHER_KEY) is passed in code by the test
+that checks isolation.
+
+Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and npm.
+Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
+
+STAMP = HERE / "node_modules" / ".cellgate-lock-sha256"
+KEY_A = "e2b-tenant-a-" + uuid.uuid4().hex
+KEY_B = "e2b-tenant-b-" + uuid.uuid4().hex
+
+
+def _require():
+    require("E2B SDK tests", gateway_missing() or node_missing("npm"))
+
+
+def _lock_digest():
+    return hashlib.sha256((HERE / "package-lock.json").read_bytes() + (HERE / "package.json").read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def node_modules():
+    """The locked packages, installed with `npm ci` unless node_modules matches the lock."""
+    _require()
+    digest = _lock_digest()
+    if STAMP.exists() and STAMP.read_text().strip() == digest and (HERE / "node_modules" / "e2b").is_dir():
+        return
+    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=HERE,
+                       env={**os.environ, "npm_config_update_notifier": "false"},
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"npm ci failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    STAMP.write_text(digest + "\n")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    _require()
+    d = tmp_path_factory.mktemp("e2b")
+    tokens = d / "tokens.json"
+    tokens.write_text(json.dumps([{"token": KEY_A, "tenant": "e2b-alpha"}, {"token": KEY_B, "tenant": "e2b-beta"}]))
+    gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16").start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+
+
+def _e2b_env(gw, key=KEY_A):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CELLGATE_"))}
+    env.update({"E2B_API_KEY": key, "E2B_API_URL": f"{gw.url}/e2b", "E2B_SANDBOX_URL": f"{gw.url}/e2b",
+                "NODE_NO_WARNINGS": "1"})
+    return env
+
+
+def test_unmodified_e2b_sdk(gateway, node_modules):
+    env = {**_e2b_env(gateway), "CELLGATE_OTHER_KEY": KEY_B}
+    try:
+        r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b_sdk.test.mjs"],
+                           cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n"
+                    f"{gateway.log_text()[-6000:]}")
+    print(r.stdout)
+    assert r.returncode == 0, (f"e2b_sdk.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+                               f"--- gateway log (tail) ---\n{gateway.log_text()[-6000:]}")
+    assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
+    # Every sandbox the suite made is gone again.
+    left = requests.get(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
+    assert left.json()["sessions"] == [], left.text
+
+
+def _sandbox(gw, key=KEY_A, **body):
+    r = requests.post(f"{gw.url}/e2b/sandboxes", headers={"X-API-KEY": key}, json=body, timeout=120)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _kill(gw, sid, key=KEY_A):
+    requests.delete(f"{gw.url}/e2b/sandboxes/{sid}", headers={"X-API-KEY": key}, timeout=60)
+
+
+def test_wire_details_the_sdk_relies_on(gateway):
+    """What the JS tests cannot see: statuses and bodies of the refusals."""
+    url = gateway.url
+    r = requests.post(f"{url}/e2b/sandboxes", json={}, timeout=30)
+    assert r.status_code == 401 and r.json()["code"] == 401, r.text
+    r = requests.post(f"{url}/e2b/v2/sandboxes", headers={"X-API-KEY": "wrong-key"}, json={}, timeout=30)
+    assert r.status_code == 401 and r.json()["code"] == 401
+    sb = _sandbox(gateway)
+    try:
+        for k in ("templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken", "trafficAccessToken"):
+            assert sb.get(k), (k, sb)
+        assert sb["envdVersion"] == "0.5.7"
+        sid = sb["sandboxID"]
+        r = requests.delete(f"{url}/e2b/sandboxes/{sid}", headers={"X-API-KEY": KEY_B}, timeout=30)
+        assert r.status_code == 404 and r.json()["code"] == 404, r.text
+        r = requests.post(f"{url}/e2b/sandboxes", headers={"X-API-KEY": KEY_A},
+                          json={"templateID": "no-such-template"}, timeout=30)
+        assert r.status_code == 404 and r.json()["code"] == 404
+        r = requests.post(f"{url}/e2b/sandboxes", headers={"X-API-KEY": KEY_A}, json={"timeout": -5}, timeout=30)
+        assert r.status_code == 400 and "timeout" in r.json()["message"]
+        # Sandbox plane: the token is checked, the header names the sandbox.
+        plane = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
+        r = requests.get(f"{url}/e2b/health", headers=plane, timeout=30)
+        assert r.status_code == 401
+        r = requests.get(f"{url}/e2b/health", headers={**plane, "X-Access-Token": sb["trafficAccessToken"]}, timeout=30)
+        assert r.status_code == 401, "the traffic token does not open envd"
+        r = requests.get(f"{url}/e2b/health", headers={**plane, "X-Access-Token": sb["envdAccessToken"]}, timeout=30)
+        assert r.status_code == 204
+        r = requests.post(f"{url}/e2b/filesystem.Filesystem/Stat", json={"path": "/etc/passwd"},
+                          headers={**plane, "X-Access-Token": sb["envdAccessToken"]}, timeout=30)
+        assert r.status_code == 404 and r.json()["code"] == "not_found", r.text
+        r = requests.post(f"{url}/e2b/filesystem.Filesystem/Stat", json={"path": "/home/user/../../etc/passwd"},
+                          headers={**plane, "X-Access-Token": sb["envdAccessToken"]}, timeout=30)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
+        r = requests.get(f"{url}/e2b/files", params={"path": "/home/user/none"},
+                         headers={**plane, "X-Access-Token": sb["envdAccessToken"]}, timeout=30)
+        assert r.status_code == 404 and r.json()["code"] == 404
+        ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": sb["trafficAccessToken"]}
+        r = requests.post(f"{url}/e2b/execute", json={"code": "1", "language": "cobol"}, headers=ci, timeout=30)
+        assert r.status_code == 400
+        r = requests.get(f"{url}/e2b/contexts", headers=ci, timeout=30)
+        assert r.status_code == 200 and r.json()[0]["id"] == "default"
+        r = requests.post(f"{url}/e2b/execute", json={"code": "print(1)"},
+                          headers={**ci, "E2b-Sandbox-Port": "49983"}, timeout=30)
+        assert r.status_code == 404, "/execute is not on envd's port"
+        other = _sandbox(gateway, key=KEY_B)
+        try:
+            r = requests.post(f"{url}/e2b/execute", json={"code": "1"},
+                              headers={**ci, "E2b-Sandbox-Id": other["sandboxID"]}, timeout=30)
+            assert r.status_code == 401, "one sandbox's token does not open another"
+        finally:
+            _kill(gateway, other["sandboxID"], KEY_B)
+    finally:
+        _kill(gateway, sb["sandboxID"])

@@ -1,0 +1,145 @@
+// The E2B surface's pure parts: paths mapped onto the workspace, Connect
+// envelopes, status ↔ Connect code, tokens, and the sandbox book's records
+// surviving a restart through the state store.
+#include "e2b/connect_rpc.hpp"
+#include "e2b/sandbox_book.hpp"
+#include "e2b/surface.hpp"
+#include "util/api_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+namespace cellgate::e2b {
+namespace {
+
+unsigned status_of_refusal(std::string_view path) {
+    try {
+        workspace_path(path);
+    } catch (const api_exception& e) {
+        return e.status();
+    }
+    return 0;
+}
+
+TEST(E2bPaths, HomeRelativeAndWorkspacePathsMapOntoTheWorkspace) {
+    EXPECT_EQ(workspace_path("/home/user"), "");
+    EXPECT_EQ(workspace_path("/home/user/"), "");
+    EXPECT_EQ(workspace_path("/home/user/a.txt"), "a.txt");
+    EXPECT_EQ(workspace_path("/home/user/data/raw/"), "data/raw");
+    EXPECT_EQ(workspace_path("a.txt"), "a.txt");
+    EXPECT_EQ(workspace_path("./a.txt"), "a.txt");
+    EXPECT_EQ(workspace_path("~/a.txt"), "a.txt");
+    EXPECT_EQ(workspace_path(""), "");
+    EXPECT_EQ(workspace_path("/workspace/x/y"), "x/y");
+    EXPECT_EQ(e2b_path(""), "/home/user");
+    EXPECT_EQ(e2b_path("x/y"), "/home/user/x/y");
+}
+
+TEST(E2bPaths, AnythingElseIsRefusedBeforeTheFileSystemSeesIt) {
+    EXPECT_EQ(status_of_refusal("/etc/passwd"), 404u);          // outside the sandbox's view
+    EXPECT_EQ(status_of_refusal("/home/username/x"), 404u);     // a prefix is not a parent
+    EXPECT_EQ(status_of_refusal("/home/user/../etc"), 400u);    // no way back up
+    EXPECT_EQ(status_of_refusal("a/../../b"), 400u);
+    EXPECT_EQ(status_of_refusal(std::string_view("a\0b", 3)), 400u);
+    EXPECT_EQ(status_of_refusal("/home/user/a//b"), 400u);
+}
+
+TEST(E2bConnect, EnvelopesCarryABigEndianLengthAndTheEndStreamFlag) {
+    const auto e = connect::envelope({{"a", 1}});
+    ASSERT_EQ(e.size(), 5u + 7u);
+    EXPECT_EQ(e[0], 0);
+    EXPECT_EQ(e.substr(1, 4), std::string("\0\0\0\x07", 4));
+    EXPECT_EQ(e.substr(5), "{\"a\":1}");
+    const auto end = connect::end_stream();
+    EXPECT_EQ(static_cast<unsigned char>(end[0]), connect::end_stream_flag);
+    EXPECT_EQ(end.substr(5), "{}");
+    const auto failed = connect::end_stream(std::pair{std::string_view("not_found"), std::string("gone")});
+    EXPECT_EQ(nlohmann::json::parse(failed.substr(5))["error"]["code"], "not_found");
+}
+
+TEST(E2bConnect, ARequestIsExactlyOneUncompressedJsonEnvelope) {
+    const auto good = connect::envelope({{"process", {{"cmd", "/bin/bash"}}}});
+    EXPECT_EQ(connect::request_message(good)["process"]["cmd"], "/bin/bash");
+    auto refused = [](std::string body) {
+        try {
+            connect::request_message(body);
+        } catch (const api_exception& e) {
+            return e.status();
+        }
+        return 0u;
+    };
+    EXPECT_EQ(refused(good + "x"), 400u);                  // trailing bytes
+    EXPECT_EQ(refused(good.substr(0, good.size() - 1)), 400u);  // cut short
+    auto compressed = good;
+    compressed[0] = 1;
+    EXPECT_EQ(refused(compressed), 400u);
+    EXPECT_EQ(refused(connect::envelope(nlohmann::json::array())), 400u);  // not an object
+    EXPECT_EQ(refused(std::string("\0\xff\xff\xff\xff", 5)), 400u);        // a length past the cap
+}
+
+TEST(E2bConnect, StatusesAndConnectCodesMapBothWays) {
+    for (const unsigned s : {400u, 401u, 403u, 404u, 409u, 429u, 501u, 503u, 504u})
+        EXPECT_EQ(status_for_connect_code(connect_code_for(s)), s) << s;
+    EXPECT_EQ(connect_code_for(500), "internal");
+    EXPECT_EQ(status_for_connect_code("something_new"), 500u);
+}
+
+TEST(E2bTokens, MatchOnlyTheSameNonEmptyToken) {
+    const auto t = make_access_token();
+    EXPECT_EQ(t.size(), 64u);
+    EXPECT_NE(t, make_access_token());
+    EXPECT_TRUE(token_matches(t, t));
+    EXPECT_FALSE(token_matches(t.substr(1), t));
+    EXPECT_FALSE(token_matches("", ""));
+    EXPECT_FALSE(token_matches(t + "0", t));
+}
+
+TEST(E2bBook, RecordsAreTenantScopedAndOutliveTheGateway) {
+    const auto dir = std::filesystem::temp_directory_path() / ("e2b-book-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    {
+        kernels::state_store store(dir / "gateway.db");
+        sandbox_book book(&store);
+        sandbox_record r;
+        r.id = "k-1";
+        r.tenant = "alpha";
+        r.template_id = "code-interpreter-v1";
+        r.envd_token = "e-token";
+        r.traffic_token = "t-token";
+        r.metadata = {{"suite", "unit"}};
+        r.env_vars = {{"A", "1"}};
+        r.started = sys_clock::now();
+        r.end_at = r.started + std::chrono::seconds(300);
+        book.put(r);
+        auto other = r;
+        other.id = "k-2";
+        other.tenant = "beta";
+        book.put(other);
+        EXPECT_TRUE(book.find("alpha", "k-1"));
+        EXPECT_FALSE(book.find("beta", "k-1"));
+        EXPECT_EQ(book.list("alpha").size(), 1u);
+        book.forget("k-2");
+        store.remove_kernel("k-3");  // another kernel's removal leaves this record
+    }
+    {
+        kernels::state_store store(dir / "gateway.db");
+        sandbox_book book(&store);
+        const auto loaded = book.load();
+        ASSERT_EQ(loaded.size(), 1u);
+        EXPECT_EQ(loaded[0].envd_token, "e-token");
+        EXPECT_EQ(loaded[0].metadata.at("suite"), "unit");
+        EXPECT_EQ(loaded[0].env_vars.at("A"), "1");
+        EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(loaded[0].end_at - loaded[0].started).count(), 300);
+        store.remove_kernel("k-1");  // the kernel's removal takes its record
+    }
+    {
+        kernels::state_store store(dir / "gateway.db");
+        EXPECT_TRUE(sandbox_book(&store).load().empty());
+    }
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cellgate::e2b
