@@ -2,7 +2,7 @@
 # read by the build (gateway/CMakeLists.txt makes one library per room that
 # links only these) and by the include check (cmake/check_rooms.cmake).
 # docs/architecture.md draws it.
-set(cellgate_rooms util metrics contents jupyter wire kernels agent http api e2b config)
+set(cellgate_rooms util metrics contents jupyter wire kernels agent processes http api e2b config)
 set(cellgate_room_uses_util "")
 set(cellgate_room_uses_metrics "")
 set(cellgate_room_uses_contents util)
@@ -10,7 +10,8 @@ set(cellgate_room_uses_jupyter util)
 set(cellgate_room_uses_wire jupyter util metrics)
 set(cellgate_room_uses_kernels jupyter wire contents metrics util)
 set(cellgate_room_uses_agent kernels jupyter wire contents metrics util)
+set(cellgate_room_uses_processes kernels jupyter wire contents metrics util)
 set(cellgate_room_uses_http kernels wire jupyter metrics util)
-set(cellgate_room_uses_api http agent kernels wire jupyter contents metrics util)
-set(cellgate_room_uses_e2b api http agent kernels wire jupyter contents metrics util)
-set(cellgate_room_uses_config e2b api http agent kernels wire jupyter contents metrics util)
+set(cellgate_room_uses_api processes http agent kernels wire jupyter contents metrics util)
+set(cellgate_room_uses_e2b processes api http agent kernels wire jupyter contents metrics util)
+set(cellgate_room_uses_config e2b processes api http agent kernels wire jupyter contents metrics util)

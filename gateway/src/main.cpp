@@ -1,6 +1,7 @@
 // cellgate: the gateway. Wires the pieces together and runs the shutdown ladder.
 #include "agent/agent_service.hpp"
 #include "e2b/e2b_api.hpp"
+#include "processes/process_table.hpp"
 #include "api/api.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
@@ -171,14 +172,16 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
 
 // Returns what the routes' handlers hold (kept as long as the router).
 std::shared_ptr<void> register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
-                                      e2b::sandbox_book& e2b_book, const config::gateway_config& cfg) {
+                                      processes::process_table& processes, e2b::sandbox_book& e2b_book,
+                                      const config::gateway_config& cfg) {
     api::register_misc_api(routes, services);
     api::register_kernels_api(routes, services);
     api::register_sessions_api(routes, services);
     api::register_contents_api(routes, services);
     api::register_agent_api(routes, services, agents);
+    api::register_commands_api(routes, services, processes);
     api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
-    return e2b::register_e2b_api(routes, services, agents, e2b_book, cfg.e2b);
+    return e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
 }
 
 void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {
@@ -275,8 +278,11 @@ int main(int argc, char** argv) {
             cfg.server, http::authenticator(cfg.tokens),
             [&manager](const std::string& tenant, const std::string& id) { return manager.find(tenant, id); }, metrics);
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
+        // Commands and terminals inside the sandboxes; a session's end takes them.
+        processes::process_table processes(ioc, launch);
+        manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
-        const auto surfaces = register_routes(ctx.routes, services, agents, e2b_book, cfg);
+        const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
         announce(cfg, server.listen(), generated_token);

@@ -6,7 +6,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox } from '@e2b/code-interpreter';
-import { Sandbox as BaseSandbox, AuthenticationError, SandboxError, NotFoundError } from 'e2b';
+import { Sandbox as BaseSandbox, AuthenticationError, CommandExitError, SandboxError, NotFoundError } from 'e2b';
 
 for (const name of ['E2B_API_KEY', 'E2B_API_URL', 'E2B_SANDBOX_URL'])
   assert.ok(process.env[name], `${name} must be set`);
@@ -127,6 +127,75 @@ test('files: write, read, list, exists, makeDir, rename, remove, and 20 MB of bi
   assert.equal(size.text, String(20 << 20));
 
   await assert.rejects(sbx.files.read('/home/user/missing.txt'), (e) => e.name === 'FileNotFoundError' || e instanceof NotFoundError);
+});
+
+async function until(what, check, ms = 20000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+test('commands: run, cwd and envs, a non-zero exit, the sandbox environment', async () => {
+  const sbx = await create({ envs: { FROM_CREATE: 'made' } });
+  const hi = await sbx.commands.run('echo hi');
+  assert.equal(hi.stdout, 'hi\n');
+  assert.equal(hi.exitCode, 0);
+  await sbx.files.makeDir('/home/user/work');
+  await sbx.files.write('/home/user/work/note.txt', 'x');
+  const where = await sbx.commands.run('pwd; echo "$GREETING $FROM_CREATE"; ls; id -u; echo $HOME',
+    { cwd: '/home/user/work', envs: { GREETING: 'hello' } });
+  assert.equal(where.stdout, '/home/user/work\nhello made\nnote.txt\n1000\n/home/user\n');
+  const failed = await sbx.commands.run('echo out; echo err >&2; exit 3').catch((e) => e);
+  assert.ok(failed instanceof CommandExitError, `not a CommandExitError: ${failed}`);
+  assert.equal(failed.exitCode, 3);
+  assert.equal(failed.stdout, 'out\n');
+  assert.equal(failed.stderr, 'err\n');
+  // What a command writes, the kernel reads, and the other way round.
+  await sbx.commands.run('echo from-bash > made.txt');
+  assert.equal((await sbx.runCode('open("made.txt").read().strip()')).text, 'from-bash');
+  // Streaming callbacks.
+  const lines = [];
+  await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 0.1; done', { onStdout: (d) => lines.push(d) });
+  assert.equal(lines.join(''), '1\n2\n3\n');
+});
+
+test('commands: a background command is listed, fed stdin, killed; wait() then throws', async () => {
+  const sbx = await create();
+  let out = '';
+  const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => { out += d; } });
+  assert.ok(h.pid > 0);
+  const listed = await sbx.commands.list();
+  assert.ok(listed.some((p) => p.pid === h.pid && p.args.includes('cat')), JSON.stringify(listed));
+  await sbx.commands.sendStdin(h.pid, 'ping\n');
+  await until('the echoed input', () => out.includes('ping\n'));
+  assert.equal(await sbx.commands.kill(h.pid), true);
+  await assert.rejects(h.wait(), CommandExitError);
+  await until('the killed command to leave the list', async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid));
+  assert.equal(await sbx.commands.kill(h.pid), false);
+  // stdin closed: the command sees EOF and ends by itself.
+  const wc = await sbx.commands.run('wc -c', { background: true, stdin: true });
+  await sbx.commands.sendStdin(wc.pid, 'abcd');
+  await sbx.commands.closeStdin(wc.pid);
+  assert.equal((await wc.wait()).stdout.trim(), '4');
+});
+
+test('a PTY: an interactive shell with its size, input and exit', async () => {
+  const sbx = await create();
+  const chunks = [];
+  const pty = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => chunks.push(Buffer.from(d)) });
+  await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; tty; echo "term=$TERM"; exit 7\n'));
+  const ended = await pty.wait().catch((e) => e);
+  const text = Buffer.concat(chunks).toString();
+  assert.match(text, /30 100/);
+  assert.match(text, /\/dev\/pts\/\d+/);
+  assert.match(text, /term=xterm-256color/);
+  assert.equal(ended.exitCode, 7);
+  const again = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+  await sbx.pty.resize(again.pid, { cols: 120, rows: 40 });
+  assert.equal(await sbx.pty.kill(again.pid), true);
 });
 
 test('getInfo, setTimeout, list, connect and kill', async () => {

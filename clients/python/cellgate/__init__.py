@@ -8,6 +8,7 @@
 
 Standard library only; Python 3.9+.
 """
+from .commands import CommandExitError, CommandHandle, CommandResult
 from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, StreamIncomplete,
                      TooManySessions)
 from .models import Execution, ExecutionError, FileInfo, Logs, Result, SessionInfo, Truncated
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "run_once",
+    "CommandExitError", "CommandHandle", "CommandResult",
     "Execution", "ExecutionError", "FileInfo", "Logs", "Result", "SessionInfo", "Truncated",
     "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "StreamIncomplete", "TooManySessions",
 ]

@@ -8,6 +8,7 @@ import uuid
 
 from ._http import Client, close_response, iter_sse, quote_path
 from .errors import CellgateError, NotFound, SessionNotFound, StreamIncomplete
+from .commands import Commands
 from .models import Execution, ExecutionError, FileInfo, Result, SessionInfo
 
 DEFAULT_EXEC_TIMEOUT_S = 300
@@ -89,6 +90,7 @@ class Sandbox:
     def _set_model(self, model):
         self._info = SessionInfo(model)
         self.id = self._info.id
+        self.commands = Commands(self)
 
     @property
     def url(self):

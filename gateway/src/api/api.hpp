@@ -34,8 +34,10 @@ void register_sessions_api(http::router& r, services& s);   // /api/sessions
 void register_contents_api(http::router& r, services& s);   // /api/contents, /files
 }  // namespace cellgate::api
 namespace cellgate::agent { class agent_service; }
+namespace cellgate::processes { class process_table; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
+void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
 
 // The chat page: compiled-in assets, or files from static_dir when it is set.
 struct web_options {

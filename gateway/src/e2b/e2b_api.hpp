@@ -19,6 +19,7 @@
 #include <string>
 
 namespace cellgate::agent { class agent_service; }
+namespace cellgate::processes { class process_table; }
 
 namespace cellgate::e2b {
 
@@ -37,6 +38,7 @@ struct e2b_options {
 // Adds the routes; the handlers refer to what the returned handle holds,
 // which the caller keeps as long as the router.
 [[nodiscard]] std::shared_ptr<void> register_e2b_api(http::router& r, api::services& s, agent::agent_service& agents,
-                                                     sandbox_book& book, const e2b_options& options);
+                                                     processes::process_table& processes, sandbox_book& book,
+                                                     const e2b_options& options);
 
 }  // namespace cellgate::e2b

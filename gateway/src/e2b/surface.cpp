@@ -254,12 +254,14 @@ void rethrow_contents(const contents::contents_error& e) {
     throw api_exception(500, e.what());
 }
 
-std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents, sandbox_book& book,
+std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
+                                       processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
-    auto e = std::make_shared<surface>(surface{s, agents, book, options});
+    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options});
     register_control_plane(r, *e);
     register_code_interpreter(r, *e);
     register_envd(r, *e);
+    register_process_service(r, *e);
     return e;
 }
 

@@ -9,6 +9,7 @@
 #include "contents/contents_store.hpp"
 #include "e2b/e2b_api.hpp"
 #include "e2b/sandbox_book.hpp"
+#include "processes/process_table.hpp"
 
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@ struct surface {
     api::services& services;
     agent::agent_service& agents;
     sandbox_book& book;
+    processes::process_table* processes;
     e2b_options options;
 };
 
@@ -63,5 +65,6 @@ std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_pt
 void register_control_plane(http::router& r, surface& e);
 void register_code_interpreter(http::router& r, surface& e);
 void register_envd(http::router& r, surface& e);
+void register_process_service(http::router& r, surface& e);
 
 }  // namespace cellgate::e2b
