@@ -1,11 +1,14 @@
 // cellgate-launch: a thin command line over the kernel-launcher library.
 //   cellgate-launch run [options] [--exec CODE] [--rm]
 //   cellgate-launch ps [--json] | status ID | kill ID [SIGNAL] | rm ID [--keep-workspace]
-//   cellgate-launch exec ID CODE | reap [--keep ID,…] | validate SPEC.json
+//   cellgate-launch exec ID CODE | exec ID [--tty] [--stdin] [--cwd D] [--env K=V]… -- ARGV…
+//   cellgate-launch reap [--keep ID,…] | validate SPEC.json
 #include "cell_runner.hpp"
+#include "exec_session.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/node_settings.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -180,8 +183,35 @@ int verb_rm(launcher& l, const args_t& args) {
     return 0;
 }
 
+// `exec ID [options] -- ARGV…`: a process in the sandbox, beside its kernel.
+int exec_process_verb(launcher& l, const args_t& args, std::size_t dashes) {
+    exec_spec spec;
+    for (std::size_t i = 1; i < dashes; ++i) {
+        auto take = [&]() -> std::string {
+            if (i + 1 >= dashes) throw usage_error(args[i] + " needs a value");
+            return args[++i];
+        };
+        if (args[i] == "--tty") spec.tty = true;
+        else if (args[i] == "--stdin") spec.stdin_ = true;
+        else if (args[i] == "--cwd") spec.cwd = take();
+        else if (args[i] == "--env") {
+            const auto kv = take();
+            const auto eq = kv.find('=');
+            if (eq == std::string::npos) throw usage_error("--env needs NAME=value");
+            spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+        } else throw usage_error("unknown option for exec: " + args[i]);
+    }
+    spec.argv.assign(args.begin() + static_cast<std::ptrdiff_t>(dashes) + 1, args.end());
+    if (spec.argv.empty()) throw usage_error("exec needs a command after --");
+    auto p = l.exec(args[0], spec);
+    return run_exec_session(p);
+}
+
 int verb_exec(launcher& l, const args_t& args) {
-    if (args.size() != 2) throw usage_error("exec needs a sandbox id and code");
+    if (const auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end() && !args.empty() &&
+                                                                        dashes != args.begin())
+        return exec_process_verb(l, args, static_cast<std::size_t>(dashes - args.begin()));
+    if (args.size() != 2) throw usage_error("exec needs a sandbox id and code, or a sandbox id, -- and a command");
     const auto s = l.status(args[0]);
     if (!s.info || s.state != sandbox_state::running) throw usage_error("sandbox " + args[0] + " is not running");
     return run_cell(s.info->endpoints, args[1], std::chrono::seconds(120));
@@ -228,7 +258,8 @@ constexpr verb verbs[] = {
     {"status", verb_status, "status ID"},
     {"kill", verb_kill, "kill ID [SIGNAL]     (default SIGKILL; SIGINT interrupts a cell)"},
     {"rm", verb_rm, "rm ID [--keep-workspace]"},
-    {"exec", verb_exec, "exec ID CODE"},
+    {"exec", verb_exec, "exec ID CODE        (a cell in the kernel)\n"
+                        "  exec ID [--tty] [--stdin] [--cwd DIR] [--env K=V]… -- ARGV…   (a process in the sandbox)"},
     {"reap", verb_reap, "reap [--keep ID,…] [--workspaces]   (remove orphaned and stopped sandboxes; with\n"
                         "                     --workspaces also workspaces no sandbox uses)"},
     {"validate", verb_validate, "validate SPEC.json"},

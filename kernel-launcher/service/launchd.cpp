@@ -9,6 +9,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/node_settings.hpp"
 #include "cellgate/launcher/service.hpp"
+#include "exec_wire.hpp"
 #include "host_fs.hpp"
 #include "workspace_view.hpp"
 
@@ -28,6 +29,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -86,6 +88,7 @@ public:
             launcher_.remove(r.id, {.keep_workspace = r.keep_workspace});
             return nullptr;
         case op::set_cpu_shares: launcher_.set_cpu_shares(r.id, r.shares); return nullptr;
+        case op::exec: throw service::bad_request("exec is served on its own connection");
         case op::reap: {
             std::set<std::string> live;
             for (const auto& s : launcher_.list()) live.insert(s.id);
@@ -97,6 +100,8 @@ public:
         }
         throw service::bad_request("unknown op");
     }
+
+    exec_process exec(const service::request& r) { return launcher_.exec(r.id, r.process); }
 
 private:
     // What the unprivileged client needs from a fresh sandbox: its five
@@ -152,12 +157,111 @@ json error_reply(const char* kind, const std::string& step, const std::string& m
     return {{"ok", false}, {"error", {{"kind", kind}, {"step", step}, {"message", message}, {"errno", error_number}}}};
 }
 
+// Sends the exec's reply line with the process's descriptors attached.
+bool send_with_fds(int fd, const std::string& text, const std::vector<int>& fds) {
+    iovec iov{const_cast<char*>(text.data()), text.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    ssize_t n = -1;
+    do n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return false;
+    // The descriptors went with the first byte; the rest of the line is plain.
+    for (auto done = static_cast<std::size_t>(n); done < text.size();) {
+        const auto m = ::send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+        if (m < 0 && errno == EINTR) continue;
+        if (m <= 0) return false;
+        done += static_cast<std::size_t>(m);
+    }
+    return true;
+}
+
+// The connection is the process's handle from here: signal lines in, one
+// exit line out. Whatever ends it early (the client closing, a line outside
+// the protocol) drops the process, which kills it.
+void hold_exec(int fd, exec_process p, std::string pending, const std::string& who) {
+    std::vector<std::string> names;
+    std::vector<unique_fd> theirs;
+    if (p.tty()) {
+        names.push_back("pty");
+        theirs.push_back(p.take_pty());
+    } else {
+        if (p.stdin_fd() >= 0) {
+            names.push_back("stdin");
+            theirs.push_back(p.take_stdin());
+        }
+        names.push_back("stdout");
+        theirs.push_back(p.take_stdout());
+        names.push_back("stderr");
+        theirs.push_back(p.take_stderr());
+    }
+    std::vector<int> raw;
+    for (const auto& f : theirs) raw.push_back(f.get());
+    const json reply{{"ok", true}, {"result", {{"tty", p.tty()}, {"fds", names}}}};
+    if (!send_with_fds(fd, reply.dump() + "\n", raw)) {
+        log(who + " exec: the client went before its reply; process killed");
+        return;
+    }
+    theirs.clear();  // the client's now; ours would keep a pipe open
+    line_buffer in(max_signal_line_bytes);
+    bool ok = in.append(pending);
+    for (;;) {
+        while (ok) {
+            const auto line = in.pop();
+            if (!line) break;
+            const auto sig = parse_signal_line(*line);
+            if (!sig) {
+                ok = false;
+                break;
+            }
+            try {
+                p.signal(*sig);
+            } catch (const std::exception& e) {
+                log(who + " exec: signal failed: " + e.what());
+            }
+        }
+        if (!ok) {
+            log(who + " exec: a line outside the protocol; process killed");
+            return;
+        }
+        pollfd fds[2] = {{fd, POLLIN, 0}, {p.exit_fd(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        if (fds[1].revents != 0) {
+            if (const auto st = p.exit_status()) {
+                const auto text = exit_line(*st);
+                (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+                return;
+            }
+        }
+        if (fds[0].revents != 0) {
+            char buf[512];
+            const auto n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (n <= 0) return;  // the handle is closed: the process goes with it
+            ok = in.append({buf, static_cast<std::size_t>(n)});
+        }
+    }
+}
+
 void serve(service_impl& svc, int fd, uid_t peer) {
     struct closer {
         int fd;
+        bool counted = true;
         ~closer() {
             ::close(fd);
-            --active;
+            if (counted) --active;
         }
     } c{fd};
     timeval timeout{10, 0};
@@ -171,13 +275,21 @@ void serve(service_impl& svc, int fd, uid_t peer) {
         line.append(buf, static_cast<std::size_t>(n));
         if (line.size() > service::max_request_bytes) break;
     }
-    if (const auto nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
+    std::string rest;
+    if (const auto nl = line.find('\n'); nl != std::string::npos) {
+        rest = line.substr(nl + 1);
+        line.resize(nl);
+    }
     json reply;
     std::string what = "?";
+    std::optional<exec_process> process;
     try {
         const auto r = service::parse_request(line);
         what = service::to_json(r).value("op", "?");
-        reply = {{"ok", true}, {"result", svc.handle(r)}};
+        if (r.op == service::op::exec)
+            process = svc.exec(r);
+        else
+            reply = {{"ok", true}, {"result", svc.handle(r)}};
     } catch (const service::bad_request& e) {
         reply = error_reply("request", "request", e.what());
     } catch (const spec_error& e) {
@@ -186,6 +298,14 @@ void serve(service_impl& svc, int fd, uid_t peer) {
         reply = error_reply("launch", e.step(), e.what(), e.error_number());
     } catch (const std::exception& e) {
         reply = error_reply("internal", "internal", e.what());
+    }
+    if (process) {
+        // A running process counts against the launcher's exec limits, not
+        // against the requests being served.
+        c.counted = false;
+        --active;
+        hold_exec(fd, std::move(*process), std::move(rest), "uid " + std::to_string(peer));
+        return;
     }
     if (reply["ok"] != true)
         log("uid " + std::to_string(peer) + " " + what + ": refused: " + reply["error"]["message"].get<std::string>());

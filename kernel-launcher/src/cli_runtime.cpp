@@ -71,6 +71,26 @@ std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bu
     }
 }
 
+exec_command cli_runtime::detached_exec(const std::string& id, const exec_files& files,
+                                        const std::vector<std::string>& flags,
+                                        const std::vector<std::string>& exec_flags) const {
+    exec_command c;
+    c.pid_file = (files.dir / "exec.pid").string();
+    c.log = (files.dir / "runtime.log").string();
+    std::vector<std::string> args = flags;
+    for (const auto& a : {std::string("--log"), c.log, std::string("exec"), std::string("--detach"),
+                          std::string("--pid-file"), c.pid_file, std::string("--process"), files.process_json.string()})
+        args.push_back(a);
+    if (!files.console_socket.empty()) {
+        args.push_back("--console-socket");
+        args.push_back(files.console_socket.string());
+    }
+    args.insert(args.end(), exec_flags.begin(), exec_flags.end());
+    args.push_back(id);
+    c.start = argv(std::move(args));
+    return c;
+}
+
 void cli_runtime::kill(const std::string& id, int signal, bool all_processes) {
     std::vector<std::string> args = {"kill"};
     if (all_processes) args.push_back("--all");

@@ -21,6 +21,12 @@ public:
     std::vector<runtime_container> list() override;
 
 protected:
+    // `<program> --root <root> <flags…> --log <dir>/runtime.log exec --detach
+    // --pid-file <dir>/exec.pid --process … [--console-socket …] <exec_flags…> <id>`:
+    // the process detaches, and the pid file names the host process to wait for.
+    exec_command detached_exec(const std::string& id, const exec_files& files, const std::vector<std::string>& flags,
+                               const std::vector<std::string>& exec_flags) const;
+
     cli_runtime(std::string program, std::filesystem::path root)
         : program_(std::move(program)), root_(std::move(root)) {}
 

@@ -4,6 +4,8 @@
 #include "cellgate/protocol/message.hpp"
 #include "cellgate/launcher/node_settings.hpp"
 #include "cgroups.hpp"
+#include "exec_channel.hpp"
+#include "exec_shim.hpp"
 #include "host_fs.hpp"
 #include "kernel_probe.hpp"
 #include "oci_config.hpp"
@@ -13,14 +15,18 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <functional>
+#include <mutex>
 #include <optional>
 
 namespace cellgate::launcher {
@@ -76,6 +82,85 @@ json connection_json(const std::string& ip, const std::string& key) {
             {"kernel_name", "python3"}};
 }
 
+// The processes run through exec(), per sandbox, as the handles' channels
+// (watched, never kept alive: a dropped handle leaves at once), and the
+// starts under way, which count too, so that two at once cannot both take
+// the last place.
+class exec_registry {
+public:
+    class reservation {
+    public:
+        reservation(exec_registry& r, std::string id) : r_(&r), id_(std::move(id)) {}
+        reservation(const reservation&) = delete;
+        reservation& operator=(const reservation&) = delete;
+        ~reservation() {
+            if (r_ != nullptr) r_->settle(id_, {});
+        }
+        void commit(std::weak_ptr<exec_channel::state> watch) { std::exchange(r_, nullptr)->settle(id_, std::move(watch)); }
+
+    private:
+        exec_registry* r_;
+        std::string id_;
+    };
+
+    reservation reserve(const std::string& id, std::uint32_t per_sandbox, std::uint32_t total) {
+        std::lock_guard lock(mutex_);
+        std::size_t all = 0;
+        for (auto it = execs_.begin(); it != execs_.end();) {
+            auto& list = it->second;
+            std::erase_if(list, [](const std::weak_ptr<exec_channel::state>& w) {
+                const auto s = w.lock();
+                return !s || s->ended();
+            });
+            all += list.size();
+            it = list.empty() ? execs_.erase(it) : std::next(it);
+        }
+        for (const auto& [sandbox, n] : starting_) all += n;
+        const auto here = (execs_.count(id) != 0 ? execs_[id].size() : 0) + starting_[id];
+        if (here >= per_sandbox || all >= total) {
+            if (starting_[id] == 0) starting_.erase(id);
+            throw launch_error("exec-limit",
+                               here >= per_sandbox
+                                   ? "sandbox '" + id + "' already runs " + std::to_string(here) +
+                                         " processes through exec (at most " + std::to_string(per_sandbox) + ")"
+                                   : "this launcher already runs " + std::to_string(all) +
+                                         " processes through exec (at most " + std::to_string(total) + ")",
+                               EAGAIN);
+        }
+        ++starting_[id];
+        return reservation(*this, id);
+    }
+
+    std::vector<std::shared_ptr<exec_channel::state>> live(const std::string& id) {
+        std::lock_guard lock(mutex_);
+        std::vector<std::shared_ptr<exec_channel::state>> out;
+        if (const auto it = execs_.find(id); it != execs_.end())
+            for (const auto& w : it->second)
+                if (auto s = w.lock()) out.push_back(std::move(s));
+        return out;
+    }
+
+private:
+    void settle(const std::string& id, std::weak_ptr<exec_channel::state> watch) {
+        std::lock_guard lock(mutex_);
+        if (--starting_[id] == 0) starting_.erase(id);
+        if (!watch.expired()) execs_[id].push_back(std::move(watch));
+    }
+
+    std::mutex mutex_;
+    std::map<std::string, std::vector<std::weak_ptr<exec_channel::state>>> execs_;
+    std::map<std::string, std::uint32_t> starting_;
+};
+
+// A directory removed with everything in it when the scope ends.
+struct dir_remover {
+    fs::path dir;
+    ~dir_remover() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
 }  // namespace
 
 class step_timer;
@@ -84,6 +169,7 @@ struct launcher::impl {
     launcher_config cfg;
     std::map<std::string, std::unique_ptr<oci_runtime>> runtimes;
     workspace_store workspaces;
+    exec_registry execs;
 
     explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
         : cfg(std::move(c)), runtimes(std::move(r)),
@@ -132,6 +218,9 @@ struct launcher::impl {
                 if (!first) first = std::current_exception();
             }
         };
+        // The sandbox's end kills its execs anyway; saying so first lets each
+        // report SIGKILL even where the runtime cannot tell (runsc).
+        for (const auto& e : execs.live(id)) e->send_signal(SIGKILL);
         if (auto it = runtimes.find(runtime_name); it != runtimes.end()) {
             try {
                 it->second->kill(id, SIGKILL, true);  // delete --force kills too
@@ -168,6 +257,9 @@ struct launcher::impl {
         if (!log.empty()) why += "; log tail: " + log;
         return why;
     }
+
+    exec_process exec(const std::string& id, const exec_spec& spec);
+    fs::path make_exec_dir() const;
 
     // The launch sequence, in the order launch() runs it.
     sandbox_info launch(const sandbox_spec& spec);
@@ -386,6 +478,89 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     return info;
 }
 
+fs::path launcher::impl::make_exec_dir() const {
+    const auto root = cfg.state_dir / "execs";
+    make_dir("exec", root, 0700);
+    const auto dir = root / protocol::make_uuid();
+    make_dir("exec", dir, 0700, /*must_not_exist=*/true);
+    return dir;
+}
+
+namespace {
+
+// The listening end of the console socket a runtime sends a PTY master to.
+unique_fd listen_for_console(const fs::path& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.native().size() >= sizeof addr.sun_path)
+        throw launch_error("exec", "the console socket path is too long (a shorter --state-dir helps): " + path.string(),
+                           ENAMETOOLONG);
+    std::memcpy(addr.sun_path, path.c_str(), path.native().size());
+    unique_fd s{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    if (!s || ::bind(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(s.get(), 1) != 0)
+        throw launch_error("exec", "console socket " + path.string(), errno);
+    return s;
+}
+
+struct pipe_pair {
+    unique_fd read, write;
+};
+pipe_pair make_pipe() {
+    int fds[2] = {-1, -1};
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw launch_error("exec", "pipe", errno);
+    return {unique_fd(fds[0]), unique_fd(fds[1])};
+}
+
+}  // namespace
+
+exec_process launcher::impl::exec(const std::string& id, const exec_spec& spec) {
+    const auto info = read_info(id);
+    if (!info) throw launch_error("exec", "no sandbox '" + id + "'", ESRCH);
+    oci_runtime& rt = runtime(info->runtime);
+    if (rt.state(id).status != "running") throw launch_error("exec", "sandbox '" + id + "' is not running", ESRCH);
+    const auto shim = find_exec_shim_binary(cfg.exec_shim_path);
+    if (shim.empty())
+        throw launch_error("exec", "cellgate-exec-shim is " +
+                                       (cfg.exec_shim_path.empty() ? std::string("neither next to this program nor in PATH")
+                                                                   : "not at '" + cfg.exec_shim_path + "'"),
+                           ENOENT);
+    auto place = execs.reserve(id, cfg.max_execs_per_sandbox, cfg.max_execs);
+
+    // The process is the sandbox's own, as written at its launch (a root-only
+    // file the kernel never sees), with the exec's argv, cwd, env and terminal.
+    const auto config = json::parse(read_file(run_dir(id) / "config.json"), nullptr, false);
+    if (!config.is_object() || !config.contains("process") || !config["process"].is_object())
+        throw launch_error("exec", "the config.json of sandbox '" + id + "' is unreadable", EIO);
+    const dir_remover dir{make_exec_dir()};
+    exec_files files{dir.dir / "process.json", dir.dir, spec.tty ? dir.dir / "console" : fs::path()};
+    write_file("exec", files.process_json,
+               build_exec_process(config["process"], spec, base_environment(info->spec.limits)).dump(), 0600);
+
+    exec_process::stdio ours;
+    shim_stdio theirs;
+    pipe_pair in, out, err;
+    unique_fd console;
+    if (spec.tty) {
+        console = listen_for_console(files.console_socket);
+    } else {
+        if (spec.stdin_) {
+            in = make_pipe();
+            theirs.stdin_fd = in.read.get();
+            ours.stdin_ = std::move(in.write);
+        }
+        out = make_pipe();
+        err = make_pipe();
+        theirs.stdout_fd = out.write.get();
+        theirs.stderr_fd = err.write.get();
+        ours.stdout_ = std::move(out.read);
+        ours.stderr_ = std::move(err.read);
+    }
+    auto started = start_exec_shim(shim, shim_request{rt.exec_command_for(id, files), std::chrono::seconds(30)}, theirs,
+                                   std::move(ours), console.get(), spec.rows, spec.cols);
+    place.commit(started.watch);
+    return std::move(started.process);
+}
+
 launcher::launcher(launcher_config config) : launcher(config, {}) {}
 
 launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr<oci_runtime>> runtimes)
@@ -420,6 +595,12 @@ void launcher::validate(const sandbox_spec& spec) const {
 sandbox_info launcher::launch(const sandbox_spec& spec) {
     validate(spec);
     return impl_->launch(spec);
+}
+
+exec_process launcher::exec(const std::string& id, const exec_spec& spec) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    validate_exec_spec(spec);
+    return impl_->exec(id, spec);
 }
 
 void launcher::signal(const std::string& id, int sig) {

@@ -86,6 +86,28 @@ std::vector<std::string> base_environment(const sandbox_limits& limits) {
             "MKL_NUM_THREADS=" + threads};
 }
 
+json build_exec_process(const json& sandbox_process, const exec_spec& spec, const std::vector<std::string>& base_env) {
+    json p = sandbox_process;
+    p["args"] = spec.argv;
+    p["cwd"] = spec.cwd;
+    p["terminal"] = spec.tty;
+    if (spec.tty)
+        p["consoleSize"] = {{"height", spec.rows}, {"width", spec.cols}};
+    else
+        p.erase("consoleSize");
+    std::vector<std::string> env = base_env;
+    auto set = [&env](const std::string& name, const std::string& value) {
+        const auto prefix = name + "=";
+        const auto it = std::find_if(env.begin(), env.end(), [&](const std::string& e) { return e.starts_with(prefix); });
+        if (it != env.end()) *it = prefix + value;
+        else env.push_back(prefix + value);
+    };
+    if (spec.tty && spec.env.count("TERM") == 0) set("TERM", "xterm-256color");
+    for (const auto& [name, value] : spec.env) set(name, value);
+    p["env"] = env;
+    return p;
+}
+
 std::vector<std::string> kernel_args() {
     return {"/usr/bin/tini", "-g", "--", "/opt/cellgate/cellgate-kernel", "-f",
             sandbox_connection_file};

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "cellgate/launcher/exec_spec.hpp"
 #include "cellgate/launcher/sandbox_spec.hpp"
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,14 @@ nlohmann::json build_oci_config(const oci_inputs& in);
 
 // The environment every kernel gets, before the caller's allow-listed names.
 std::vector<std::string> base_environment(const sandbox_limits& limits);
+
+// The OCI process for an exec in a sandbox whose config.json has
+// `sandbox_process`: that process (its user, capabilities, rlimits,
+// noNewPrivileges, oomScoreAdj, and whatever else it sets) with the exec's
+// argv, cwd, terminal and environment: `base_env`, then the exec's names over
+// it, and TERM=xterm-256color under a tty unless the exec names TERM.
+nlohmann::json build_exec_process(const nlohmann::json& sandbox_process, const exec_spec& spec,
+                                  const std::vector<std::string>& base_env);
 
 // The kernel's argv inside the sandbox: tini as init, forwarding signals to the
 // kernel's process group, then the image's kernel entry point.

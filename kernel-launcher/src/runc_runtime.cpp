@@ -21,6 +21,14 @@ public:
     std::int64_t run(const std::string& id, const fs::path& bundle, const container_stdio& io) override {
         return run_detached(id, bundle, io, {}, bundle / "kernel.log", 2048);
     }
+
+    // runc applies the container's seccomp profile (and its namespaces,
+    // cgroup and mount setup) to an exec'd process by itself; the rest comes
+    // from process.json. Detached, the process is left to the nearest
+    // subreaper, the exec shim, which signals its group and reads its status.
+    exec_command exec_command_for(const std::string& id, const exec_files& files) const override {
+        return detached_exec(id, files, {}, {});
+    }
 };
 
 }  // namespace

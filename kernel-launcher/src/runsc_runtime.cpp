@@ -16,6 +16,13 @@
 //   `runsc kill`, which delivers them to the init inside.
 // - --cpu-num-from-quota: the sandbox sees as many CPUs as its quota allows
 //   (at least 2), so thread pools size themselves to the limit.
+// - exec: the process runs in the sentry, not on the host. `runsc exec
+//   --detach` leaves a waiter (runsc-exec) that exits with the process's code,
+//   128 + n for signal n; signals go through `runsc kill --pid`. runsc
+//   20221219 takes only args, env, cwd, user, capabilities and terminal from
+//   process.json (rlimits and no_new_privs come from the sandbox itself) and
+//   does not apply the OCI seccomp profile to an exec'd process (gVisor issue
+//   12693, fixed upstream in 2026): see SECURITY.md.
 #include "cli_runtime.hpp"
 
 #include <unistd.h>
@@ -48,13 +55,29 @@ public:
         // runsc's own log goes to a file: by default it would go to stdout,
         // which here is the relay's pipe.
         const auto log = bundle / "runsc.log";
-        return run_detached(id, bundle, io,
-                            {"--platform", platform_, "--network=none", "--host-uds=none", "--host-fifo=none",
-                             "--oci-seccomp", "--cpu-num-from-quota", "--log", log.string()},
-                            log, 1024);
+        auto flags = sandbox_flags();
+        flags.push_back("--log");
+        flags.push_back(log.string());
+        return run_detached(id, bundle, io, flags, log, 1024);
+    }
+
+    exec_command exec_command_for(const std::string& id, const exec_files& files) const override {
+        const auto internal_pid_file = (files.dir / "exec.internal-pid").string();
+        auto c = detached_exec(id, files, sandbox_flags(), {"--internal-pid-file", internal_pid_file});
+        c.internal_pid_file = internal_pid_file;
+        c.signal_command = {program(), "--root", root().string(), "kill", "--pid", "{pid}", id, "{signal}"};
+        c.status_is_exit_code = true;
+        return c;
     }
 
 private:
+    // The flags the sandbox was made with; exec passes them too, so that
+    // whatever runsc reads from its configuration there is the same.
+    std::vector<std::string> sandbox_flags() const {
+        return {"--platform", platform_, "--network=none", "--host-uds=none", "--host-fifo=none", "--oci-seccomp",
+                "--cpu-num-from-quota"};
+    }
+
     std::string platform_;
 };
 

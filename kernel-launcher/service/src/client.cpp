@@ -1,10 +1,16 @@
 #include "cellgate/launcher/service.hpp"
 
+#include "exec_channel.hpp"
+#include "exec_wire.hpp"
+
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace cellgate::launcher::service {
@@ -13,12 +19,77 @@ namespace {
 
 using json = nlohmann::json;
 
-struct fd_guard {
-    int fd;
-    ~fd_guard() {
-        if (fd >= 0) ::close(fd);
+// An exec's reply is small; everything else about the process comes later.
+constexpr std::size_t max_exec_reply_bytes = 64u << 10;
+constexpr auto exec_reply_timeout = std::chrono::seconds(90);
+
+void send_all(int fd, const std::string& line) {
+    for (std::size_t done = 0; done < line.size();) {
+        const auto n = ::send(fd, line.data() + done, line.size() - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw launch_error("launcher-service", "sending the request failed", errno);
+        done += static_cast<std::size_t>(n);
     }
-};
+}
+
+// The launcher's own exception for an error reply.
+[[noreturn]] void throw_reply_error(const json& j) {
+    const auto& e = j.at("error");
+    const auto kind = e.value("kind", "");
+    const auto message = e.value("message", "launcher service error");
+    if (kind == "spec" || kind == "request") throw spec_error(message);
+    throw launch_error(e.value("step", "launcher-service"), message, e.value("errno", 0));
+}
+
+// Reads the reply line and every descriptor that came with it; `rest` gets
+// what followed the line (an exit line, when the process was quick).
+std::string read_reply_with_fds(int fd, std::vector<unique_fd>& fds, std::string& rest) {
+    std::string data;
+    const auto deadline = std::chrono::steady_clock::now() + exec_reply_timeout;
+    for (;;) {
+        if (const auto nl = data.find('\n'); nl != std::string::npos) {
+            rest = data.substr(nl + 1);
+            data.resize(nl);
+            return data;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        pollfd p{fd, POLLIN, 0};
+        if (left.count() <= 0) throw launch_error("launcher-service", "no reply to exec in time", ETIMEDOUT);
+        if (::poll(&p, 1, static_cast<int>(left.count())) < 0) {
+            if (errno == EINTR) continue;
+            throw launch_error("launcher-service", "poll", errno);
+        }
+        char buf[4096];
+        iovec iov{buf, sizeof buf};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        const auto n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw launch_error("launcher-service", "reading the reply failed", errno);
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (std::size_t i = 0; i < count; ++i) {
+                int got = -1;
+                std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+                fds.emplace_back(got);
+            }
+        }
+        if ((msg.msg_flags & MSG_CTRUNC) != 0) throw launch_error("launcher-service", "the reply carried too many descriptors");
+        if (n == 0) throw launch_error("launcher-service", "the service closed the connection without a reply", EPIPE);
+        data.append(buf, static_cast<std::size_t>(n));
+        if (data.size() > max_exec_reply_bytes) throw launch_error("launcher-service", "reply too large");
+    }
+}
+
+bool is_kind(int fd, mode_t kind) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == kind;
+}
 
 }  // namespace
 
@@ -28,27 +99,26 @@ client::client(std::filesystem::path socket) : socket_(std::move(socket)) {
         throw std::invalid_argument("launcher socket path too long: " + socket_.string());
 }
 
-json client::call(const request& r) const {
-    fd_guard s{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-    if (s.fd < 0) throw launch_error("launcher-service", "socket: " + std::string(std::strerror(errno)), errno);
+unique_fd client::connect() const {
+    unique_fd s{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    if (!s) throw launch_error("launcher-service", "socket: " + std::string(std::strerror(errno)), errno);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, socket_.c_str(), socket_.native().size());
-    if (::connect(s.fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
         throw launch_error("launcher-service",
                            "cannot reach the launcher service at " + socket_.string() + ": " + std::strerror(errno), errno);
-    const std::string line = to_json(r).dump() + "\n";
-    for (std::size_t done = 0; done < line.size();) {
-        const auto n = ::send(s.fd, line.data() + done, line.size() - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw launch_error("launcher-service", "sending the request failed", errno);
-        done += static_cast<std::size_t>(n);
-    }
-    ::shutdown(s.fd, SHUT_WR);
+    return s;
+}
+
+json client::call(const request& r) const {
+    const auto s = connect();
+    send_all(s.get(), to_json(r).dump() + "\n");
+    ::shutdown(s.get(), SHUT_WR);
     std::string reply;
     char buf[65536];
     for (;;) {
-        const auto n = ::recv(s.fd, buf, sizeof buf, 0);
+        const auto n = ::recv(s.get(), buf, sizeof buf, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) throw launch_error("launcher-service", "reading the reply failed", errno);
         if (n == 0) break;
@@ -58,11 +128,7 @@ json client::call(const request& r) const {
     const auto j = json::parse(reply, nullptr, false);
     if (!j.is_object() || !j.contains("ok")) throw launch_error("launcher-service", "malformed reply");
     if (j["ok"] == true) return j.value("result", json(nullptr));
-    const auto& e = j.at("error");
-    const auto kind = e.value("kind", "");
-    const auto message = e.value("message", "launcher service error");
-    if (kind == "spec" || kind == "request") throw spec_error(message);
-    throw launch_error(e.value("step", "launcher-service"), message, e.value("errno", 0));
+    throw_reply_error(j);
 }
 
 sandbox_info client::launch(const sandbox_spec& spec) {
@@ -124,6 +190,37 @@ void client::validate(const sandbox_spec& spec) const {
     r.op = op::validate;
     r.spec = spec;
     call(r);
+}
+
+exec_process client::exec(const std::string& id, const exec_spec& spec) {
+    request r;
+    r.op = op::exec;
+    r.id = id;
+    r.process = spec;
+    auto s = connect();
+    send_all(s.get(), to_json(r).dump() + "\n");  // no SHUT_WR: the connection is the handle
+    std::vector<unique_fd> fds;  // closed on every throw below
+    std::string rest;
+    const auto j = json::parse(read_reply_with_fds(s.get(), fds, rest), nullptr, false);
+    if (!j.is_object() || !j.contains("ok")) throw launch_error("launcher-service", "malformed reply");
+    if (j["ok"] != true) throw_reply_error(j);
+    const auto result = j.value("result", json::object());
+    const auto names = result.value("fds", json::array());
+    if (!names.is_array() || names.size() != fds.size())
+        throw launch_error("launcher-service", "the exec reply's descriptors do not match its list");
+    exec_process::stdio io;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+        const auto name = names[i].is_string() ? names[i].get<std::string>() : std::string();
+        unique_fd* slot = name == "stdin" ? &io.stdin_ : name == "stdout" ? &io.stdout_ : name == "stderr" ? &io.stderr_
+                          : name == "pty"   ? &io.pty : nullptr;
+        const bool right_kind = name == "pty" ? is_kind(fds[i].get(), S_IFCHR) : is_kind(fds[i].get(), S_IFIFO);
+        if (slot == nullptr || *slot || !right_kind)
+            throw launch_error("launcher-service", "the exec reply carried an unexpected descriptor ('" + name + "')");
+        *slot = std::move(fds[i]);
+    }
+    if (spec.tty != static_cast<bool>(io.pty) || (!spec.tty && (!io.stdout_ || !io.stderr_)))
+        throw launch_error("launcher-service", "the exec reply lacks the process's stdio");
+    return exec_process(std::move(io), std::make_unique<exec_channel>(std::move(s), rest));
 }
 
 }  // namespace cellgate::launcher::service

@@ -13,7 +13,8 @@ const std::map<std::string, op>& ops() {
     static const std::map<std::string, op> table = {
         {"create", op::create}, {"validate", op::validate}, {"signal", op::signal},
         {"status", op::status}, {"list", op::list},         {"remove", op::remove},
-        {"set_cpu_shares", op::set_cpu_shares},             {"reap", op::reap}};
+        {"set_cpu_shares", op::set_cpu_shares},             {"reap", op::reap},
+        {"exec", op::exec}};
     return table;
 }
 
@@ -27,7 +28,8 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::list, {}},
         {op::remove, {"id", "keep_workspace"}},
         {op::set_cpu_shares, {"id", "shares"}},
-        {op::reap, {"keep", "unused_workspaces"}}};
+        {op::reap, {"keep", "unused_workspaces"}},
+        {op::exec, {"id", "process"}}};
     return table;
 }
 
@@ -122,6 +124,14 @@ request parse_request(std::string_view line) {
         r.unused_workspaces = read_bool(j, "unused_workspaces");
         break;
     }
+    case op::exec: {
+        r.id = read_id(j, "id");
+        const auto it = j.find("process");
+        if (it == j.end() || !it->is_object()) throw bad_request("'process' must be an object");
+        r.process = it->get<exec_spec>();  // strict: spec_error on anything unknown
+        validate_exec_spec(r.process);
+        break;
+    }
     case op::list:
         break;
     }
@@ -151,6 +161,10 @@ json to_json(const request& r) {
     case op::reap:
         j["keep"] = r.keep;
         j["unused_workspaces"] = r.unused_workspaces;
+        break;
+    case op::exec:
+        j["id"] = r.id;
+        j["process"] = r.process;
         break;
     case op::list: break;
     }

@@ -201,4 +201,10 @@ std::size_t fake_launcher::sandboxes() const {
     return sandboxes_.size();
 }
 
+launcher::exec_process fake_launcher::exec(const std::string& id, const launcher::exec_spec&) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(id, "exec");
+    throw launcher::launch_error("exec", "the fake launcher runs no processes in its sandboxes");
+}
+
 }  // namespace cellgate::fakes

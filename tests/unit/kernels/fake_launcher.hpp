@@ -32,6 +32,8 @@ public:
     void remove(const std::string& id, launcher::remove_options options = {}) override;
     std::vector<std::string> reap_orphans(const std::set<std::string>& keep, bool unused_workspaces) override;
     void validate(const launcher::sandbox_spec& spec) const override;
+    // Not supported: throws launch_error (the fake has no sandbox to run it in).
+    launcher::exec_process exec(const std::string& id, const launcher::exec_spec& spec) override;
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

@@ -235,3 +235,38 @@ TEST(seccomp_profile, socket_allows_only_unix_inet_inet6_and_netlink) {
         if (rule.at("names") == json::array({"socketcall"}) && !rule.contains("args")) socketcall_refused = true;
     EXPECT_TRUE(socketcall_refused);
 }
+TEST(oci_config, an_exec_process_keeps_the_sandboxs_confinement_and_takes_the_execs_command) {
+    const json sandbox = {{"terminal", false},
+                          {"user", {{"uid", 1000}, {"gid", 1000}, {"additionalGids", json::array()}, {"umask", 18}}},
+                          {"args", {"/usr/bin/tini", "-g", "--", "kernel"}},
+                          {"env", {"PATH=/usr/bin", "KERNEL_SECRETISH=1"}},
+                          {"cwd", "/workspace"},
+                          {"capabilities", {{"bounding", json::array()}, {"effective", json::array()}}},
+                          {"rlimits", {{{"type", "RLIMIT_NOFILE"}, {"hard", 64}, {"soft", 64}}}},
+                          {"noNewPrivileges", true},
+                          {"oomScoreAdj", 800}};
+    exec_spec s;
+    s.argv = {"sh", "-c", "echo $HOME"};
+    s.cwd = "/tmp";
+    s.env = {{"HOME", "/workspace"}, {"EXTRA", "x=y"}};
+    const auto p = build_exec_process(sandbox, s, {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"});
+    EXPECT_EQ(p["args"], json(s.argv));
+    EXPECT_EQ(p["cwd"], "/tmp");
+    EXPECT_EQ(p["terminal"], false);
+    EXPECT_FALSE(p.contains("consoleSize"));
+    // The kernel's own env (KERNEL_*, preloads) is not the exec's: base env, then the exec's names.
+    EXPECT_EQ(p["env"], json({"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "LANG=C.UTF-8", "EXTRA=x=y"}));
+    for (const char* kept : {"user", "capabilities", "rlimits", "noNewPrivileges", "oomScoreAdj"})
+        EXPECT_EQ(p[kept], sandbox[kept]) << kept;
+
+    s.tty = true;
+    s.rows = 33;
+    s.cols = 111;
+    const auto t = build_exec_process(sandbox, s, {"PATH=/bin"});
+    EXPECT_EQ(t["terminal"], true);
+    EXPECT_EQ(t["consoleSize"], json({{"height", 33}, {"width", 111}}));
+    EXPECT_EQ(t["env"], json({"PATH=/bin", "TERM=xterm-256color", "EXTRA=x=y", "HOME=/workspace"}));
+    s.env["TERM"] = "vt100";
+    EXPECT_EQ(build_exec_process(sandbox, s, {})["env"], json({"EXTRA=x=y", "HOME=/workspace", "TERM=vt100"}));
+}
+

@@ -86,3 +86,54 @@ TEST(service_protocol, a_status_with_its_key_survives_the_trip) {
     EXPECT_EQ(back.info->endpoints.key, "secret");
     EXPECT_EQ(back.info->endpoints.shell, "ipc:///run/x/shell");
 }
+
+TEST(service_protocol, an_exec_request_round_trips) {
+    service::request r;
+    r.op = op::exec;
+    r.id = "k1";
+    r.process.argv = {"sh", "-c", "stty size"};
+    r.process.cwd = "/tmp";
+    r.process.env = {{"LD_PRELOAD", "a client's own business"}};
+    r.process.tty = true;
+    r.process.rows = 30;
+    r.process.cols = 100;
+    const auto back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.op, op::exec);
+    EXPECT_EQ(back.id, "k1");
+    EXPECT_EQ(back.process.argv, r.process.argv);
+    EXPECT_EQ(back.process.cwd, "/tmp");
+    EXPECT_EQ(back.process.env, r.process.env);
+    EXPECT_TRUE(back.process.tty);
+    EXPECT_EQ(back.process.rows, 30);
+    EXPECT_EQ(back.process.cols, 100);
+    EXPECT_FALSE(back.process.stdin_);
+    const auto minimal = parse_request(R"({"op":"exec","id":"k1","process":{"argv":["true"]}})");
+    EXPECT_EQ(minimal.process.cwd, "/workspace");
+}
+
+TEST(service_protocol, an_exec_request_outside_the_schema_is_refused) {
+    const char* bad[] = {
+        R"({"op":"exec","cmd":"id"})",
+        R"({"op":"exec","id":"k1"})",
+        R"({"op":"exec","id":"k1","process":["id"]})",
+        R"({"op":"exec","id":"../x","process":{"argv":["id"]}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"]},"spec":{}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"]},"signal":"SIGKILL"})",
+    };
+    for (const char* line : bad) EXPECT_THROW(parse_request(line), bad_request) << line;
+    // The process itself goes through the launcher's strict parser and validation.
+    const char* bad_process[] = {
+        R"({"op":"exec","id":"k1","process":{}})",
+        R"({"op":"exec","id":"k1","process":{"argv":[]}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"user":"root"}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"uid":0}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"cwd":"../etc"}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"cwd":"/workspace/../../etc"}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"env":{"CELLGATE_PRELOAD":"x"}}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"env":{"A=B":"x"}}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"tty":true,"rows":0}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["id"],"stdin":"yes"}})",
+        R"({"op":"exec","id":"k1","process":{"argv":["a\u0000b"]}})",
+    };
+    for (const char* line : bad_process) EXPECT_THROW(parse_request(line), spec_error) << line;
+}

@@ -53,6 +53,12 @@ public:
     // Checks a spec without starting anything; throws spec_error.
     void validate(const sandbox_spec& spec) const override;
 
+    // Through `runc exec` / `runsc exec` with a process built from the
+    // sandbox's own (its user, capabilities, rlimits, no_new_privs), watched
+    // by a cellgate-exec-shim. At most config().max_execs_per_sandbox per
+    // sandbox and config().max_execs in all run through one launcher.
+    exec_process exec(const std::string& id, const exec_spec& spec) override;
+
     const launcher_config& config() const noexcept { return config_; }
 
 private:

@@ -23,6 +23,13 @@ struct launcher_config {
     // The host half of the gVisor relay; empty: next to the running program,
     // else in PATH.
     std::string relay_path;
+    // The supervisor of exec'd processes (cellgate-exec-shim); empty: next to
+    // the running program, else in PATH.
+    std::string exec_shim_path;
+    // Processes run through exec() at once: per sandbox and in all (this
+    // launcher's; a launcher service has one). Beyond them exec() refuses.
+    std::uint32_t max_execs_per_sandbox = 16;
+    std::uint32_t max_execs = 128;
 
     // Each workspace gets its own host uid/gid range of 65536 ids from here on,
     // so no two sessions share a host uid even if one escaped its mounts.

@@ -35,6 +35,32 @@ struct runtime_traits {
     bool signals_through_runtime = false;
 };
 
+// Where an exec's files are: the OCI process to run, the exec's own
+// directory (root-only) for the runtime's pid files and log, and the socket
+// the runtime sends a PTY master to (empty without a tty).
+struct exec_files {
+    std::filesystem::path process_json;
+    std::filesystem::path dir;
+    std::filesystem::path console_socket;
+};
+
+// How cellgate-exec-shim runs a process in a running container and then
+// watches it: `start` returns once the process runs (detached) and has
+// written `pid_file`, the host process to wait for. That is the process itself
+// (runc: the shim, a subreaper, inherits it and reads its exact wait status),
+// or the runtime's waiter for it (runsc: it exits with the process's code, and
+// with 128 + n for signal n). Signals go to the host pid's process group, or,
+// when `signal_command` is set, through that argv with "{pid}" replaced by the
+// pid in `internal_pid_file` and "{signal}" by the signal's number.
+struct exec_command {
+    std::vector<std::string> start;
+    std::string pid_file;
+    std::string internal_pid_file;
+    std::vector<std::string> signal_command;
+    bool status_is_exit_code = false;
+    std::string log;  // the runtime's own log, quoted when `start` fails
+};
+
 // An OCI runtime, driven through its command line: runc, or gVisor's runsc.
 class oci_runtime {
 public:
@@ -57,6 +83,8 @@ public:
     // Empty status when the runtime does not know the container.
     virtual runtime_container state(const std::string& id) = 0;
     virtual std::vector<runtime_container> list() = 0;
+    // The commands that run `files.process_json` in running container `id`.
+    virtual exec_command exec_command_for(const std::string& id, const exec_files& files) const = 0;
 };
 
 // `runc --root <state_root> …`

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "cellgate/launcher/exec_process.hpp"
+#include "cellgate/launcher/exec_spec.hpp"
 #include "cellgate/launcher/sandbox_info.hpp"
 #include "cellgate/launcher/sandbox_spec.hpp"
 
@@ -39,6 +41,13 @@ public:
                                                   bool unused_workspaces = false) = 0;
     // Checks a spec without starting anything; throws spec_error.
     virtual void validate(const sandbox_spec& spec) const = 0;
+    // Runs a process inside running sandbox `id` with the kernel's own
+    // confinement and returns once it runs (exec_spec.hpp, exec_process.hpp).
+    // It ends when it exits, when its handle is dropped, or with the sandbox.
+    // spec_error: the spec is wrong. launch_error: no such running sandbox
+    // (ESRCH), too many processes already (step "exec-limit", EAGAIN), or the
+    // runtime could not start it (argv[0] not found, no such cwd, …).
+    virtual exec_process exec(const std::string& id, const exec_spec& spec) = 0;
 };
 
 }  // namespace cellgate::launcher

@@ -8,6 +8,14 @@
 // JSON object per line each way. The schema is closed: an unknown operation,
 // an unknown field or a wrong type is refused before anything happens, and
 // every spec goes through the launcher's own strict parsing and validation.
+//
+// One operation keeps its connection: `exec`. Its reply line carries the
+// process's descriptors (SCM_RIGHTS, in the order the reply's "fds" names
+// them), and the connection becomes the process's handle: the client may
+// write {"signal":"SIGTERM"} lines (exec signals only, ≤ 128 bytes each), and
+// the service writes one {"exit":{"code":…,"signal":…}} line when the process
+// has ended, then closes. A client that closes first, or writes anything
+// else, has the process killed.
 
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/sandbox_launcher.hpp"
@@ -29,12 +37,13 @@ namespace cellgate::launcher::service {
 constexpr std::size_t max_request_bytes = 1u << 20;
 constexpr std::size_t max_reply_bytes = 64u << 20;
 
-enum class op { create, validate, signal, status, list, remove, set_cpu_shares, reap };
+enum class op { create, validate, signal, status, list, remove, set_cpu_shares, reap, exec };
 
 struct request {
     service::op op = op::list;
     sandbox_spec spec;                 // create, validate
-    std::string id;                    // signal, status, remove, set_cpu_shares
+    std::string id;                    // signal, status, remove, set_cpu_shares, exec
+    exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
     std::uint32_t shares = 0;          // set_cpu_shares
@@ -72,9 +81,13 @@ public:
     std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
                                           bool unused_workspaces = false) override;
     void validate(const sandbox_spec& spec) const override;
+    // The descriptors arrive over the socket, so an unprivileged client reads
+    // and writes them itself; the connection stays open as the handle.
+    exec_process exec(const std::string& id, const exec_spec& spec) override;
 
 private:
     nlohmann::json call(const request& r) const;
+    unique_fd connect() const;
     std::filesystem::path socket_;
 };
 
