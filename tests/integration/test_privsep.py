@@ -219,7 +219,8 @@ def test_a_gvisor_session_runs_through_the_service(split):
 
 
 @pytest.mark.parametrize("payload, expect", [
-    (b'{"op":"exec","cmd":"id"}\n', "unknown op"),
+    (b'{"op":"spawn","cmd":"id"}\n', "unknown op"),
+    (b'{"op":"exec","cmd":"id"}\n', "takes no field"),
     (b'{"op":"list","all":true}\n', "takes no field"),
     (b'{"op":"create","spec":{"image":"/"}}\n', "image"),
     (b'{"op":"create","spec":{"uid":0}}\n', "uid"),

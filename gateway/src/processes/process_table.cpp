@@ -136,8 +136,11 @@ void process::finish() {
 }
 
 std::uint64_t process::subscribe(std::shared_ptr<watcher> w) {
-    std::lock_guard lock(mutex_);
-    const auto id = next_watcher_++;
+    std::uint64_t id = 0;
+    {
+        std::lock_guard lock(mutex_);
+        id = next_watcher_++;
+    }
     asio::post(strand_, [self = shared_from_this(), id, w = std::move(w)] {
         for (const auto& [s, bytes] : self->backlog_) w->output(s, bytes);
         if (self->finished_) {
