@@ -1362,7 +1362,7 @@ big, small = memoryview(bytearray((64 << 20) - 64)), memoryview(bytearray(1 << 2
 sent = []
 def bomb():
     k.iopub_thread.socket.send_multipart(head + [big] * {BOMB_FRAMES['64 MiB']}, copy=False)
-    time.sleep(2)
+    time.sleep(5)  # the cut-off iopub reconnects first (slower under gVisor on a loaded host)
     k.iopub_thread.socket.send_multipart(head + [small] * {BOMB_FRAMES['1 MiB']}, copy=False)
     sent.append(1)
 k.iopub_thread.schedule(bomb)
