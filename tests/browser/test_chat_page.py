@@ -18,7 +18,6 @@ docs/screenshot-chat-phone.png (default: a temporary folder).
 CELLGATE_WEB_STATIC_DIR=/path/to/clients (development only) serves the page
 from disk instead of the compiled-in copy.
 """
-import hashlib
 import os
 import subprocess
 import sys
@@ -31,10 +30,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
+from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("CELLGATE_CHROMIUM", "/usr/bin/chromium"))
-STAMP = HERE / "node_modules" / ".cellgate-lock-sha256"
 WEB = REPO / "clients" / "web"
 
 # Nothing may fetch a browser: no install scripts run at all, and the usual
@@ -58,21 +56,11 @@ def _log_tail(gw, chars=6000):
     return gw.log_text()[-chars:]
 
 
-def _lock_digest():
-    return hashlib.sha256((HERE / "package-lock.json").read_bytes() + (HERE / "package.json").read_bytes()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def node_modules():
     """Installs the locked packages with `npm ci` unless node_modules matches the lock."""
     _require()
-    digest = _lock_digest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest and (HERE / "node_modules" / "playwright-core").is_dir():
-        return
-    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=HERE,
-                       env={**os.environ, **NO_DOWNLOADS}, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"npm ci failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    STAMP.write_text(digest + "\n")
+    npm_ci(HERE, "playwright-core", NO_DOWNLOADS)
 
 
 def _start(*args):

@@ -10,7 +10,6 @@ that checks isolation.
 Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and npm.
 Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
-import hashlib
 import json
 import os
 import subprocess
@@ -25,9 +24,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
+from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
 
-STAMP = HERE / "node_modules" / ".cellgate-lock-sha256"
 KEY_A = "e2b-tenant-a-" + uuid.uuid4().hex
 KEY_B = "e2b-tenant-b-" + uuid.uuid4().hex
 
@@ -36,22 +34,11 @@ def _require():
     require("E2B SDK tests", gateway_missing() or node_missing("npm"))
 
 
-def _lock_digest():
-    return hashlib.sha256((HERE / "package-lock.json").read_bytes() + (HERE / "package.json").read_bytes()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def node_modules():
     """The locked packages, installed with `npm ci` unless node_modules matches the lock."""
     _require()
-    digest = _lock_digest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest and (HERE / "node_modules" / "e2b").is_dir():
-        return
-    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=HERE,
-                       env={**os.environ, "npm_config_update_notifier": "false"},
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"npm ci failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    STAMP.write_text(digest + "\n")
+    npm_ci(HERE, "e2b")
 
 
 @pytest.fixture(scope="module")

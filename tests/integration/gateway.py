@@ -47,6 +47,21 @@ def node_missing(*tools):
     return None
 
 
+def npm_ci(here, package, env=None):
+    """Installs the packages locked in `here` (npm ci, no install scripts)
+    unless its node_modules already matches the lock and holds `package`."""
+    import hashlib
+    stamp = here / "node_modules" / ".cellgate-lock-sha256"
+    digest = hashlib.sha256((here / "package-lock.json").read_bytes() + (here / "package.json").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text().strip() == digest and (here / "node_modules" / package).is_dir():
+        return
+    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=here,
+                       env={**os.environ, "npm_config_update_notifier": "false", **(env or {})},
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"npm ci failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    stamp.write_text(digest + "\n")
+
+
 def require(suite, why):
     """Skips when `why` is set, or fails under CELLGATE_REQUIRE_SANDBOX=1 (CI)."""
     import pytest

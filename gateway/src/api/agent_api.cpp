@@ -21,25 +21,12 @@ using contents::contents_store;
 
 namespace {
 
-unsigned status_of(contents::error_kind k) {
-    switch (k) {
-    case contents::error_kind::bad_path: return 400;
-    case contents::error_kind::not_found: return 404;
-    case contents::error_kind::conflict: return 409;
-    case contents::error_kind::too_large: return 413;
-    case contents::error_kind::no_space: return 507;
-    case contents::error_kind::forbidden: return 403;
-    case contents::error_kind::io: return 500;
-    }
-    return 500;
-}
-
 template <class Fn>
 auto guarded(Fn fn) {
     try {
         return fn();
     } catch (const contents_error& e) {
-        throw api_exception(status_of(e.kind()), e.what());
+        throw api_exception(contents_status(e.kind()), e.what());
     }
 }
 
@@ -78,16 +65,11 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"limits", limits}};
 }
 
-bool wants_sse(const request_ptr& req) {
-    const auto accept = req->req[bhttp::field::accept];
-    return std::string_view(accept.data(), accept.size()).find("text/event-stream") != std::string_view::npos;
-}
-
 // Runs one execution and replies with JSON, or streams it as SSE with
 // keepalives; a streaming client that disconnects gets its cell interrupted.
 void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, agent::execution_options opts,
                    const request_ptr& req, reply_fn reply, std::function<void(json&)> decorate = {}) {
-    if (!wants_sse(req)) {
+    if (!wants_event_stream(req)) {
         agents.submit(k, std::move(opts), {}, [reply, decorate](json result) {
             if (decorate) decorate(result);
             reply(json_response(200, result));
@@ -397,6 +379,24 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
 }
 
 }  // namespace
+
+unsigned contents_status(contents::error_kind k) noexcept {
+    switch (k) {
+    case contents::error_kind::bad_path: return 400;
+    case contents::error_kind::not_found: return 404;
+    case contents::error_kind::conflict: return 409;
+    case contents::error_kind::too_large: return 413;
+    case contents::error_kind::no_space: return 507;
+    case contents::error_kind::forbidden: return 403;
+    case contents::error_kind::io: return 500;
+    }
+    return 500;
+}
+
+bool wants_event_stream(const request_ptr& req) {
+    const auto accept = req->req[bhttp::field::accept];
+    return std::string_view(accept.data(), accept.size()).find("text/event-stream") != std::string_view::npos;
+}
 
 void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_sessions(r, s, agents);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "api/request_models.hpp"
+#include "contents/contents_store.hpp"
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
@@ -49,6 +50,11 @@ void register_static_api(http::router& r, const web_options& web);  // /, /stati
 // The HTTP answer to a kernel operation that did not happen: the one place
 // the core's failure kinds become statuses (404, 400, 429, 503, 409, 500).
 http::response failure_response(const kernels::failure& f);
+
+// A workspace error's status: 400, 404, 409, 413, 507, 403 or 500.
+unsigned contents_status(contents::error_kind k) noexcept;
+// Whether the client asked for Server-Sent Events (Accept: text/event-stream).
+bool wants_event_stream(const http::request_ptr& req);
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);

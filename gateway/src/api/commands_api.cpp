@@ -4,6 +4,7 @@
 // the process table: a launcher exec with the kernel's own confinement.
 // docs/agent-api.md has the contract.
 #include "api/api.hpp"
+#include "api/request_models.hpp"
 
 #include "processes/process_table.hpp"
 #include "util/api_error.hpp"
@@ -65,13 +66,7 @@ processes::command command_from(const json& b) {
     c.spec.cwd = string_field(b, "cwd", home);
     if (!c.spec.cwd.empty() && c.spec.cwd.front() != '/') c.spec.cwd = std::string(home) + "/" + c.spec.cwd;
     c.spec.env = {{"HOME", home}, {"USER", "user"}, {"PWD", c.spec.cwd}};
-    if (const auto it = b.find("env"); it != b.end() && !it->is_null()) {
-        if (!it->is_object()) throw api_exception(400, "'env' must be an object of strings");
-        for (const auto& [k, v] : it->items()) {
-            if (!v.is_string()) throw api_exception(400, "'env." + k.substr(0, 64) + "' must be a string");
-            c.spec.env[k] = v.get<std::string>();
-        }
-    }
+    for (auto& [k, v] : string_object(b, "env", "env")) c.spec.env[k] = v;
     if (const auto it = b.find("tty"); it != b.end() && !it->is_null() && *it != false) {
         c.spec.tty = true;
         if (it->is_object()) {
@@ -148,11 +143,6 @@ response follow(const std::string& session_id, const process_ptr& p, bool kill_o
     return res;
 }
 
-bool wants_sse(const request_ptr& req) {
-    const auto accept = req->req[bhttp::field::accept];
-    return std::string_view(accept.data(), accept.size()).find("text/event-stream") != std::string_view::npos;
-}
-
 std::uint32_t pid_param(const request_ptr& req) {
     const auto& s = req->param("pid");
     std::uint32_t pid = 0;
@@ -174,7 +164,7 @@ void run(services& s, processes::process_table& table, const request_ptr& req, r
     auto c = command_from(body);
     const bool background = body.value("background", false);
     const auto timeout = std::chrono::seconds(body.value("timeout_s", static_cast<long>(k->policy().exec_timeout.count())));
-    const bool sse = wants_sse(req);
+    const bool sse = wants_event_stream(req);
     const auto limit = k->policy().output_limit_bytes;
     k->touch();
     table.start(k, std::move(c), [&table, k, background, timeout, sse, limit, reply](process_ptr p, unsigned status, std::string why) {

@@ -29,19 +29,6 @@ std::string iso_from_ns(std::int64_t ns) {
         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(ns))));
 }
 
-unsigned status_of(error_kind k) {
-    switch (k) {
-    case error_kind::bad_path: return 400;
-    case error_kind::not_found: return 404;
-    case error_kind::conflict: return 409;
-    case error_kind::too_large: return 413;
-    case error_kind::no_space: return 507;
-    case error_kind::forbidden: return 403;
-    case error_kind::io: return 500;
-    }
-    return 500;
-}
-
 // "<kernel_id>/<rest>" split into the kernel and the path inside its workspace.
 struct located {
     kernels::kernel_ptr kernel;
@@ -66,7 +53,7 @@ located locate(services& s, const request_ptr& req, const std::string& path) {
         l.store = std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
                                                   sb->host_uid_base + sb->spec.gid);
     } catch (const contents_error& e) {
-        throw api_exception(status_of(e.kind()), e.what());
+        throw api_exception(contents_status(e.kind()), e.what());
     }
     return l;
 }
@@ -180,7 +167,7 @@ auto guarded(Fn fn) {
     try {
         return fn();
     } catch (const contents_error& e) {
-        throw api_exception(status_of(e.kind()), e.what());
+        throw api_exception(contents_status(e.kind()), e.what());
     }
 }
 

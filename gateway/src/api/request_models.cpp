@@ -48,6 +48,18 @@ std::string string_field(const json& body, const char* key, const std::string& f
     return it->get<std::string>();
 }
 
+std::map<std::string, std::string> string_object(const json& body, const char* key, const std::string& where) {
+    std::map<std::string, std::string> out;
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return out;
+    if (!it->is_object()) throw api_exception(400, "'" + where + "' must be an object of strings");
+    for (const auto& [name, value] : it->items()) {
+        if (!value.is_string()) throw api_exception(400, "'" + where + "." + name.substr(0, 64) + "' must be a string");
+        out[name] = value.get<std::string>();
+    }
+    return out;
+}
+
 std::map<std::string, std::string> kernel_env_from(const json& body) {
     std::map<std::string, std::string> env;
     const auto it = body.find("env");

@@ -26,6 +26,9 @@ namespace cellgate::api {
 
 // An optional string member: absent or null gives `fallback`.
 std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "");
+// An object of strings under `key` ({} when absent or null); api_exception(400)
+// naming `where` (the key's full name in the request) otherwise.
+std::map<std::string, std::string> string_object(const nlohmann::json& body, const char* key, const std::string& where);
 
 // Environment for a new kernel from a request's "env": KERNEL_* names only,
 // other names are dropped (Jupyter gateway clients send some).

@@ -2,6 +2,7 @@
 // over the same executions the /v1 API runs, and the code contexts.
 #include "e2b/surface.hpp"
 
+#include "api/request_models.hpp"
 #include "util/api_error.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -88,14 +89,7 @@ void finish(const json& result, stream_sink& sink) {
 }
 
 std::map<std::string, std::string> env_of(const json& body) {
-    std::map<std::string, std::string> env;
-    const auto it = body.find("env_vars");
-    if (it == body.end() || it->is_null()) return env;
-    if (!it->is_object()) throw api_exception(400, "'env_vars' must be an object of strings");
-    for (const auto& [k, v] : it->items()) {
-        if (!v.is_string()) throw api_exception(400, "'env_vars." + k.substr(0, 64) + "' must be a string");
-        env[k] = v.get<std::string>();
-    }
+    auto env = api::string_object(body, "env_vars", "env_vars");
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'env_vars': " + why);
     return env;
 }

@@ -3,6 +3,7 @@
 // E2B adds: template, metadata, environment, tokens and the end time.
 #include "e2b/surface.hpp"
 
+#include "api/request_models.hpp"
 #include "util/api_error.hpp"
 
 #include <spdlog/spdlog.h>
@@ -20,19 +21,12 @@ namespace {
 constexpr std::size_t max_metadata_entries = 64, max_metadata_bytes = 16u << 10;
 constexpr std::size_t max_env_entries = 256, max_env_bytes = 256u << 10;
 
+// A bounded object of strings (metadata, envVars).
 std::map<std::string, std::string> string_map(const json& body, const char* key, std::size_t max_entries,
                                               std::size_t max_bytes) {
-    std::map<std::string, std::string> out;
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return out;
-    if (!it->is_object()) throw api_exception(400, std::string("'") + key + "' must be an object of strings");
+    auto out = api::string_object(body, key, key);
     std::size_t bytes = 0;
-    for (const auto& [name, value] : it->items()) {
-        if (!value.is_string())
-            throw api_exception(400, std::string("'") + key + "." + name.substr(0, 64) + "' must be a string");
-        bytes += name.size() + value.get_ref<const std::string&>().size();
-        out[name] = value.get<std::string>();
-    }
+    for (const auto& [name, value] : out) bytes += name.size() + value.size();
     if (out.size() > max_entries || bytes > max_bytes)
         throw api_exception(400, std::string("'") + key + "' holds more than " + std::to_string(max_entries) +
                                      " entries or " + std::to_string(max_bytes) + " bytes");

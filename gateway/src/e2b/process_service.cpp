@@ -6,6 +6,7 @@
 #include "e2b/connect_rpc.hpp"
 #include "e2b/surface.hpp"
 
+#include "api/request_models.hpp"
 #include "processes/process_table.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
@@ -92,17 +93,6 @@ std::uint16_t side(const json& size, const char* key, std::uint16_t fallback) {
     return static_cast<std::uint16_t>(v);
 }
 
-std::map<std::string, std::string> string_map(const json& j, const char* what) {
-    std::map<std::string, std::string> out;
-    if (j.is_null()) return out;
-    if (!j.is_object()) throw api_exception(400, std::string("'") + what + "' must be an object of strings");
-    for (const auto& [k, v] : j.items()) {
-        if (!v.is_string()) throw api_exception(400, std::string("'") + what + "." + k.substr(0, 64) + "' must be a string");
-        out[k] = v.get<std::string>();
-    }
-    return out;
-}
-
 // StartRequest → the exec: E2B's defaults (the home as cwd, its HOME and
 // USER), the sandbox's create-time envs under the call's own.
 processes::command command_from(const json& m, const sandbox_record& record) {
@@ -127,7 +117,7 @@ processes::command command_from(const json& m, const sandbox_record& record) {
     c.spec.env["HOME"] = std::string(home_dir);
     c.spec.env["USER"] = "user";
     c.spec.env["PWD"] = c.spec.cwd;
-    for (auto& [k, v] : string_map(cfg.value("envs", json(nullptr)), "process.envs")) c.spec.env[k] = v;
+    for (auto& [k, v] : api::string_object(cfg, "envs", "process.envs")) c.spec.env[k] = v;
     if (const auto pty = m.find("pty"); pty != m.end() && pty->is_object()) {
         const auto size = pty->value("size", json::object());
         c.spec.tty = true;

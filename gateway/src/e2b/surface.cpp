@@ -240,19 +240,7 @@ std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_pt
     }
 }
 
-void rethrow_contents(const contents::contents_error& e) {
-    using contents::error_kind;
-    switch (e.kind()) {
-    case error_kind::bad_path: throw api_exception(400, e.what());
-    case error_kind::not_found: throw api_exception(404, e.what());
-    case error_kind::conflict: throw api_exception(409, e.what());
-    case error_kind::too_large: throw api_exception(413, e.what());
-    case error_kind::no_space: throw api_exception(507, e.what());
-    case error_kind::forbidden: throw api_exception(403, e.what());
-    case error_kind::io: break;
-    }
-    throw api_exception(500, e.what());
-}
+void rethrow_contents(const contents::contents_error& e) { throw api_exception(api::contents_status(e.kind()), e.what()); }
 
 std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,
