@@ -180,8 +180,10 @@ std::shared_ptr<void> register_routes(http::router& routes, api::services& servi
     api::register_contents_api(routes, services);
     api::register_agent_api(routes, services, agents);
     api::register_commands_api(routes, services, processes);
+    auto terminals = api::register_terminals_api(routes, services, processes);
     api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
-    return e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
+    auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
+    return std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(terminals), std::move(e2b));
 }
 
 void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {

@@ -29,6 +29,9 @@ ln -s /workspace "$root/home/user"
 
 # The kernel entry point and its defaults (inline PNG plots, in-memory history).
 install -m 0755 "$here/cellgate-kernel" "$root/opt/cellgate/cellgate-kernel"
+# A code context (E2B's createCodeContext): one more interpreter the gateway
+# drives over its pipes (gateway/src/e2b/code_contexts.hpp).
+install -m 0755 "$here/cellgate-context" "$root/opt/cellgate/cellgate-context"
 mkdir -p "$root/etc/matplotlib"
 cat > "$root/etc/matplotlib/matplotlibrc" <<'RC'
 backend: module://matplotlib_inline.backend_inline

@@ -198,6 +198,70 @@ test('a PTY: an interactive shell with its size, input and exit', async () => {
   assert.equal(await sbx.pty.kill(again.pid), true);
 });
 
+test('code contexts: their own variables, the sandbox files, streaming, plots, restart and remove', async () => {
+  const sbx = await create();
+  await sbx.runCode('x = "kernel"');
+  await sbx.files.makeDir('/home/user/ctxdir');
+  await sbx.files.write('/home/user/ctxdir/shared.txt', 'from the files API');
+  const ctx = await sbx.createCodeContext({ cwd: '/home/user/ctxdir' });
+  assert.match(ctx.id, /^[0-9a-f]{32}$/);
+  assert.equal(ctx.language, 'python');
+  assert.equal(ctx.cwd, '/home/user/ctxdir');
+  // Its own namespace: the kernel's x is not there, and its x is not the kernel's.
+  const missing = await sbx.runCode('x', { context: ctx });
+  assert.equal(missing.error?.name, 'NameError');
+  await sbx.runCode('x = 41', { context: ctx });
+  assert.equal((await sbx.runCode('x + 1', { context: ctx })).text, '42');
+  assert.equal((await sbx.runCode('x')).text, 'kernel');
+  // The sandbox's files, from its cwd; a write the kernel reads back.
+  const read = await sbx.runCode('import os\nprint(os.getcwd())\nopen("shared.txt").read()', { context: ctx });
+  assert.equal(read.text, 'from the files API');
+  assert.equal(read.logs.stdout.join(''), '/workspace/ctxdir\n');  // /home/user is a link to it
+  await sbx.runCode('open("/home/user/from_ctx.txt", "w").write("ctx")', { context: ctx });
+  assert.equal(await sbx.files.read('/home/user/from_ctx.txt'), 'ctx');
+  // Streaming, errors, envs and plots as in the default context.
+  const lines = [];
+  const streamed = await sbx.runCode('import sys, os, time\nprint("one")\ntime.sleep(0.3)\nprint("two", file=sys.stderr)\nos.environ["CTX_VAR"]',
+    { context: ctx, envs: { CTX_VAR: 'per-run' }, onStdout: (m) => lines.push(['out', m.line]), onStderr: (m) => lines.push(['err', m.line]) });
+  assert.deepEqual(lines, [['out', 'one\n'], ['err', 'two\n']]);
+  assert.equal(streamed.text, 'per-run');
+  assert.equal((await sbx.runCode('os.environ.get("CTX_VAR", "unset")', { context: ctx })).text, 'unset');
+  const failed = await sbx.runCode('def f():\n    raise ValueError("in a context")\nf()', { context: ctx });
+  assert.equal(failed.error.name, 'ValueError');
+  assert.equal(failed.error.value, 'in a context');
+  assert.match(failed.error.traceback, /ValueError/);
+  const plot = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()', { context: ctx });
+  assert.equal(plot.error, undefined);
+  const png = Buffer.from(plot.results.find((r) => r.png).png, 'base64');
+  assert.deepEqual([...png.subarray(0, 8)], PNG_MAGIC);
+  // Listed beside the default; a second context is separate from the first.
+  const other = await sbx.createCodeContext();
+  assert.equal(other.cwd, '/home/user');
+  assert.equal((await sbx.runCode('x', { context: other })).error?.name, 'NameError');
+  const ids = (await sbx.listCodeContexts()).map((c) => c.id);
+  assert.ok(ids.includes(ctx.id) && ids.includes(other.id), JSON.stringify(ids));
+  // Not among the sandbox's processes.
+  assert.ok(!(await sbx.commands.list()).some((p) => p.args.join(' ').includes('cellgate-context')));
+  // Restart: same context, its variables gone.
+  await sbx.restartCodeContext(ctx);
+  assert.equal((await sbx.runCode('x', { context: ctx })).error?.name, 'NameError');
+  // Remove: gone from the list, and running code in it is a NotFound-style error.
+  await sbx.removeCodeContext(other);
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === other.id));
+  await assert.rejects(sbx.runCode('1', { context: other }));
+  await assert.rejects(sbx.removeCodeContext(other));
+  await assert.rejects(sbx.createCodeContext({ cwd: '/etc' }));
+  await assert.rejects(sbx.createCodeContext({ language: 'r' }));
+});
+
+test('a code context: an endless cell is interrupted when the client gives up', async () => {
+  const sbx = await create();
+  const ctx = await sbx.createCodeContext();
+  await assert.rejects(sbx.runCode('import time\nwhile True: time.sleep(0.1)', { context: ctx, timeoutMs: 1500 }));
+  // The context is free again: the next cell runs.
+  assert.equal((await sbx.runCode('6 * 7', { context: ctx })).text, '42');
+});
+
 test('getInfo, setTimeout, list, connect and kill', async () => {
   const sbx = await create({ metadata: { suite: 'e2b-sdk', run: String(process.pid) } });
   const info = await sbx.getInfo();

@@ -9,6 +9,7 @@
 #include "util/file_io_pool.hpp"
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 namespace cellgate::api {
@@ -39,6 +40,9 @@ namespace cellgate::processes { class process_table; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
 void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
+// /api/terminals and /terminals/websocket/{name}; the caller keeps what it
+// returns as long as the router.
+[[nodiscard]] std::shared_ptr<void> register_terminals_api(http::router& r, services& s, processes::process_table& table);
 
 // The chat page: compiled-in assets, or files from static_dir when it is set.
 struct web_options {

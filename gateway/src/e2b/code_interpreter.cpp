@@ -103,12 +103,34 @@ void check_language(const json& body) {
         throw api_exception(400, "Language '" + l.substr(0, 40) + "' is not available in this sandbox (python only)");
 }
 
-void check_context(const json& body) {
+// The context a cell names: "" for the sandbox's kernel (no context,
+// "default", or a language), else a code context's id.
+std::string context_of(const json& body) {
     const auto it = body.find("context_id");
-    if (it == body.end() || it->is_null()) return;
+    if (it == body.end() || it->is_null()) return {};
     if (!it->is_string()) throw api_exception(400, "'context_id' must be a string");
-    if (it->get<std::string>() != "default")
-        throw api_exception(404, "Context '" + it->get<std::string>().substr(0, 64) + "' not found");
+    const auto id = it->get<std::string>();
+    return id == "default" ? std::string() : id;
+}
+
+// E2B's server sends a keepalive line every few seconds; the SDK skips them.
+// Returns what stops them.
+std::function<void()> keepalives(boost::asio::io_context& io, const std::shared_ptr<stream_sink>& sink) {
+    auto keepalive = std::make_shared<boost::asio::steady_timer>(io);
+    auto tick = std::make_shared<std::function<void()>>();
+    *tick = [keepalive, sink, weak = std::weak_ptr(tick)] {
+        keepalive->expires_after(std::chrono::seconds(5));
+        keepalive->async_wait([sink, weak](const boost::system::error_code& ec) {
+            if (ec) return;
+            sink->write(line({{"type", "keepalive"}}));
+            if (auto t = weak.lock()) (*t)();
+        });
+    };
+    (*tick)();
+    return [keepalive, tick] {
+        keepalive->cancel();
+        *tick = nullptr;
+    };
 }
 
 void execute(surface& e, const request_ptr& req, reply_fn reply) {
@@ -120,46 +142,67 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
         !body["language"].is_null())
         throw api_exception(400, "Give a context or a language, not both");
     check_language(body);
-    check_context(body);
-    if (k->state() == kernels::kernel_state::dead) {
+    const auto context_id = context_of(body);
+    if (!context_id.empty() && !e.contexts->exists(k->id(), context_id))
+        throw api_exception(404, "Context '" + context_id.substr(0, 64) + "' not found");
+    if (context_id.empty() && k->state() == kernels::kernel_state::dead) {
         e.services.kernels.revive(k);
         auto res = rest_error(503, "The sandbox's kernel is dead and is being restarted; its files are kept. Try again shortly.");
         res.headers.emplace_back("Retry-After", "2");
         return reply(std::move(res));
     }
+    const auto& p = k->policy();
+    response res;
+    res.content_type = "application/x-ndjson";
+    res.headers.emplace_back("X-Accel-Buffering", "no");
+    auto on_event = [](std::shared_ptr<stream_sink> sink) {
+        return [sink](const std::string& event, const json& data) { encode(event, data, *sink); };
+    };
+    auto on_done = [](std::shared_ptr<stream_sink> sink, std::function<void()> stop) {
+        return [sink, stop = std::move(stop)](json result) {
+            finish(result, *sink);
+            sink->close();
+            stop();
+        };
+    };
+    if (!context_id.empty()) {
+        cell_request c;
+        c.code = body["code"].get<std::string>();
+        c.env = env_of(body);
+        c.timeout = p.exec_timeout;
+        c.output_limit_bytes = p.output_limit_bytes;
+        c.result_limit_bytes = p.result_limit_bytes;
+        auto& contexts = *e.contexts;
+        auto& io = e.agents.io();
+        res.stream = [&contexts, &io, k, context_id, c = std::move(c), on_event, on_done](std::shared_ptr<stream_sink> sink) mutable {
+            unsigned status = 0;
+            std::string why;
+            const auto cell = contexts.execute(k, context_id, std::move(c), on_event(sink), on_done(sink, keepalives(io, sink)),
+                                               status, why);
+            if (!cell) {
+                // Refused once the stream began (the context went, or its queue is full): an error line.
+                sink->write(line({{"type", "error"}, {"name", status == 429 ? "TooManyRequests" : "ContextError"},
+                                  {"value", why}, {"traceback", ""}}));
+                sink->write(line({{"type", "end_of_execution"}}));
+                return sink->close();
+            }
+            sink->on_disconnect([&contexts, cell, id = k->id()] {
+                spdlog::info("e2b: sandbox {}: the client left /execute; interrupting its context's cell", id);
+                contexts.cancel(cell);
+            });
+        };
+        return reply(std::move(res));
+    }
     agent::execution_options o;
     o.code = body["code"].get<std::string>();
-    const auto& p = k->policy();
     o.timeout = p.exec_timeout;
     o.output_limit_bytes = p.output_limit_bytes;
     o.result_limit_bytes = p.result_limit_bytes;
     o.report_files = false;
     o.env = env_of(body);
     auto& agents = e.agents;
-    response res;
-    res.content_type = "application/x-ndjson";
-    res.headers.emplace_back("X-Accel-Buffering", "no");
-    res.stream = [&agents, k, o = std::move(o)](std::shared_ptr<stream_sink> sink) mutable {
-        // E2B's server sends a keepalive line every few seconds; the SDK skips them.
-        auto keepalive = std::make_shared<boost::asio::steady_timer>(agents.io());
-        auto tick = std::make_shared<std::function<void()>>();
-        *tick = [keepalive, sink, weak = std::weak_ptr(tick)] {
-            keepalive->expires_after(std::chrono::seconds(5));
-            keepalive->async_wait([sink, weak](const boost::system::error_code& ec) {
-                if (ec) return;
-                sink->write(line({{"type", "keepalive"}}));
-                if (auto t = weak.lock()) (*t)();
-            });
-        };
-        (*tick)();
-        auto ex = agents.submit(
-            k, std::move(o), [sink](const std::string& event, const json& data) { encode(event, data, *sink); },
-            [sink, keepalive, tick](json result) {
-                finish(result, *sink);
-                sink->close();
-                keepalive->cancel();
-                *tick = nullptr;
-            });
+    res.stream = [&agents, k, o = std::move(o), on_event, on_done](std::shared_ptr<stream_sink> sink) mutable {
+        auto ex = agents.submit(k, std::move(o), on_event(sink), on_done(sink, keepalives(agents.io(), sink)));
         // The request carries no time limit: a client that gives up goes away,
         // and its cell is interrupted.
         sink->on_disconnect([&agents, k, ex] {
@@ -172,6 +215,29 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
 
 json default_context() { return {{"id", "default"}, {"language", "python"}, {"cwd", std::string(home_dir)}}; }
 
+json to_json(const context_info& c) { return {{"id", c.id}, {"language", c.language}, {"cwd", c.cwd}}; }
+
+// POST /contexts {"language"?, "cwd"?}: a new interpreter, ready when this answers.
+void create_context(surface& e, const request_ptr& req, reply_fn reply) {
+    const auto k = sandbox_kernel(e, req);
+    auto body = req->json_body(true);
+    if (body.is_null()) body = json::object();
+    if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
+    check_language(body);
+    std::string cwd(home_dir);
+    if (const auto it = body.find("cwd"); it != body.end() && !it->is_null()) {
+        if (!it->is_string()) throw api_exception(400, "'cwd' must be a string");
+        const auto rel = workspace_path(it->get<std::string>());
+        cwd = rel.empty() ? std::string(home_dir) : std::string(home_dir) + "/" + rel;  // a missing one fails the start
+    }
+    const auto record = e.book.find(k->id());
+    auto env = record ? record->env_vars : std::map<std::string, std::string>{};
+    e.contexts->create(k, cwd, std::move(env), [reply](const context_info* c, unsigned status, std::string why) {
+        if (!c) return reply(rest_error(status, why));
+        reply(json_response(200, to_json(*c)));
+    });
+}
+
 }  // namespace
 
 void register_code_interpreter(router& r, surface& e) {
@@ -180,19 +246,29 @@ void register_code_interpreter(router& r, surface& e) {
     };
     add(bhttp::verb::post, "/execute", [&e](const request_ptr& req, reply_fn reply) { execute(e, req, std::move(reply)); });
     add(bhttp::verb::get, "/contexts", [&e](const request_ptr& req, reply_fn reply) {
-        sandbox_kernel(e, req);
-        reply(json_response(200, json::array({default_context()})));
+        const auto k = sandbox_kernel(e, req);
+        auto all = json::array({default_context()});
+        for (const auto& c : e.contexts->list(k->id())) all.push_back(to_json(c));
+        reply(json_response(200, all));
     });
-    add(bhttp::verb::post, "/contexts", [&e](const request_ptr& req, reply_fn reply) {
-        sandbox_kernel(e, req);
-        reply(rest_error(501, "Code contexts other than 'default' are not available in cellgate yet"));
-    });
+    add(bhttp::verb::post, "/contexts", [&e](const request_ptr& req, reply_fn reply) { create_context(e, req, std::move(reply)); });
     add(bhttp::verb::post, "/contexts/{context}/restart", [&e](const request_ptr& req, reply_fn reply) {
         const auto k = sandbox_kernel(e, req);
-        if (req->param("context") != "default") throw api_exception(404, "Context not found");
+        const auto id = req->param("context");
+        if (id != "default")
+            return e.contexts->restart(k, id, [reply](unsigned status, std::string why) {
+                reply(status == 0 ? empty_response(204) : rest_error(status, why));
+            });
         e.services.kernels.restart(k, [reply](std::optional<kernels::failure> f) {
             reply(f ? api::failure_response(*f) : empty_response(204));
         });
+    });
+    add(bhttp::verb::delete_, "/contexts/{context}", [&e](const request_ptr& req, reply_fn reply) {
+        const auto k = sandbox_kernel(e, req);
+        const auto id = req->param("context");
+        if (id == "default") throw api_exception(400, "The default context is the sandbox's kernel; it cannot be removed (kill the sandbox)");
+        if (!e.contexts->remove(k->id(), id)) throw api_exception(404, "Context '" + id.substr(0, 64) + "' not found");
+        reply(empty_response(204));
     });
 }
 

@@ -245,7 +245,10 @@ void rethrow_contents(const contents::contents_error& e) { throw api_exception(a
 std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
-    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options});
+    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options, std::make_shared<code_contexts>(processes)});
+    s.kernels.on_removed([weak = std::weak_ptr(e->contexts)](const std::string& kernel_id) {
+        if (auto c = weak.lock()) c->remove_session(kernel_id);
+    });
     register_control_plane(r, *e);
     register_code_interpreter(r, *e);
     register_envd(r, *e);

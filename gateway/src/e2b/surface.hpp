@@ -7,6 +7,7 @@
 #include "agent/agent_service.hpp"
 #include "api/api.hpp"
 #include "contents/contents_store.hpp"
+#include "e2b/code_contexts.hpp"
 #include "e2b/e2b_api.hpp"
 #include "e2b/sandbox_book.hpp"
 #include "processes/process_table.hpp"
@@ -28,6 +29,7 @@ struct surface {
     sandbox_book& book;
     processes::process_table* processes;
     e2b_options options;
+    std::shared_ptr<code_contexts> contexts;
 };
 
 // Control plane: X-API-KEY (or Authorization: Bearer) is a cellgate token,

@@ -97,6 +97,11 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
     }
 
     if (boost::beast::websocket::is_upgrade(h)) {
+        if (m.socket != nullptr) {
+            a.what = admission::action::socket;
+            a.socket = m.socket;
+            return a;
+        }
         if (m.pattern != channels_pattern) return respond(std::move(a), error_response(400, "No WebSocket endpoint here"), body);
         a.what = admission::action::upgrade;
         return a;

@@ -33,6 +33,7 @@ struct admission {
         read_body,  // read at most `body_limit` bytes into memory, then dispatch()
         upload,     // stream the body to `upload`'s file
         upgrade,    // a WebSocket on the kernel channels (Origin not yet checked)
+        socket,     // a WebSocket on another endpoint: `socket` (Origin not yet checked)
     };
     action what = action::respond;
     response reply;
@@ -42,6 +43,7 @@ struct admission {
     request_ptr ctx;  // req holds the headers (body empty), route, params, query, path, who
     const handler_fn* handler = nullptr;
     const upload_handler* upload = nullptr;
+    const socket_handler* socket = nullptr;
     std::size_t body_limit = 0;
 };
 

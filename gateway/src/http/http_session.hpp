@@ -7,6 +7,7 @@
 // shared_from_this().
 
 #include "http/dispatch.hpp"
+#include "http/message_socket.hpp"
 #include "http/server_context.hpp"
 #include "http/sse_stream.hpp"
 #include "http/websocket_session.hpp"
@@ -74,6 +75,8 @@ private:
                 return send(std::move(a.reply), a.ctx->req.keep_alive() && !a.close_after, a.ctx);
             case admission::action::upgrade:
                 return upgrade(a.ctx);
+            case admission::action::socket:
+                return open_socket(*a.socket, a.ctx);
             case admission::action::upload:
                 return start_upload(*a.upload, a.ctx);
             case admission::action::read_body:
@@ -190,6 +193,23 @@ private:
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
         std::make_shared<websocket_session<Stream>>(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1)
+            ->run(std::move(ctx->req));
+    }
+
+    void open_socket(const socket_handler& handler, const request_ptr& ctx) {
+        if (!origin_allowed(ctx->req, ctx_.options.allow_origins))
+            return send(error_response(403, "Origin not allowed"), false, ctx);
+        socket_accept accepted;
+        try {
+            accepted = handler(ctx);
+        } catch (const api_exception& e) {
+            return send(error_response(e.status(), e.what()), false, ctx);
+        }
+        if (accepted.refusal) return send(std::move(*accepted.refusal), false, ctx);
+        ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
+        boost::beast::get_lowest_layer(stream_).expires_never();
+        std::make_shared<message_socket<Stream>>(std::move(stream_), ctx_, std::move(slot_), ctx->route,
+                                                 std::move(accepted.open))
             ->run(std::move(ctx->req));
     }
 

@@ -110,6 +110,31 @@ class authenticator;
 // or returns the refusal to send. Runs before the body is read.
 using route_guard = std::function<std::optional<response>(request_context& ctx, const authenticator& auth)>;
 
+// A WebSocket endpoint of text messages, beside the kernel channels (which
+// have their own session): Jupyter's terminals. The handler runs once the
+// upgrade's headers are admitted (token checked); it refuses with a response
+// or returns `open`, which the connection calls after the handshake with its
+// link. The link may be used from any thread; the peer is called on the
+// connection's strand, `closed` exactly once.
+class socket_link {
+public:
+    virtual ~socket_link() = default;
+    // Queued; a client that falls too far behind is closed with 1013.
+    virtual void send(std::string text) = 0;
+    virtual void close(const std::string& reason) = 0;
+};
+class socket_peer {
+public:
+    virtual ~socket_peer() = default;
+    virtual void received(std::string text) = 0;
+    virtual void closed() = 0;
+};
+struct socket_accept {
+    std::optional<response> refusal;
+    std::function<std::shared_ptr<socket_peer>(std::shared_ptr<socket_link>)> open;
+};
+using socket_handler = std::function<socket_accept(const request_ptr&)>;
+
 // One Server-Sent Event: its name and its data as compact JSON (which holds
 // no raw newline, so it cannot break the framing).
 std::string sse_event(const std::string& event, const nlohmann::json& data);

@@ -28,8 +28,15 @@ void router::add_guarded(bhttp::verb method, std::string pattern, route_guard gu
     routes_.back().guard = std::move(guard);
 }
 
+void router::add_socket(std::string pattern, socket_handler handler) {
+    add(bhttp::verb::get, std::move(pattern), [](const request_ptr&, reply_fn reply) {
+        reply(error_response(400, "This is a WebSocket endpoint: connect with an Upgrade: websocket request"));
+    });
+    routes_.back().socket = std::move(handler);
+}
+
 void router::add(bhttp::verb method, std::string pattern, handler_fn handler) {
-    route r{method, pattern, {}, std::move(handler), std::nullopt, std::nullopt};
+    route r{method, pattern, {}, std::move(handler), std::nullopt, std::nullopt, std::nullopt};
     for (auto s : split(pattern)) r.segments.emplace_back(s);
     routes_.push_back(std::move(r));
 }
@@ -85,6 +92,7 @@ router::match router::find(bhttp::verb method, std::string_view raw_path) const 
         result.handler = &r.handler;
         if (r.upload) result.upload = &*r.upload;
         if (r.guard) result.guard = &*r.guard;
+        if (r.socket) result.socket = &*r.socket;
         result.params = std::move(params);
         result.pattern = r.pattern;
         result.status = 200;

@@ -20,11 +20,14 @@ public:
     // credentials, such as the E2B adapter's X-API-KEY and access tokens):
     // `guard` runs in place of the token check, before any body byte is read.
     void add_guarded(bhttp::verb method, std::string pattern, route_guard guard, handler_fn handler);
+    // A WebSocket endpoint (GET with an upgrade); a plain GET there is a 400.
+    void add_socket(std::string pattern, socket_handler handler);
 
     struct match {
         const handler_fn* handler = nullptr;
         const upload_handler* upload = nullptr;
         const route_guard* guard = nullptr;
+        const socket_handler* socket = nullptr;
         std::map<std::string, std::string> params;
         std::string pattern;
         unsigned status = 200;  // 404 (no such path) or 405 (wrong method) when handler is null
@@ -43,6 +46,7 @@ private:
         handler_fn handler;
         std::optional<upload_handler> upload;
         std::optional<route_guard> guard;
+        std::optional<socket_handler> socket;
     };
     std::vector<route> routes_;
 };

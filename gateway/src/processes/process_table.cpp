@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <iterator>
 
 namespace cellgate::processes {
 
@@ -307,8 +308,11 @@ void process_table::forget_exited_locked(const std::string& kernel_id) {
 
 std::vector<process_ptr> process_table::list(const std::string& kernel_id) const {
     std::lock_guard lock(mutex_);
-    const auto it = by_session_.find(kernel_id);
-    return it == by_session_.end() ? std::vector<process_ptr>{} : it->second;
+    std::vector<process_ptr> out;
+    if (const auto it = by_session_.find(kernel_id); it != by_session_.end())
+        std::copy_if(it->second.begin(), it->second.end(), std::back_inserter(out),
+                     [](const process_ptr& p) { return !p->config().internal; });
+    return out;
 }
 
 process_ptr process_table::find(const std::string& kernel_id, std::uint32_t pid) const {

@@ -57,6 +57,10 @@ struct process_exit {
 struct command {
     launcher::exec_spec spec;
     std::string tag;  // the client's own name for it (E2B's tag, a terminal's name)
+    // The gateway's own helper in the sandbox (a code context's interpreter):
+    // it counts against the bounds but is never listed or found by pid or tag,
+    // so no surface can signal or feed it; its owner holds the process.
+    bool internal = false;
 };
 
 // Told what a process does, on the process's strand, in order: its backlog
@@ -144,7 +148,7 @@ public:
     using started_fn = std::function<void(process_ptr, unsigned status, std::string why)>;
     void start(const kernels::kernel_ptr& k, command c, started_fn done);
 
-    std::vector<process_ptr> list(const std::string& kernel_id) const;
+    std::vector<process_ptr> list(const std::string& kernel_id) const;  // not the internal ones
     process_ptr find(const std::string& kernel_id, std::uint32_t pid) const;
     process_ptr find_tag(const std::string& kernel_id, const std::string& tag) const;
     // The session ended: its processes go with it.

@@ -68,6 +68,18 @@ std::optional<std::string> base64_decode(std::string_view text) {
     return out;
 }
 
+std::size_t utf8_complete_length(std::string_view s) noexcept {
+    const auto n = s.size();
+    // Look back over at most three continuation bytes for the sequence's lead.
+    for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
+        const auto c = static_cast<unsigned char>(s[n - back]);
+        if ((c & 0xC0) == 0x80) continue;  // a continuation byte
+        const std::size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
 bool is_valid_utf8(std::string_view s) noexcept {
     std::size_t i = 0;
     const auto n = s.size();

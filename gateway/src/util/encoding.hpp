@@ -12,6 +12,10 @@ std::string base64_encode(std::string_view data);
 // on any other character or bad padding.
 std::optional<std::string> base64_decode(std::string_view text);
 bool is_valid_utf8(std::string_view s) noexcept;
+// How much of `s` to send now so that a UTF-8 sequence cut by the end of a
+// chunk waits for its next bytes: s.size() minus an incomplete last sequence
+// (at most 3 bytes). Bytes that could never complete are not held back.
+std::size_t utf8_complete_length(std::string_view s) noexcept;
 std::string hex_encode(std::string_view data);
 // Bytes below 0x20 other than tab, LF and CR: text with them is binary in
 // practice, and JSON escapes most of them as six bytes (\u0000).

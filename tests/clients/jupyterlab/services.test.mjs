@@ -13,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';
 import services from '@jupyterlab/services';
+import coreutils from '@jupyterlab/coreutils';
 import WebSocket from 'ws';
 
 const {
@@ -20,8 +21,11 @@ const {
   KernelManager,
   KernelSpecManager,
   ServerConnection,
-  SessionManager
+  SessionManager,
+  TerminalManager
 } = services;
+// JupyterLab learns this from the page the server renders; cellgate has terminals.
+coreutils.PageConfig.setOption('terminalsAvailable', 'true');
 
 const BASE_URL = process.env.CELLGATE_URL;
 const TOKEN = process.env.CELLGATE_TOKEN ?? '';
@@ -96,7 +100,8 @@ async function execute(kernel, code, { timeout = 60000, onIOPub } = {}) {
 }
 
 function assertProtocols(what) {
-  const opened = sockets.filter(s => s.protocol !== null);
+  // The kernel channels' sockets (a terminal's negotiates no subprotocol).
+  const opened = sockets.filter(s => s.protocol !== null && s.url.includes('/api/kernels/'));
   assert.ok(opened.length > 0, `no WebSocket opened (${what})`);
   for (const s of opened) {
     assert.equal(s.protocol, EXPECTED_PROTOCOL,
@@ -351,6 +356,58 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
     await kernels.refreshRunning();
     assert.ok(![...kernels.running()].some(m => m.id === sessionKernelId), "the session's kernel outlived the session");
     assertProtocols('session kernel');
+  });
+
+  test("terminals: TerminalManager opens a shell inside the kernel's sandbox", async () => {
+    const terminals = new TerminalManager({ serverSettings });
+    try {
+      await withTimeout(terminals.ready, 30000, 'terminal manager ready');
+      assert.equal(terminals.isAvailable(), true);
+      await execute(kernel, "open('from_kernel.txt', 'w').write('the kernel wrote this')");
+      const term = await withTimeout(terminals.startNew({ cwd: '' }), 30000, 'start a terminal');
+      assert.match(term.name, /^\S+$/);
+      let out = '';
+      term.messageReceived.connect((_, msg) => {
+        if (msg.type === 'stdout') out += msg.content[0];
+      });
+      // On the server's ["disconnect", …] the connection disposes itself.
+      const disconnected = new Promise(resolve => term.disposed.connect(() => resolve('disposed')));
+      const until = async (what, pred, ms = 30000) => {
+        const end = Date.now() + ms;
+        while (!pred()) {
+          if (Date.now() > end) throw new Error(`timed out waiting for ${what}; terminal output so far: ${JSON.stringify(out)}`);
+          await new Promise(r => setTimeout(r, 50));
+        }
+      };
+      await until('the terminal to connect', () => term.connectionStatus === 'connected');
+      term.send({ type: 'set_size', content: [30, 100, 600, 800] });
+      term.send({ type: 'stdin', content: ['stty size; echo "tty=$(tty)"; cat from_kernel.txt; echo; echo "uid=$(id -u) marker-$((6*7))"\r'] });
+      await until('the shell to answer', () => /marker-42/.test(out));
+      assert.match(out, /30 100/);
+      assert.match(out, /tty=\/dev\/pts\/\d+/);
+      assert.match(out, /the kernel wrote this/, 'the terminal shares the kernel\'s workspace');
+      assert.doesNotMatch(out, /uid=0 /, 'the shell runs as the kernel\'s user, not root');
+      await terminals.refreshRunning();
+      const listed = [...terminals.running()].map(m => m.name);
+      assert.ok(listed.includes(term.name), JSON.stringify(listed));
+      // A second terminal, shut down through the manager: gone from the list.
+      const second = await terminals.startNew();
+      assert.notEqual(second.name, term.name);
+      await second.shutdown();
+      await terminals.refreshRunning();
+      assert.ok(![...terminals.running()].some(m => m.name === second.name));
+      // The shell exits: the client is told, and the terminal leaves the list.
+      term.send({ type: 'stdin', content: ['exit\r'] });
+      assert.equal(await withTimeout(disconnected, 30000, 'disconnect after exit'), 'disposed');
+      const gone = await fetch(`${BASE_URL}/api/terminals/${encodeURIComponent(term.name)}`,
+        { headers: { Authorization: `token ${TOKEN}` } });
+      assert.equal(gone.status, 404, 'an exited terminal is still there');
+      await terminals.refreshRunning();
+      assert.ok(![...terminals.running()].some(m => m.name === term.name), 'an exited terminal is still listed');
+    } finally {
+      await terminals._pollModels?.stop?.();
+      terminals.dispose();
+    }
   });
 
   test('kernel shutdown removes it from the list', async () => {
