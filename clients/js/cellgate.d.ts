@@ -134,6 +134,80 @@ export interface ExecuteOptions {
   stream?: boolean;
 }
 
+/** A command's exit: `exit_code` is 128 + n for signal n, with `signal` naming it. */
+export interface CommandExit {
+  exit_code: number;
+  signal: string | null;
+  /** why the command could not run, when it could not */
+  error?: string;
+}
+
+/** The gateway's model of a command (`GET …/commands/{pid}`). */
+export interface CommandModel {
+  pid: number;
+  argv: string[];
+  cwd: string;
+  tty: boolean;
+  stdin: boolean;
+  tag: string;
+  started: string;
+  running: boolean;
+  /** null while it runs */
+  exit: CommandExit | null;
+  url: string;
+  /** foreground JSON answers only */
+  stdout?: string;
+  stderr?: string;
+  truncated?: boolean;
+}
+
+/** How a command ended and what it printed (within the session's output cap). */
+export interface CommandResult {
+  pid: number;
+  exitCode: number | null;
+  /** the signal that ended it ('SIGKILL', …), or null */
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  /** output went past the session's output cap (foreground JSON answers) */
+  truncated: boolean;
+  /** why the command could not run, or null */
+  error: string | null;
+  /** the gateway's model of the ended command */
+  model: CommandModel;
+}
+
+export interface CommandOutputCallbacks {
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+}
+
+export interface CommandOptions extends CommandOutputCallbacks {
+  /** working directory; default /home/user (the workspace); relative paths are under it */
+  cwd?: string;
+  /** environment variables (no CELLGATE_* names) */
+  env?: Record<string, string>;
+  /** seconds (rounded up) before a foreground command is killed; default: the session's cell limit */
+  timeout?: number;
+  /** keep a stdin pipe (a background command, fed with sendStdin) */
+  stdin?: boolean;
+  /** a terminal: true (24×80) or its size; its output counts as stdout */
+  tty?: boolean | { rows?: number; cols?: number };
+  /** a label of yours, shown in list() */
+  tag?: string;
+  /** start it and resolve to a CommandHandle at once */
+  background?: boolean;
+  /** foreground: aborting drops the stream, the gateway kills the command, run() rejects with an AbortError */
+  signal?: AbortSignal;
+  /** force (true) or forbid (false) streaming; default: stream when a callback or signal is given */
+  stream?: boolean;
+}
+
+export interface CommandWaitOptions extends CommandOutputCallbacks {
+  /** aborting stops following (the command keeps running); wait() rejects with an AbortError */
+  signal?: AbortSignal;
+}
+
 export type UploadData = Blob | ArrayBuffer | ArrayBufferView | string;
 
 /** runOnce files: {path: data}, [{path, data}] or File objects (stored under their names). */
@@ -161,7 +235,7 @@ export declare class CellgateError extends Error {
   constructor(status: number | null, reason: string, message: string);
   /** HTTP status, or null when no response arrived */
   status: number | null;
-  /** the gateway's `reason` ("Not Found", "Forbidden", …) or "connection_failed", "stream_incomplete", "bad_response", "bad_event" */
+  /** the gateway's `reason` ("Not Found", "Forbidden", …) or "connection_failed", "stream_incomplete", "bad_response", "bad_event", "command_failed" */
   reason: string;
   /** the gateway's `message` */
   message: string;
@@ -172,6 +246,18 @@ export declare class NotFound extends CellgateError {}
 export declare class SessionNotFound extends NotFound {}
 /** 429: too many sessions. */
 export declare class TooManySessions extends CellgateError {}
+/** A command exited non-zero or was killed; it carries the CommandResult's fields. */
+export declare class CommandExitError extends CellgateError {
+  constructor(result: CommandResult);
+  result: CommandResult;
+  pid: number;
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+  error: string | null;
+}
 
 export declare class Cellgate {
   constructor(options?: ClientOptions);
@@ -200,6 +286,8 @@ export declare class Session {
   /** the last session model seen */
   model: SessionModel | { id: string };
   readonly limits: SessionLimits | undefined;
+  /** processes in the session's sandbox */
+  readonly commands: Commands;
   info(): Promise<SessionModel>;
   execute(code: string, opts?: ExecuteOptions): Promise<Execution>;
   interrupt(): Promise<void>;
@@ -215,6 +303,41 @@ export declare class Session {
   /** the file's URL; it needs the Authorization header (no <img src>, no plain links) */
   fileUrl(path: string, opts?: { download?: boolean }): string;
   close(): Promise<void>;
+}
+
+/** `session.commands`: processes in the session's sandbox (`bash -lc` for a command line). */
+export declare class Commands {
+  constructor(session: Session);
+  readonly session: Session;
+  /** foreground: the result, or a CommandExitError unless it exits 0 */
+  run(cmd: string | string[] | { cmd: string } | { argv: string[] },
+      opts?: CommandOptions & { background?: false }): Promise<CommandResult>;
+  run(cmd: string | string[] | { cmd: string } | { argv: string[] },
+      opts: CommandOptions & { background: true }): Promise<CommandHandle>;
+  /** running and recently ended commands */
+  list(): Promise<CommandModel[]>;
+  /** one command's model (NotFound for an unknown pid) */
+  get(pid: number): Promise<CommandModel>;
+  /** a handle on a command started earlier */
+  connect(pid: number): Promise<CommandHandle>;
+}
+
+/** A background command. */
+export declare class CommandHandle {
+  constructor(commands: Commands, model: CommandModel);
+  readonly pid: number;
+  /** the last model seen */
+  model: CommandModel;
+  /** strings go as UTF-8; eof: true closes stdin afterwards */
+  sendStdin(data: UploadData, opts?: { eof?: boolean }): Promise<void>;
+  closeStdin(): Promise<void>;
+  /** false when it had already ended */
+  kill(signal?: 'SIGINT' | 'SIGTERM' | 'SIGKILL' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2'): Promise<boolean>;
+  /** a terminal's size (tty commands) */
+  resize(rows: number, cols: number): Promise<void>;
+  info(): Promise<CommandModel>;
+  /** follows it to its end (the output so far first); a CommandExitError unless it exits 0 */
+  wait(opts?: CommandWaitOptions): Promise<CommandResult>;
 }
 
 /** A workspace path as URL path segments. */

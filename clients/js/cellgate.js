@@ -267,6 +267,63 @@ export async function readEventStream(body, onEvent) {
   }
 }
 
+/** @param {AbortSignal|undefined} signal */
+function throwIfAborted(signal) {
+  if (signal && signal.aborted) throw signal.reason ?? abortError();
+}
+
+/** @param {Response} res @returns {boolean} whether it streams Server-Sent Events */
+function isEventStream(res) {
+  return (res.headers.get('Content-Type') || '').startsWith(SSE_TYPE) && !!res.body;
+}
+
+/**
+ * Follows a response's event stream: every event's JSON payload goes to
+ * `onEvent(event, payload)` until the `last` event, whose payload is returned.
+ * A `stream_error` event (the gateway ended the stream) rejects. If a callback
+ * throws, the stream breaks or `signal` is aborted, the connection is dropped
+ * (which is what makes the gateway interrupt a cell, or kill a foreground
+ * command) and the reason is thrown.
+ * @param {Response} res
+ * @param {string} last
+ * @param {AbortSignal|undefined} signal
+ * @param {(event: string, payload: any) => void} onEvent
+ * @returns {Promise<any>}
+ */
+async function followEvents(res, last, signal, onEvent) {
+  const body = /** @type {ReadableStream<Uint8Array>} */ (res.body);
+  /** @type {any} */
+  let end = null;
+  try {
+    await readEventStream(body, (event, data) => {
+      let payload;
+      try {
+        payload = JSON.parse(data);
+      } catch {
+        throw new CellgateError(res.status, 'bad_event', `event '${event}' is not JSON: ${data.slice(0, 200)}`);
+      }
+      onEvent(event, payload);
+      if (event === last) end = payload;
+      else if (event === 'stream_error') {  // the gateway ended the stream (the client fell too far behind)
+        throw new CellgateError(res.status, payload.reason || 'stream_error', payload.message || 'the stream was ended');
+      }
+    });
+  } catch (e) {
+    try { await body.cancel(); } catch { /* already closed */ }
+    throwIfAborted(signal);
+    if (e instanceof CellgateError || (e && /** @type {any} */ (e).name === 'AbortError')) throw e;
+    if (e instanceof TypeError && /terminated|network|fetch/i.test(String(e.message))) {
+      throw new CellgateError(null, 'connection_failed', `the event stream broke: ${e.message}`);
+    }
+    throw e;
+  }
+  if (end === null) {
+    throwIfAborted(signal);
+    throw new CellgateError(res.status, 'stream_incomplete', `the event stream ended without its '${last}' event`);
+  }
+  return end;
+}
+
 /**
  * A client for one gateway.
  */
@@ -471,6 +528,8 @@ export class Session {
     this.model = model;
     /** @private */
     this._closed = false;
+    /** @type {Commands} processes in the session's sandbox */
+    this.commands = new Commands(this);
   }
 
   /** @returns {Record<string, number>|undefined} the limits that apply */
@@ -484,14 +543,15 @@ export class Session {
   }
 
   /**
-   * Runs a file request; a 404 is SessionNotFound when the session is gone,
-   * NotFound (the file) while it lives.
+   * Runs a request on something in the session (a file, a command); a 404 is
+   * SessionNotFound when the session is gone, NotFound (the file, the
+   * command) while it lives.
    * @private
    * @template T
    * @param {() => Promise<T>} call
    * @returns {Promise<T>}
    */
-  async _fileCall(call) {
+  async _itemCall(call) {
     try {
       return await call();
     } catch (e) {
@@ -540,55 +600,26 @@ export class Session {
     if (!stream) {
       return execution(await this.client.requestJson('POST', this._path('/execute'), { json: body, notFound: SessionNotFound }));
     }
-    if (opts.signal && opts.signal.aborted) throw opts.signal.reason ?? abortError();
+    throwIfAborted(opts.signal);
     const res = await this.client.request('POST', this._path('/execute'), {
       json: body, headers: { Accept: SSE_TYPE }, signal: opts.signal, notFound: SessionNotFound,
     });
-    const ctype = res.headers.get('Content-Type') || '';
-    if (!ctype.startsWith(SSE_TYPE) || !res.body) {
+    if (!isEventStream(res)) {
       // A gateway may answer JSON anyway; honour it rather than hang.
       return execution(JSON.parse(await res.text()));
     }
-    /** @type {any} */
-    let end = null;
-    try {
-      await readEventStream(res.body, (event, data) => {
-        let payload;
-        try {
-          payload = JSON.parse(data);
-        } catch {
-          throw new CellgateError(res.status, 'bad_event', `event '${event}' is not JSON: ${data.slice(0, 200)}`);
-        }
-        if (opts.onEvent) opts.onEvent(event, payload);
-        switch (event) {
-          case 'stdout': if (opts.onStdout) opts.onStdout(payload.text ?? ''); break;
-          case 'stderr': if (opts.onStderr) opts.onStderr(payload.text ?? ''); break;
-          case 'display': if (opts.onDisplay) opts.onDisplay(payload); break;
-          case 'result': if (opts.onResult) opts.onResult(payload); break;
-          case 'error': if (opts.onError) opts.onError(payload); break;
-          case 'files': if (opts.onFiles) opts.onFiles(payload.files || []); break;
-          case 'end': end = payload; break;
-          case 'stream_error':  // the gateway ended the stream (the client fell too far behind)
-            throw new CellgateError(res.status, payload.reason || 'stream_error', payload.message || 'the stream was ended');
-          default: break;  // anything newer is in the end event's result too
-        }
-      });
-    } catch (e) {
-      // A callback threw, the stream broke or the caller aborted: drop the
-      // connection (the gateway interrupts the cell) and report why.
-      try { await res.body.cancel(); } catch { /* already closed */ }
-      if (opts.signal && opts.signal.aborted) throw opts.signal.reason ?? abortError();
-      if (e instanceof CellgateError || (e && /** @type {any} */ (e).name === 'AbortError')) throw e;
-      if (e instanceof TypeError && /terminated|network|fetch/i.test(String(e.message))) {
-        throw new CellgateError(null, 'connection_failed', `the event stream broke: ${e.message}`);
+    return execution(await followEvents(res, 'end', opts.signal, (event, payload) => {
+      if (opts.onEvent) opts.onEvent(event, payload);
+      switch (event) {
+        case 'stdout': if (opts.onStdout) opts.onStdout(payload.text ?? ''); break;
+        case 'stderr': if (opts.onStderr) opts.onStderr(payload.text ?? ''); break;
+        case 'display': if (opts.onDisplay) opts.onDisplay(payload); break;
+        case 'result': if (opts.onResult) opts.onResult(payload); break;
+        case 'error': if (opts.onError) opts.onError(payload); break;
+        case 'files': if (opts.onFiles) opts.onFiles(payload.files || []); break;
+        default: break;  // anything newer is in the end event's result too
       }
-      throw e;
-    }
-    if (end === null) {
-      if (opts.signal && opts.signal.aborted) throw opts.signal.reason ?? abortError();
-      throw new CellgateError(res.status, 'stream_incomplete', "the event stream ended without its 'end' event");
-    }
-    return execution(end);
+    }));
   }
 
   /**
@@ -618,7 +649,7 @@ export class Session {
    */
   async upload(path, data, opts = {}) {
     const body = toBody(data);
-    return this._fileCall(() => this.client.requestJson('PUT', this._path(`/files/${quotePath(path)}`), {
+    return this._itemCall(() => this.client.requestJson('PUT', this._path(`/files/${quotePath(path)}`), {
       body, headers: { 'Content-Type': 'application/octet-stream' }, signal: opts.signal,
     }));
   }
@@ -639,7 +670,7 @@ export class Session {
       const blob = typeof Blob !== 'undefined' && data instanceof Blob ? data : new Blob([/** @type {BlobPart} */ (/** @type {unknown} */ (await toBytes(data)))]);
       form.append('file', blob, name);
     }
-    const body = await this._fileCall(() => this.client.requestJson('POST', this._path('/files'), { body: form, signal: opts.signal }));
+    const body = await this._itemCall(() => this.client.requestJson('POST', this._path('/files'), { body: form, signal: opts.signal }));
     return (body && body.files) || [];
   }
 
@@ -652,7 +683,7 @@ export class Session {
    * @returns {Promise<any>}
    */
   async download(path, opts = {}) {
-    const res = await this._fileCall(() => this.client.request('GET', this._path(`/files/${quotePath(path)}`), {
+    const res = await this._itemCall(() => this.client.request('GET', this._path(`/files/${quotePath(path)}`), {
       headers: { Accept: '*/*' }, signal: opts.signal,
     }));
     switch (opts.as || 'arraybuffer') {
@@ -671,7 +702,7 @@ export class Session {
    */
   async listFiles(path = '') {
     const q = path ? `?path=${encodeURIComponent(path)}` : '';
-    const body = await this._fileCall(() => this.client.requestJson('GET', this._path(`/files${q}`)));
+    const body = await this._itemCall(() => this.client.requestJson('GET', this._path(`/files${q}`)));
     return (body && body.entries) || [];
   }
 
@@ -681,7 +712,7 @@ export class Session {
    * @returns {Promise<void>}
    */
   async removeFile(path) {
-    await this._fileCall(() => this.client.request('DELETE', this._path(`/files/${quotePath(path)}`)));
+    await this._itemCall(() => this.client.request('DELETE', this._path(`/files/${quotePath(path)}`)));
   }
 
   /**
@@ -707,6 +738,280 @@ export class Session {
       if (!(e instanceof SessionNotFound)) throw e;
     }
     this._closed = true;
+  }
+}
+
+/**
+ * A command ended with a non-zero exit code (or was killed). It carries the
+ * CommandResult's fields (`pid`, `exitCode`, `signal`, `stdout`, `stderr`,
+ * `truncated`, `error`) and the result itself as `result`.
+ */
+export class CommandExitError extends CellgateError {
+  /** @param {import('./cellgate').CommandResult} result */
+  constructor(result) {
+    super(200, 'command_failed', `command exited with ${result.exitCode}`
+      + (result.signal ? ` (${result.signal})` : '')
+      + (result.stderr ? `: ${result.stderr.slice(-500)}` : ''));
+    this.name = 'CommandExitError';
+    /** @type {import('./cellgate').CommandResult} */
+    this.result = result;
+    this.pid = result.pid;
+    this.exitCode = result.exitCode;
+    this.signal = result.signal;
+    this.stdout = result.stdout;
+    this.stderr = result.stderr;
+    this.truncated = result.truncated;
+    this.error = result.error;
+  }
+}
+
+/**
+ * A CommandResult from the gateway's command model (with its "exit").
+ * @param {any} model
+ * @param {{stdout?: string, stderr?: string}} [output] streamed output, when it did not come in the model
+ * @returns {import('./cellgate').CommandResult}
+ */
+function commandResult(model, output = {}) {
+  const exit = (model && model.exit) || {};
+  return {
+    pid: model.pid,
+    exitCode: exit.exit_code ?? null,
+    signal: exit.signal ?? null,
+    stdout: output.stdout ?? model.stdout ?? '',
+    stderr: output.stderr ?? model.stderr ?? '',
+    truncated: !!model.truncated,
+    error: exit.error ?? null,
+    model,
+  };
+}
+
+/** @param {import('./cellgate').CommandResult} result @returns {import('./cellgate').CommandResult} */
+function succeeded(result) {
+  if (result.exitCode !== 0) throw new CommandExitError(result);
+  return result;
+}
+
+/**
+ * `session.commands`: processes in the session's sandbox, with the kernel's
+ * own confinement (same user, no network, the session's limits). A command
+ * line runs with `bash -lc` in /home/user (the workspace) unless an argv is
+ * given.
+ */
+export class Commands {
+  /** @param {Session} session */
+  constructor(session) {
+    /** @type {Session} */
+    this.session = session;
+  }
+
+  /** @private @param {string|number} [pid] @param {string} [suffix] */
+  _path(pid, suffix = '') {
+    return this.session._path('/commands' + (pid === undefined ? '' : `/${encodeURIComponent(String(pid))}`) + suffix);
+  }
+
+  /**
+   * A request on one command (NotFound for an unknown pid, SessionNotFound
+   * when the session is gone).
+   * @private
+   * @param {string} method
+   * @param {string|number} pid
+   * @param {string} suffix
+   * @param {Parameters<Cellgate['request']>[2]} [opts]
+   */
+  _request(method, pid, suffix, opts) {
+    return this.session._itemCall(() => this.session.client.requestJson(method, this._path(pid, suffix), opts));
+  }
+
+  /**
+   * Runs a command: a shell command line (`bash -lc`), or an argv (an array,
+   * or `{argv}`).
+   *
+   * In the foreground it resolves to the CommandResult once the command has
+   * ended and rejects with a CommandExitError unless it exited 0. With
+   * `onStdout`/`onStderr` (or `signal`) the output streams as Server-Sent
+   * Events as it arrives; aborting `signal` drops the stream, which makes the
+   * gateway kill the command, and rejects with the abort reason.
+   *
+   * With `background: true` it resolves at once to a CommandHandle.
+   *
+   * @param {string|string[]|{cmd?: string, argv?: string[]}} cmd
+   * @param {import('./cellgate').CommandOptions} [opts]
+   * @returns {Promise<import('./cellgate').CommandResult|CommandHandle>}
+   */
+  async run(cmd, opts = {}) {
+    /** @type {Record<string, any>} */
+    const body = Array.isArray(cmd) ? { argv: cmd.map(String) }
+      : cmd && typeof cmd === 'object' ? { cmd: cmd.cmd, argv: cmd.argv } : { cmd };
+    for (const key of ['cwd', 'env', 'stdin', 'tty', 'tag']) {
+      const value = /** @type {Record<string, any>} */ (opts)[key];
+      if (value !== undefined && value !== null) body[key] = value;
+    }
+    // The gateway reads whole seconds: round up (a fraction would read as 0, no limit).
+    if (opts.timeout !== undefined && opts.timeout !== null) body.timeout_s = Math.ceil(/** @type {number} */ (seconds(opts.timeout)));
+    const client = this.session.client;
+    if (opts.background) {
+      body.background = true;
+      const model = await client.requestJson('POST', this._path(), { json: body, signal: opts.signal, notFound: SessionNotFound });
+      return new CommandHandle(this, model);
+    }
+    const stream = opts.stream ?? (typeof opts.onStdout === 'function' || typeof opts.onStderr === 'function' || !!opts.signal);
+    if (!stream) {
+      return succeeded(commandResult(await client.requestJson('POST', this._path(), { json: body, notFound: SessionNotFound })));
+    }
+    throwIfAborted(opts.signal);
+    const res = await client.request('POST', this._path(), {
+      json: body, headers: { Accept: SSE_TYPE }, signal: opts.signal, notFound: SessionNotFound,
+    });
+    return succeeded(await followCommand(res, opts));
+  }
+
+  /**
+   * The session's commands, running and recently ended (models).
+   * @returns {Promise<import('./cellgate').CommandModel[]>}
+   */
+  async list() {
+    const body = await this.session.client.requestJson('GET', this._path(), { notFound: SessionNotFound });
+    return (body && body.commands) || [];
+  }
+
+  /**
+   * One command's model (NotFound for an unknown pid).
+   * @param {number} pid
+   * @returns {Promise<import('./cellgate').CommandModel>}
+   */
+  get(pid) {
+    return this._request('GET', pid, '');
+  }
+
+  /**
+   * A handle on a command started earlier (NotFound for an unknown pid).
+   * @param {number} pid
+   * @returns {Promise<CommandHandle>}
+   */
+  async connect(pid) {
+    return new CommandHandle(this, await this.get(pid));
+  }
+}
+
+/**
+ * Reads a command's event stream (`start`, `stdout`, `stderr`, `pty`, `exit`)
+ * into a CommandResult; terminal output (`pty`) counts as stdout, as it does
+ * in the gateway's JSON answer.
+ * @param {Response} res
+ * @param {{onStdout?: (text: string) => void, onStderr?: (text: string) => void, signal?: AbortSignal}} opts
+ * @returns {Promise<import('./cellgate').CommandResult>}
+ */
+async function followCommand(res, opts) {
+  if (!isEventStream(res)) return commandResult(JSON.parse(await res.text()));  // a JSON answer after all
+  /** @type {any} */
+  let model = {};
+  const out = { stdout: '', stderr: '' };
+  const pty = new TextDecoder('utf-8');
+  const emit = (name, text) => {
+    out[name] += text;
+    const cb = name === 'stdout' ? opts.onStdout : opts.onStderr;
+    if (cb && text) cb(text);
+  };
+  const exit = await followEvents(res, 'exit', opts.signal, (event, payload) => {
+    switch (event) {
+      case 'start': model = payload; break;
+      case 'stdout': case 'stderr': emit(event, payload.text ?? ''); break;
+      case 'pty': emit('stdout', pty.decode(base64ToBytes(payload.data_base64 || ''), { stream: true })); break;
+      default: break;
+    }
+  });
+  emit('stdout', pty.decode());
+  return commandResult({ ...model, running: false, exit }, out);
+}
+
+/**
+ * A command running in the background: feed its stdin, signal it, wait for it.
+ */
+export class CommandHandle {
+  /**
+   * @param {Commands} commands
+   * @param {import('./cellgate').CommandModel} model
+   */
+  constructor(commands, model) {
+    /** @private */
+    this._commands = commands;
+    /** @type {number} */
+    this.pid = model.pid;
+    /** @type {import('./cellgate').CommandModel} the last model seen */
+    this.model = model;
+  }
+
+  /**
+   * Writes to the command's stdin (strings as UTF-8); `eof: true` closes it
+   * afterwards (^D on a terminal).
+   * @param {string|Blob|ArrayBuffer|ArrayBufferView} data
+   * @param {{eof?: boolean}} [opts]
+   * @returns {Promise<void>}
+   */
+  async sendStdin(data, opts = {}) {
+    /** @type {Record<string, any>} */
+    const body = typeof data === 'string' ? { data } : { data_base64: bytesToBase64(await toBytes(data)) };
+    if (opts.eof) body.eof = true;
+    await this._commands._request('POST', this.pid, '/stdin', { json: body });
+  }
+
+  /** Closes the command's stdin. @returns {Promise<void>} */
+  closeStdin() {
+    return this.sendStdin('', { eof: true });
+  }
+
+  /**
+   * Sends a signal (SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGUSR1,
+   * SIGUSR2); false when the command had already ended.
+   * @param {string} [signal]
+   * @returns {Promise<boolean>}
+   */
+  async kill(signal = 'SIGKILL') {
+    try {
+      await this._commands._request('POST', this.pid, '/signal', { json: { signal } });
+      return true;
+    } catch (e) {
+      if (e instanceof CellgateError && e.status === 409) return false;
+      throw e;
+    }
+  }
+
+  /**
+   * Resizes the command's terminal (commands started with `tty`).
+   * @param {number} rows
+   * @param {number} cols
+   * @returns {Promise<void>}
+   */
+  async resize(rows, cols) {
+    await this._commands._request('POST', this.pid, '/resize', { json: { rows, cols } });
+  }
+
+  /**
+   * Refreshes and returns the command's model.
+   * @returns {Promise<import('./cellgate').CommandModel>}
+   */
+  async info() {
+    this.model = await this._commands.get(this.pid);
+    return this.model;
+  }
+
+  /**
+   * Follows the command to its end (its output so far first, then as it
+   * arrives) and resolves to its CommandResult; rejects with a
+   * CommandExitError unless it exited 0. Aborting `signal` stops following;
+   * the command keeps running.
+   * @param {{onStdout?: (text: string) => void, onStderr?: (text: string) => void, signal?: AbortSignal}} [opts]
+   * @returns {Promise<import('./cellgate').CommandResult>}
+   */
+  async wait(opts = {}) {
+    throwIfAborted(opts.signal);
+    const commands = this._commands;
+    const res = await commands.session._itemCall(() => commands.session.client.request('GET', commands._path(this.pid, '/events'), {
+      headers: { Accept: SSE_TYPE }, signal: opts.signal,
+    }));
+    const result = await followCommand(res, opts);
+    this.model = result.model;
+    return succeeded(result);
   }
 }
 

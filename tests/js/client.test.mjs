@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 
 const modulePath = process.env.CELLGATE_CLIENT_MODULE || new URL('../../clients/js/cellgate.js', import.meta.url).pathname;
-const { Cellgate, CellgateError, NotFound, SessionNotFound, readEventStream, quotePath } =
+const { Cellgate, CellgateError, NotFound, SessionNotFound, CommandExitError, CommandHandle, readEventStream, quotePath } =
   await import(pathToFileURL(modulePath).href);
 
 const url = process.env.CELLGATE_URL;
@@ -337,6 +337,195 @@ describe('a session', () => {
     assert.equal(await res.text(), 'zz');
     const anon = await fetch(u);
     assert.equal(anon.status, 401);
+  });
+});
+
+describe('commands', () => {
+  /** @type {import('../../clients/js/cellgate.js').Session} */
+  let s;
+  before(async () => { s = await cg.createSession({ timeout: 60 }); });
+  after(async () => { if (s) await s.close(); });
+
+  /** Polls until `pred()` holds (or fails after `ms`). */
+  async function eventually(pred, ms = 10000) {
+    const t0 = Date.now();
+    while (!(await pred())) {
+      assert.ok(elapsed(t0) < ms, `not within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test('run: echo hi → stdout, exit code 0, a pid', async () => {
+    const r = await s.commands.run('echo hi');
+    assert.equal(r.stdout, 'hi\n');
+    assert.equal(r.stderr, '');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.signal, null);
+    assert.equal(r.truncated, false);
+    assert.ok(Number.isInteger(r.pid) && r.pid > 0, String(r.pid));
+    assert.deepEqual(r.model.argv, ['/bin/bash', '-l', '-c', 'echo hi']);
+    assert.equal(r.model.cwd, '/home/user');
+  });
+
+  test('run: an argv (array or {argv}) is not parsed by a shell', async () => {
+    assert.equal((await s.commands.run(['printf', '%s|', 'a b', '$HOME'])).stdout, 'a b|$HOME|');
+    assert.equal((await s.commands.run({ argv: ['echo', '*'] })).stdout, '*\n');
+  });
+
+  test('run: cwd + env + a non-zero exit → CommandExitError with exitCode and stderr', async () => {
+    await s.commands.run('mkdir -p sub/dir');
+    const e = await rejectsWith(
+      s.commands.run('pwd; echo "$FOO"; echo oops >&2; exit 3', { cwd: 'sub/dir', env: { FOO: 'bar baz' } }),
+      (err) => assert.ok(err instanceof CommandExitError, String(err)));
+    assert.ok(e instanceof CellgateError && e instanceof Error);
+    assert.equal(e.exitCode, 3);
+    assert.equal(e.signal, null);
+    assert.equal(e.stdout, '/home/user/sub/dir\nbar baz\n');
+    assert.equal(e.stderr, 'oops\n');
+    assert.equal(e.result.exitCode, 3);
+    assert.equal(e.result.model.cwd, '/home/user/sub/dir');
+    assert.match(e.message, /exited with 3.*oops/s);
+    // An absolute cwd is taken as it is.
+    assert.equal((await s.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
+  });
+
+  test('run (SSE): onStdout receives chunks as they come, onStderr too', async () => {
+    const t0 = Date.now();
+    const chunks = [];
+    const errs = [];
+    const r = await s.commands.run('for i in 1 2 3; do echo $i; sleep 0.6; done; echo done >&2', {
+      onStdout: (t) => chunks.push([t, elapsed(t0)]),
+      onStderr: (t) => errs.push(t),
+    });
+    const total = elapsed(t0);
+    assert.equal(chunks.map((c) => c[0]).join(''), '1\n2\n3\n');
+    assert.ok(chunks.length >= 2, `${chunks.length} chunk(s)`);
+    assert.ok(chunks[0][1] < total - 1000, `the first chunk came at ${chunks[0][1]} ms, the end at ${total} ms`);
+    assert.equal(errs.join(''), 'done\n');
+    assert.equal(r.stdout, '1\n2\n3\n');
+    assert.equal(r.stderr, 'done\n');
+    assert.equal(r.exitCode, 0);
+    assert.ok(Number.isInteger(r.pid));
+    // A streamed failure rejects the same way.
+    const e = await rejectsWith(s.commands.run('echo x; exit 7', { onStdout() {} }),
+      (err) => assert.ok(err instanceof CommandExitError, String(err)));
+    assert.equal(e.exitCode, 7);
+    assert.equal(e.stdout, 'x\n');
+  });
+
+  test('background cat with stdin: listed, fed, stdin closed, wait() returns the echo', async () => {
+    const h = await s.commands.run('cat', { background: true, stdin: true, tag: 'echoer' });
+    assert.ok(h instanceof CommandHandle);
+    assert.ok(Number.isInteger(h.pid));
+    const listed = (await s.commands.list()).find((c) => c.pid === h.pid);
+    assert.ok(listed, 'list() includes the background command');
+    assert.equal(listed.running, true);
+    assert.equal(listed.tag, 'echoer');
+    assert.equal(listed.stdin, true);
+    assert.equal((await s.commands.get(h.pid)).running, true);
+    await h.sendStdin('hello\n');
+    await h.sendStdin(new TextEncoder().encode('wörld\n'));  // bytes go as base64
+    await h.closeStdin();
+    const seen = [];
+    const r = await h.wait({ onStdout: (t) => seen.push(t) });
+    assert.equal(r.stdout, 'hello\nwörld\n');
+    assert.equal(seen.join(''), 'hello\nwörld\n');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.pid, h.pid);
+    // Ended, it stays listed for a while; a second handle replays it.
+    assert.equal((await s.commands.get(h.pid)).running, false);
+    const again = await s.commands.connect(h.pid);
+    assert.equal(again.pid, h.pid);
+    assert.equal((await again.wait()).stdout, 'hello\nwörld\n');
+    const late = await rejectsWith(h.sendStdin('late'), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(late.status, 409);
+  });
+
+  test('background sleep 60, killed → wait() rejects with CommandExitError naming the signal', async () => {
+    const t0 = Date.now();
+    const h = await s.commands.run('sleep 60', { background: true });
+    assert.equal(await h.kill(), true);
+    const e = await rejectsWith(h.wait(), (err) => assert.ok(err instanceof CommandExitError, String(err)));
+    assert.equal(e.signal, 'SIGKILL');
+    assert.equal(e.exitCode, 137);
+    assert.ok(elapsed(t0) < 20000);
+    assert.equal(await h.kill('SIGTERM'), false, 'an ended command cannot be signalled');
+    const info = await h.info();
+    assert.equal(info.running, false);
+    assert.deepEqual(info.exit, { exit_code: 137, signal: 'SIGKILL' });
+  });
+
+  test('timeout: a foreground command past it is killed', async () => {
+    const t0 = Date.now();
+    const e = await rejectsWith(s.commands.run('sleep 30', { timeout: 1 }),
+      (err) => assert.ok(err instanceof CommandExitError, String(err)));
+    assert.equal(e.signal, 'SIGKILL');
+    assert.ok(elapsed(t0) < 15000, `killed after ${elapsed(t0)} ms`);
+  });
+
+  test('abort: dropping the stream kills a foreground command', async () => {
+    const controller = new AbortController();
+    let pid = null;
+    const run = s.commands.run('echo started; sleep 60', {
+      signal: controller.signal,
+      onStdout: () => controller.abort(),
+    });
+    await rejectsWith(run, (err) => assert.equal(err.name, 'AbortError'));
+    await eventually(async () => {
+      const mine = (await s.commands.list()).filter((c) => c.argv[3] === 'echo started; sleep 60');
+      assert.equal(mine.length, 1);
+      pid = mine[0].pid;
+      return !mine[0].running;
+    });
+    assert.equal((await s.commands.get(pid)).exit.signal, 'SIGKILL');
+  });
+
+  test('tty: output as stdout, resize reaches the terminal', async () => {
+    const r = await s.commands.run('tty -s && echo "on a terminal"', { tty: true });
+    assert.equal(r.stdout, 'on a terminal\r\n');
+    const streamed = [];
+    const r2 = await s.commands.run('echo ü; echo $TERM', { tty: { rows: 5, cols: 40 }, onStdout: (t) => streamed.push(t) });
+    assert.equal(r2.stdout, 'ü\r\nxterm-256color\r\n');
+    assert.equal(streamed.join(''), r2.stdout);
+    const h = await s.commands.run('read line; stty size', { background: true, tty: { rows: 10, cols: 20 } });
+    await h.resize(33, 101);
+    await h.sendStdin('go\n');
+    assert.match((await h.wait()).stdout, /^33 101\r?$/m);
+  });
+
+  test('bad requests: 400 with the gateway\'s message; unknown pid 404; no such session', async () => {
+    const noCmd = await rejectsWith(s.commands.run({}), (err) => assert.ok(err instanceof CellgateError));
+    assert.ok(!(noCmd instanceof CommandExitError));
+    assert.equal(noCmd.status, 400);
+    assert.match(noCmd.message, /'cmd'.*'argv'/);
+    const emptyArgv = await rejectsWith(s.commands.run([]), (err) => assert.ok(err instanceof CellgateError));
+    assert.equal(emptyArgv.status, 400);
+    assert.match(emptyArgv.message, /non-empty/);
+    const badEnv = await rejectsWith(s.commands.run('true', { env: { CELLGATE_X: '1' } }), () => {});
+    assert.equal(badEnv.status, 400);
+    const h = await s.commands.run('sleep 30', { background: true });
+    try {
+      const badSig = await rejectsWith(h.kill('SIGFOO'), () => {});
+      assert.equal(badSig.status, 400);
+      assert.match(badSig.message, /SIGFOO/);
+      const noTty = await rejectsWith(h.resize(10, 10), () => {});
+      assert.equal(noTty.status, 400);
+      const noStdin = await rejectsWith(h.sendStdin('x'), () => {});
+      assert.equal(noStdin.status, 400);
+    } finally {
+      await h.kill();
+    }
+    const missing = await rejectsWith(s.commands.get(999999), (err) => assert.ok(err instanceof NotFound));
+    assert.equal(missing.status, 404);
+    assert.ok(!(missing instanceof SessionNotFound), 'an unknown pid in a live session is NotFound');
+    await rejectsWith(s.commands.connect(999999), (err) => assert.ok(err instanceof NotFound));
+    const ghost = cg.session('00000000-0000-0000-0000-000000000000');
+    for (const call of [() => ghost.commands.run('true'), () => ghost.commands.run('true', { onStdout() {} }),
+      () => ghost.commands.run('true', { background: true }), () => ghost.commands.list(),
+      () => ghost.commands.get(1)]) {
+      const e = await rejectsWith(call(), (err) => assert.ok(err instanceof SessionNotFound, String(err)));
+      assert.equal(e.status, 404);
+    }
   });
 });
 
