@@ -213,3 +213,162 @@ def test_python_sdk_commands(gw):
         with pytest.raises(cellgate.CommandExitError):
             h.wait()
         assert any(c["pid"] == h.pid for c in sb.commands.list())
+
+
+# --- Jupyter terminals: the same processes, on a PTY, over terminado's framing ---
+
+def _terminal_socket(gw, name, token=TOKEN):
+    import websocket
+    return websocket.create_connection(f"{gw.ws_url}/terminals/websocket/{name}?token={token}", timeout=30)
+
+
+def _read_until(ws, marker, limit=30):
+    out, end = "", time.monotonic() + limit
+    while marker not in out:
+        assert time.monotonic() < end, f"no {marker!r} from the terminal; got {out!r}"
+        m = json.loads(ws.recv())
+        if m[0] == "stdout":
+            out += m[1]
+        elif m[0] == "disconnect":
+            break
+    return out
+
+
+def test_terminals_rest_websocket_and_confinement(gw, session):
+    import websocket
+    r = gw.api("POST", "/api/terminals", json={"kernel_id": session, "name": "t-one", "cwd": ""})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "t-one" and r.json()["kernel_id"] == session
+    # Bad input: clear errors, nothing started.
+    assert gw.api("POST", "/api/terminals", json={"kernel_id": session, "name": "t-one"}).status_code == 409
+    assert gw.api("POST", "/api/terminals", json={"kernel_id": session, "name": "a/b"}).status_code == 400
+    assert gw.api("POST", "/api/terminals", json={"kernel_id": session, "cwd": "../.."}).status_code == 400
+    assert gw.api("POST", "/api/terminals", json={"kernel_id": "no-such-kernel"}).status_code == 404
+    assert gw.api("POST", "/api/terminals", data="[1,2").status_code == 400
+    assert gw.api("GET", "/api/terminals/nope").status_code == 404
+    assert [t["name"] for t in gw.api("GET", "/api/terminals").json()] == ["t-one"]
+    assert gw.api("GET", "/terminals/websocket/t-one").status_code == 400  # not an upgrade
+    # Terminals are the tenant's: a wrong token gets no socket, an unknown name a 404.
+    for name, token, status in (("t-one", "wrong-token", 403), ("nope", TOKEN, 404)):
+        with pytest.raises(websocket.WebSocketBadStatusException) as e:
+            _terminal_socket(gw, name, token)
+        assert e.value.status_code == status
+    # The terminal is not a command of the session's: it is its own process there.
+    host_ip = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    host_ip = next((a for a in host_ip if ":" not in a), "127.0.0.1")
+    lsock = socket.socket()
+    lsock.bind((host_ip, 0))
+    lsock.listen(4)
+    lsock.settimeout(0.5)
+    port = lsock.getsockname()[1]
+    ws = _terminal_socket(gw, "t-one")
+    try:
+        assert json.loads(ws.recv()) == ["setup", {}]
+        ws.send(json.dumps(["set_size", 40, 120, 800, 600]))
+        ws.send(json.dumps(["stdin", "stty size; echo uid=$(id -u); grep CapEff /proc/self/status; "
+                                     f"(exec 3<>/dev/tcp/{host_ip}/{port}) 2>/dev/null && echo NET-CONN''ECTED || echo net-ref''used; "
+                                     "env | grep -c CELLGATE_COMMANDS_SECRET; echo done-$((40+2))\r"]))
+        out = _read_until(ws, "done-42")
+        try:
+            lsock.accept()
+            arrived = True
+        except OSError:
+            arrived = False
+        assert "40 120" in out, out
+        assert "uid=1000" in out and "CapEff:\t0000000000000000" in out, out
+        assert "net-refused" in out and "NET-CONNECTED" not in out and not arrived, out  # the typed line has the quotes
+        assert SECRET not in out, "the gateway's environment reached the terminal"
+        # Non-UTF-8 output and a multi-byte character cut across reads arrive as text.
+        ws.send(json.dumps(["stdin", "printf 'caf\\303\\251 \\377 end-%s\\n' $((6*7))\r"]))
+        out = _read_until(ws, "end-42")
+        assert "café" in out, out
+        # A second client of the same terminal is replayed what the shell wrote.
+        ws2 = _terminal_socket(gw, "t-one")
+        assert json.loads(ws2.recv()) == ["setup", {}]
+        assert "done-42" in _read_until(ws2, "done-42")
+        # A binary frame is refused; the other client keeps its terminal.
+        ws2.send_binary(b"\x00\x01")
+        with pytest.raises(websocket.WebSocketConnectionClosedException):
+            for _ in range(100):
+                ws2.recv()
+        ws.send(json.dumps(["stdin", "echo still-$((2*21))\r"]))
+        assert "still-42" in _read_until(ws, "still-42")
+        # DELETE ends the shell: the client is told, the name is free again.
+        assert gw.api("DELETE", "/api/terminals/t-one").status_code == 204
+        _read_until(ws, "\x00never")  # returns at ["disconnect", 1]
+    finally:
+        lsock.close()
+        ws.close()
+    assert gw.api("GET", "/api/terminals/t-one").status_code == 404
+    # The caller's most recently active kernel, when none is named.
+    r = gw.api("POST", "/api/terminals", json={})
+    assert r.status_code == 200, r.text
+    assert r.json()["kernel_id"] == session and r.json()["name"] == "1"
+    # A terminal ends with its session.
+    assert gw.api("DELETE", f"/v1/sessions/{session}").status_code == 204
+    deadline = time.monotonic() + 30
+    while gw.api("GET", "/api/terminals/1").status_code != 404:
+        assert time.monotonic() < deadline, "a terminal outlived its session"
+        time.sleep(0.2)
+    assert gw.api("POST", "/api/terminals", json={}).status_code == 409  # no kernel left to run one in
+
+
+# --- E2B code contexts: more interpreters in the sandbox, with its confinement ---
+
+def _e2b(gw, method, path, sandbox=None, port=49999, **kw):
+    headers = {"X-API-KEY": TOKEN}
+    if sandbox:
+        headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "E2b-Sandbox-Port": str(port),
+                   "E2B-Traffic-Access-Token": sandbox["trafficAccessToken"],
+                   "X-Access-Token": sandbox["envdAccessToken"]}
+    return requests.request(method, f"{gw.url}/e2b{path}", headers=headers, timeout=180, **kw)
+
+
+def _run(gw, sandbox, code, context_id):
+    r = _e2b(gw, "POST", "/execute", sandbox, json={"code": code, "context_id": context_id})
+    assert r.status_code == 200, r.text
+    lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
+    assert lines[-1] == {"type": "end_of_execution"}, lines[-3:]
+    text = "".join(line.get("text", "") for line in lines if line["type"] in ("stdout", "stderr"))
+    errors = [line for line in lines if line["type"] == "error"]
+    results = [line for line in lines if line["type"] == "result"]
+    return text, errors, results
+
+
+def test_a_code_context_gets_the_kernels_confinement(gw):
+    r = _e2b(gw, "POST", "/sandboxes", json={"templateID": "base", "timeout": 120})
+    assert r.status_code == 201, r.text
+    sb = r.json()
+    try:
+        r = _e2b(gw, "POST", "/contexts", sb, json={})
+        assert r.status_code == 200, r.text
+        ctx = r.json()["id"]
+        assert _e2b(gw, "POST", "/contexts", sb, json={"language": "ruby"}).status_code == 400
+        assert _e2b(gw, "POST", "/contexts", sb, json={"cwd": "/etc"}).status_code == 404
+        text, errors, _ = _run(gw, sb, (
+            "import os, socket\n"
+            "print('uid', os.getuid())\n"
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0])\n"
+            "print('secret' if any(" + repr(SECRET) + " in v for v in os.environ.values()) else 'clean')\n"
+            "s = socket.socket()\ns.settimeout(2)\n"
+            "try:\n    s.connect(('127.0.0.1', " + str(gw.port) + "))\n    print('NET-CONNECTED')\n"
+            "except OSError as e:\n    print('net-refused')\n"), ctx)
+        assert not errors, errors
+        assert "uid 1000" in text and "0000000000000000" in text and "clean" in text and "net-refused" in text, text
+        # Memory: the context counts against the sandbox's 512 MiB; past it the
+        # interpreter dies, the cell says so, and the next cell gets a fresh one.
+        text, errors, _ = _run(gw, sb, "b = bytearray(900 << 20)\nprint('allocated')", ctx)
+        assert "allocated" not in text
+        assert errors, "900 MiB fitted in a 512 MiB sandbox"
+        deadline = time.monotonic() + 90
+        while True:  # under gVisor the OOM kill can take the sandbox; it comes back
+            r = _e2b(gw, "POST", "/execute", sb, json={"code": "6 * 7", "context_id": ctx})
+            if r.status_code == 200 and '"text":"42"' in r.text.replace(" ", ""):
+                break
+            assert time.monotonic() < deadline, f"the context did not serve again: {r.status_code} {r.text[-500:]}"
+            time.sleep(1)
+        # A context's interpreter is not among the sandbox's commands.
+        procs = gw.api("GET", f"/v1/sessions/{sb['sandboxID']}/commands").json()["commands"]
+        assert not any("cellgate-context" in " ".join(p["argv"]) for p in procs), procs
+    finally:
+        assert _e2b(gw, "DELETE", f"/sandboxes/{sb['sandboxID']}").status_code == 204

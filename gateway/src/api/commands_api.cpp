@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cmath>
 
 namespace cellgate::api {
 
@@ -54,7 +55,8 @@ processes::command command_from(const json& b) {
     const bool has_argv = b.contains("argv") && !b["argv"].is_null();
     if (has_cmd == has_argv) throw api_exception(400, "Give 'cmd' (a shell command line) or 'argv' (an array), one of them");
     if (has_cmd) {
-        if (!b["cmd"].is_string()) throw api_exception(400, "'cmd' must be a string");
+        if (!b["cmd"].is_string() || b["cmd"].get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos)
+            throw api_exception(400, "'cmd' must be a non-empty shell command line");
         c.spec.argv = {"/bin/bash", "-l", "-c", b["cmd"].get<std::string>()};
     } else {
         if (!b["argv"].is_array() || b["argv"].empty()) throw api_exception(400, "'argv' must be a non-empty array of strings");
@@ -157,13 +159,28 @@ process_ptr command_or_404(processes::process_table& t, const kernels::kernel_pt
     return p;
 }
 
+// "timeout_s": whole seconds (a fraction rounds up), at most the session's
+// cell limit, which is also the default of a foreground command; a
+// background one without it lives as long as its session.
+std::chrono::seconds command_timeout(const json& body, std::chrono::seconds cell_limit, bool background) {
+    const auto it = body.find("timeout_s");
+    if (it == body.end() || it->is_null()) return background ? std::chrono::seconds(0) : cell_limit;
+    if (!it->is_number() || it->get<double>() <= 0 || !std::isfinite(it->get<double>()))
+        throw api_exception(400, "'timeout_s' must be a positive number of seconds");
+    const auto asked = static_cast<long>(std::ceil(std::min(it->get<double>(), 1e9)));
+    if (cell_limit.count() > 0 && asked > cell_limit.count())
+        throw api_exception(400, "'timeout_s' may be at most the session's cell limit, " +
+                                     std::to_string(cell_limit.count()) + " s");
+    return std::chrono::seconds(asked);
+}
+
 void run(services& s, processes::process_table& table, const request_ptr& req, reply_fn reply) {
     const auto k = kernel_or_404(s, req, req->param("id"));
     const auto body = req->json_body(false);
     if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
     auto c = command_from(body);
     const bool background = body.value("background", false);
-    const auto timeout = std::chrono::seconds(body.value("timeout_s", static_cast<long>(k->policy().exec_timeout.count())));
+    const auto timeout = command_timeout(body, k->policy().exec_timeout, background);
     const bool sse = wants_event_stream(req);
     const auto limit = k->policy().output_limit_bytes;
     k->touch();

@@ -277,6 +277,12 @@ void process_table::start(const kernels::kernel_ptr& k, command c, started_fn do
         } catch (const launcher::launch_error& e) {
             status = e.error_number() == ESRCH ? 409 : e.error_number() == EAGAIN ? 429 : 500;
             why = e.what();
+            if (status == 500 && (why.find("chdir") != std::string::npos || why.find("cwd") != std::string::npos)) {
+                spdlog::info("kernel {}: a process did not start: {}", p->kernel_id(), why);
+                status = 400;  // the runtime's own words stay in the log
+                why = "The working directory '" + p->config().spec.cwd.substr(0, 200) +
+                      "' does not exist in the sandbox, or is not a directory";
+            }
         } catch (const std::exception& e) {
             status = 500, why = e.what();
         }

@@ -159,6 +159,21 @@ TEST_F(file_limits_test, inline_files_are_read_within_what_is_left_of_the_budget
     EXPECT_EQ(kept, 3u);
 }
 
+TEST(encoding_limits, a_utf8_sequence_cut_by_a_chunk_end_waits_for_its_next_bytes) {
+    EXPECT_EQ(utf8_complete_length(""), 0u);
+    EXPECT_EQ(utf8_complete_length("abc"), 3u);
+    EXPECT_EQ(utf8_complete_length("caf\xc3\xa9"), 5u);       // é complete
+    EXPECT_EQ(utf8_complete_length("caf\xc3"), 3u);            // é's lead waits
+    EXPECT_EQ(utf8_complete_length("x\xe2\x82"), 1u);         // two of €'s three bytes
+    EXPECT_EQ(utf8_complete_length("x\xe2\x82\xac"), 4u);
+    EXPECT_EQ(utf8_complete_length("x\xf0\x9f\x98"), 1u);     // three of an emoji's four
+    EXPECT_EQ(utf8_complete_length("x\xf0\x9f\x98\x80"), 5u);
+    // Bytes that can never complete are sent (and replaced) rather than held.
+    EXPECT_EQ(utf8_complete_length("x\xff"), 2u);
+    EXPECT_EQ(utf8_complete_length("x\x80\x80\x80\x80"), 5u);
+    EXPECT_EQ(utf8_complete_length("x\xc0"), 2u);
+}
+
 TEST(encoding_limits, control_bytes_and_the_json_escaped_size) {
     EXPECT_FALSE(has_control_bytes("plain text\twith\r\nlines"));
     EXPECT_TRUE(has_control_bytes(std::string("nul\0byte", 8)));

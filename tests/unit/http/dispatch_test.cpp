@@ -35,6 +35,7 @@ struct fixture {
             throw std::runtime_error("/var/lib/cellgate/secret path");
         });
         routes.add_upload(bhttp::verb::put, "/v1/sessions/{id}/files/{path*}", {});
+        routes.add_socket("/terminals/websocket/{name}", [](const http::request_ptr&) { return http::socket_accept{}; });
         options.max_body_bytes = 1000;
         options.max_public_body_bytes = 10;
     }
@@ -136,6 +137,27 @@ TEST(admit, websocket_upgrades_only_on_the_kernel_channels) {
     h.target("/api?token=secret-token-1");
     a = f.admit(h);
     EXPECT_EQ(a.reply.status, 400u);
+}
+
+TEST(admit, a_socket_endpoint_upgrades_after_the_token_and_a_plain_get_there_is_a_400) {
+    fixture f;
+    auto h = header(bhttp::verb::get, "/terminals/websocket/1");
+    h.set(bhttp::field::upgrade, "websocket");
+    h.set(bhttp::field::connection, "upgrade");
+    auto a = f.admit(h);
+    EXPECT_EQ(a.reply.status, 401u);  // no token: refused before any handler
+    h.target("/terminals/websocket/1?token=secret-token-1");
+    a = f.admit(h);
+    ASSERT_EQ(a.what, action::socket);
+    EXPECT_NE(a.socket, nullptr);
+    EXPECT_EQ(a.ctx->param("name"), "1");
+    EXPECT_EQ(a.ctx->who.tenant, "acme");
+    // Without the upgrade: an ordinary route whose handler says what to do.
+    a = f.admit(header(bhttp::verb::get, "/terminals/websocket/1", "secret-token-1"));
+    ASSERT_EQ(a.what, action::read_body);
+    unsigned status = 0;
+    http::dispatch(a, [&status](http::response r) { status = r.status; });
+    EXPECT_EQ(status, 400u);
 }
 
 TEST(dispatch, maps_exceptions_to_json_errors_without_internals) {
