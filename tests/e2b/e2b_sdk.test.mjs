@@ -138,6 +138,48 @@ async function until(what, check, ms = 20000) {
   assert.fail(`timed out waiting for ${what}`);
 }
 
+test('files.watchDir: writes from the SDK and the kernel, a new subdirectory followed, removal; stop', async () => {
+  const sbx = await create();
+  await sbx.files.makeDir('/home/user/watched');
+  const events = [];
+  const seen = (name, type) => events.some((e) => e.name === name && e.type === type);
+  let exited = false;
+  const handle = await sbx.files.watchDir('/home/user/watched', (ev) => events.push(ev),
+    { recursive: true, onExit: () => { exited = true; } });
+  await sbx.files.write('/home/user/watched/a.txt', 'one');
+  await until('a.txt created and written', () => seen('a.txt', 'create') && seen('a.txt', 'write'));
+  await sbx.runCode('import os\nos.mkdir("/home/user/watched/sub")');
+  await until('sub created', () => seen('sub', 'create'));
+  await sbx.runCode('open("/home/user/watched/sub/b.txt", "w").write("from the kernel")\nos.chmod("/home/user/watched/sub/b.txt", 0o600)');
+  await until('sub/b.txt created, written and chmodded', () => seen('sub/b.txt', 'create') && seen('sub/b.txt', 'write') && seen('sub/b.txt', 'chmod'));
+  await sbx.files.rename('/home/user/watched/a.txt', '/home/user/watched/c.txt');
+  await sbx.files.remove('/home/user/watched/sub/b.txt');
+  await until('the rename and the removal', () => seen('a.txt', 'rename') && seen('c.txt', 'create') && seen('sub/b.txt', 'remove'));
+  // Nothing outside the watched directory is reported.
+  await sbx.files.write('/home/user/outside.txt', 'x');
+  await new Promise((r) => setTimeout(r, 300));
+  assert.ok(!events.some((e) => e.name.includes('outside')), JSON.stringify(events));
+  await handle.stop();
+  const count = events.length;
+  await sbx.files.write('/home/user/watched/after-stop.txt', 'x');
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(events.length, count, 'events after stop()');
+  // A non-recursive watch does not see below its directory; removing the directory ends the watch.
+  const flat = [];
+  await sbx.files.makeDir('/home/user/flat/deeper');
+  const h2 = await sbx.files.watchDir('/home/user/flat', (ev) => flat.push(ev), { onExit: () => { exited = true; } });
+  await sbx.files.write('/home/user/flat/deeper/x.txt', 'x');
+  await sbx.files.write('/home/user/flat/top.txt', 'x');
+  await until('top.txt', () => flat.some((e) => e.name === 'top.txt'));
+  assert.ok(!flat.some((e) => e.name.includes('x.txt')), JSON.stringify(flat));
+  exited = false;
+  await sbx.files.remove('/home/user/flat');
+  await until('the watch to end with its directory', () => exited);
+  await h2.stop();
+  await assert.rejects(sbx.files.watchDir('/home/user/not-there', () => {}));
+  await assert.rejects(sbx.files.watchDir('/home/user/watched/c.txt', () => {}));
+});
+
 test('commands: run, cwd and envs, a non-zero exit, the sandbox environment', async () => {
   const sbx = await create({ envs: { FROM_CREATE: 'made' } });
   const hi = await sbx.commands.run('echo hi');

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -141,5 +142,67 @@ def test_wire_details_the_sdk_relies_on(gateway):
             assert r.status_code == 401, "one sandbox's token does not open another"
         finally:
             _kill(gateway, other["sandboxID"], KEY_B)
+    finally:
+        _kill(gateway, sb["sandboxID"])
+
+
+def test_polled_watchers_and_context_bounds(gateway):
+    """The Python SDK's sync client polls watchers (CreateWatcher,
+    GetWatcherEvents, RemoveWatcher) instead of streaming; and the bounds on
+    watches and code contexts answer with the statuses the SDK maps."""
+    url = gateway.url
+    sb = _sandbox(gateway)
+    try:
+        sid = sb["sandboxID"]
+        envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb["envdAccessToken"]}
+        rpc = lambda method, body: requests.post(f"{url}/e2b/filesystem.Filesystem/{method}", json=body,  # noqa: E731
+                                                 headers=envd, timeout=60)
+        assert rpc("MakeDir", {"path": "/home/user/polled"}).status_code == 200
+        r = rpc("CreateWatcher", {"path": "/home/user/polled", "recursive": True})
+        assert r.status_code == 200, r.text
+        watcher = r.json()["watcherId"]
+        r = requests.post(f"{url}/e2b/files", params={"path": "/home/user/polled/one.txt"}, data=b"1",
+                          headers={**envd, "Content-Type": "application/octet-stream"}, timeout=60)
+        assert r.status_code == 200, r.text
+        events, deadline = [], time.monotonic() + 20
+        while not any(e == {"name": "one.txt", "type": "EVENT_TYPE_CREATE"} for e in events):
+            assert time.monotonic() < deadline, events
+            r = rpc("GetWatcherEvents", {"watcherId": watcher})
+            assert r.status_code == 200, r.text
+            events += r.json()["events"]
+            time.sleep(0.1)
+        assert rpc("GetWatcherEvents", {"watcherId": watcher}).json()["events"] in ([], [{"name": "one.txt", "type": "EVENT_TYPE_WRITE"}])
+        assert rpc("RemoveWatcher", {"watcherId": watcher}).status_code == 200
+        r = rpc("GetWatcherEvents", {"watcherId": watcher})
+        assert r.status_code == 404 and r.json()["code"] == "not_found", r.text
+        # Bad input: clear errors.
+        assert rpc("CreateWatcher", {"path": "/home/user/none"}).json()["code"] == "not_found"
+        assert rpc("CreateWatcher", {"path": "/home/user/polled/one.txt"}).status_code in (400, 404)
+        assert rpc("CreateWatcher", {"path": "/home/user/polled", "recursive": "yes"}).status_code == 400
+        assert rpc("CreateWatcher", {"path": "/etc"}).status_code == 404
+        # At most 8 watches per sandbox; a removed one makes room again.
+        ids = []
+        for _ in range(8):
+            r = rpc("CreateWatcher", {"path": "/home/user/polled"})
+            assert r.status_code == 200, r.text
+            ids.append(r.json()["watcherId"])
+        r = rpc("CreateWatcher", {"path": "/home/user/polled"})
+        assert r.status_code == 429 and r.json()["code"] == "resource_exhausted", r.text
+        assert rpc("RemoveWatcher", {"watcherId": ids.pop()}).status_code == 200
+        assert rpc("CreateWatcher", {"path": "/home/user/polled"}).status_code == 200
+        # Code contexts: at most 8 per sandbox, 429 past it, room again after a removal.
+        ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": sb["trafficAccessToken"]}
+        made = []
+        for _ in range(8):
+            r = requests.post(f"{url}/e2b/contexts", json={}, headers=ci, timeout=120)
+            assert r.status_code == 200, r.text
+            made.append(r.json()["id"])
+        r = requests.post(f"{url}/e2b/contexts", json={}, headers=ci, timeout=120)
+        assert r.status_code == 429 and r.json()["code"] == 429, r.text
+        assert requests.delete(f"{url}/e2b/contexts/{made[0]}", headers=ci, timeout=30).status_code == 204
+        assert requests.delete(f"{url}/e2b/contexts/{made[0]}", headers=ci, timeout=30).status_code == 404
+        assert requests.delete(f"{url}/e2b/contexts/default", headers=ci, timeout=30).status_code == 400
+        r = requests.post(f"{url}/e2b/execute", json={"code": "1", "context_id": "nope"}, headers=ci, timeout=30)
+        assert r.status_code == 404
     finally:
         _kill(gateway, sb["sandboxID"])

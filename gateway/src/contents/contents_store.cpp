@@ -367,6 +367,11 @@ int contents_store::open_for_read(std::string_view path, std::uint64_t& size_out
     return fd.release();
 }
 
+int contents_store::open_directory_path(std::string_view path) const {
+    const std::string rel = check_path(path);
+    return open_dir_path(root_fd_, rel, "watch", rel).release();
+}
+
 std::string contents_store::untitled_name(std::string_view dir, std::string_view base,
                                           std::string_view ext) const {
     const std::string rel = check_path(dir);

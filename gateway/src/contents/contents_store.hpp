@@ -115,6 +115,12 @@ public:
     // owns (O_RDONLY|O_CLOEXEC), with its size. Throws like read().
     int open_for_read(std::string_view path, std::uint64_t& size_out) const;
 
+    // For watching a directory (inotify through /proc/self/fd/N): an O_PATH
+    // descriptor of the directory at `path`, resolved like every other call
+    // (never through a symlink); the caller owns it. Not found, or not a
+    // directory: throws.
+    int open_directory_path(std::string_view path) const;
+
     // A fresh "Untitled", "Untitled1", … (with `ext`, e.g. ".txt") name in `dir`.
     std::string untitled_name(std::string_view dir, std::string_view base, std::string_view ext) const;
 

@@ -5,7 +5,6 @@
 #include "api/request_models.hpp"
 #include "util/api_error.hpp"
 
-#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 namespace cellgate::e2b {
@@ -116,21 +115,7 @@ std::string context_of(const json& body) {
 // E2B's server sends a keepalive line every few seconds; the SDK skips them.
 // Returns what stops them.
 std::function<void()> keepalives(boost::asio::io_context& io, const std::shared_ptr<stream_sink>& sink) {
-    auto keepalive = std::make_shared<boost::asio::steady_timer>(io);
-    auto tick = std::make_shared<std::function<void()>>();
-    *tick = [keepalive, sink, weak = std::weak_ptr(tick)] {
-        keepalive->expires_after(std::chrono::seconds(5));
-        keepalive->async_wait([sink, weak](const boost::system::error_code& ec) {
-            if (ec) return;
-            sink->write(line({{"type", "keepalive"}}));
-            if (auto t = weak.lock()) (*t)();
-        });
-    };
-    (*tick)();
-    return [keepalive, tick] {
-        keepalive->cancel();
-        *tick = nullptr;
-    };
+    return every(io, std::chrono::seconds(5), [sink] { sink->write(line({{"type", "keepalive"}})); });
 }
 
 void execute(surface& e, const request_ptr& req, reply_fn reply) {

@@ -76,6 +76,64 @@ json list_dir(const contents_store& store, const std::string& dir, unsigned dept
     return {{"entries", std::move(entries)}};
 }
 
+// A directory watch: set up on the file pool (a recursive one walks the
+// tree), then streamed (WatchDir: a start message, each event, keepalives,
+// and the end-of-stream frame when the directory goes or the client leaves)
+// or kept for polling (CreateWatcher → its id).
+void watch(surface& e, const request_ptr& req, const json& m, reply_fn reply, bool stream) {
+    const auto k = sandbox_kernel(e, req);
+    const auto dir = workspace_path(string_member(m, "path", false));
+    const auto it = m.find("recursive");
+    if (it != m.end() && !it->is_null() && !it->is_boolean()) throw api_exception(400, "'recursive' must be a boolean");
+    const bool recursive = it != m.end() && it->is_boolean() && it->get<bool>();
+    unsigned status = 0;
+    std::string why;
+    if (!e.watches->admit(k->id(), status, why)) throw api_exception(status, why);
+    // Given back unless the watch is set up (then the book's entry holds it).
+    struct admission {
+        admission(watch_book& b, std::string id) : book(b), kernel_id(std::move(id)) {}
+        admission(const admission&) = delete;
+        admission& operator=(const admission&) = delete;
+        ~admission() {
+            if (held) book.cancel_admission(kernel_id);
+        }
+        watch_book& book;
+        std::string kernel_id;
+        bool held = true;
+    };
+    auto admitted = std::make_shared<admission>(*e.watches, k->id());
+    on_pool(e, req, std::move(reply), [&e, k, dir, recursive, stream, admitted](const reply_fn& rep) mutable {
+        std::shared_ptr<contents_store> store = sandbox_store(k);
+        auto w = std::make_shared<dir_watch>(e.agents.io(), std::move(store), dir, recursive, e.watches->limits());
+        w->set_owner(k->id());
+        e.watches->add(w);
+        admitted->held = false;
+        k->touch();
+        if (!stream) {
+            w->start(nullptr, [](const std::string&) {});
+            return rep(json_response(200, {{"watcherId", w->id()}}));
+        }
+        rep(connect::stream_response([&e, w](std::shared_ptr<stream_sink> sink) {
+            sink->write(connect::envelope({{"start", json::object()}}));
+            auto stop_keepalive = every(e.agents.io(), std::chrono::seconds(20), [sink] {
+                sink->write(connect::envelope({{"keepalive", json::object()}}));
+            });
+            w->start(
+                [sink](const std::vector<json>& events) {
+                    for (const auto& ev : events) sink->write(connect::envelope({{"filesystem", ev}}));
+                },
+                [&e, sink, w_id = w->id(), kernel_id = w->kernel_id(), stop_keepalive](const std::string& ended) {
+                    stop_keepalive();
+                    e.watches->release(kernel_id, w_id);
+                    sink->write(ended == "stopped" ? connect::end_stream()
+                                                   : connect::end_stream(std::pair{std::string_view("not_found"), ended}));
+                    sink->close();
+                });
+            sink->on_disconnect([w] { w->stop(); });
+        }));
+    });
+}
+
 void register_filesystem(router& r, surface& e) {
     auto rpc = [&r, &e](const std::string& method, std::function<json(const json&, contents_store&)> call) {
         r.add_guarded(bhttp::verb::post, "/e2b/filesystem.Filesystem/" + method, sandbox_guard(e, envd_port, true),
@@ -122,14 +180,35 @@ void register_filesystem(router& r, surface& e) {
         store.remove(path, true);
         return json::object();
     });
+    // WatchDir: a server stream; CreateWatcher / GetWatcherEvents /
+    // RemoveWatcher: the same watch, polled (the Python SDK's sync client).
     r.add_guarded(bhttp::verb::post, "/e2b/filesystem.Filesystem/WatchDir", sandbox_guard(e, envd_port, true),
-                  connect_handler([](const request_ptr&, reply_fn reply) {
-                      reply(connect::stream_response([](std::shared_ptr<stream_sink> sink) {
-                          sink->write(connect::end_stream(
-                              std::pair{std::string_view("unimplemented"),
-                                        std::string("Watching directories is not available in cellgate yet")}));
-                          sink->close();
-                      }));
+                  connect_handler([&e](const request_ptr& req, reply_fn reply) {
+                      watch(e, req, connect::request_message(req->req.body()), std::move(reply), true);
+                  }));
+    r.add_guarded(bhttp::verb::post, "/e2b/filesystem.Filesystem/CreateWatcher", sandbox_guard(e, envd_port, true),
+                  connect_handler([&e](const request_ptr& req, reply_fn reply) {
+                      const auto body = req->json_body();
+                      watch(e, req, body.is_object() ? body : json::object(), std::move(reply), false);
+                  }));
+    auto watcher = [&e](const request_ptr& req) {
+        const auto k = sandbox_kernel(e, req);
+        const auto body = req->json_body();
+        const auto id = string_member(body.is_object() ? body : json::object(), "watcherId");
+        auto w = e.watches->find(k->id(), id);
+        if (!w) throw api_exception(404, "No watcher '" + id.substr(0, 64) + "'");
+        return w;
+    };
+    r.add_guarded(bhttp::verb::post, "/e2b/filesystem.Filesystem/GetWatcherEvents", sandbox_guard(e, envd_port, true),
+                  connect_handler([watcher](const request_ptr& req, reply_fn reply) {
+                      reply(json_response(200, {{"events", watcher(req)->take()}}));
+                  }));
+    r.add_guarded(bhttp::verb::post, "/e2b/filesystem.Filesystem/RemoveWatcher", sandbox_guard(e, envd_port, true),
+                  connect_handler([&e, watcher](const request_ptr& req, reply_fn reply) {
+                      const auto w = watcher(req);
+                      e.watches->release(w->kernel_id(), w->id());
+                      w->stop();
+                      reply(json_response(200, json::object()));
                   }));
 }
 

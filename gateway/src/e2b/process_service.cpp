@@ -11,7 +11,6 @@
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
 
-#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -40,13 +39,16 @@ json end_event(const processes::process_exit& e) {
 }
 
 // Streams one process's events to one client.
-class event_stream : public processes::watcher, public std::enable_shared_from_this<event_stream> {
+class event_stream : public processes::watcher {
 public:
-    event_stream(std::shared_ptr<stream_sink> sink, boost::asio::io_context& ioc) : sink_(std::move(sink)), keepalive_(ioc) {}
+    event_stream(std::shared_ptr<stream_sink> sink, boost::asio::io_context& ioc) : sink_(std::move(sink)), io_(ioc) {}
 
     void begin(const process_ptr& p) {
         sink_->write(connect::envelope({{"event", {{"start", {{"pid", p->pid()}}}}}}));
-        tick();
+        // The SDK pings every 50 s; idle links get cut sooner.
+        stop_keepalive_ = every(io_, std::chrono::seconds(20), [sink = sink_] {
+            sink->write(connect::envelope({{"event", {{"keepalive", json::object()}}}}));
+        });
     }
     void output(processes::stream s, const std::string& bytes) override {
         sink_->write(connect::envelope({{"event", {{"data", {{std::string(processes::to_string(s)), base64_encode(bytes)}}}}}}));
@@ -55,21 +57,13 @@ public:
         sink_->write(connect::envelope(end_event(e)));
         sink_->write(connect::end_stream());
         sink_->close();
-        keepalive_.cancel();
+        if (auto stop = std::exchange(stop_keepalive_, nullptr)) stop();
     }
 
 private:
-    void tick() {
-        keepalive_.expires_after(std::chrono::seconds(20));  // the SDK pings every 50 s; idle links get cut sooner
-        keepalive_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
-            auto self = weak.lock();
-            if (ec || !self) return;
-            self->sink_->write(connect::envelope({{"event", {{"keepalive", json::object()}}}}));
-            self->tick();
-        });
-    }
     std::shared_ptr<stream_sink> sink_;
-    boost::asio::steady_timer keepalive_;
+    boost::asio::io_context& io_;
+    std::function<void()> stop_keepalive_;
 };
 
 // Follows `p` on a Connect stream; a client that leaves stops following (a

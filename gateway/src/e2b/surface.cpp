@@ -3,6 +3,7 @@
 #include "http/auth.hpp"
 #include "util/api_error.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include <charconv>
@@ -242,12 +243,44 @@ std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_pt
 
 void rethrow_contents(const contents::contents_error& e) { throw api_exception(api::contents_status(e.kind()), e.what()); }
 
+std::function<void()> every(boost::asio::io_context& io, std::chrono::seconds interval, std::function<void()> tick) {
+    struct ticker {
+        boost::asio::steady_timer timer;
+        std::function<void()> tick;
+        std::chrono::seconds interval;
+    };
+    auto t = std::make_shared<ticker>(ticker{boost::asio::steady_timer(io), std::move(tick), interval});
+    auto arm = std::make_shared<std::function<void()>>();
+    *arm = [weak = std::weak_ptr(t), arm_weak = std::weak_ptr(arm)] {
+        auto self = weak.lock();
+        if (!self) return;
+        self->timer.expires_after(self->interval);
+        self->timer.async_wait([weak, arm_weak](const boost::system::error_code& ec) {
+            auto alive = weak.lock();
+            auto again = arm_weak.lock();
+            if (ec || !alive || !again) return;
+            alive->tick();
+            (*again)();
+        });
+    };
+    (*arm)();
+    // The caller's handle owns the ticker: dropping or calling it stops the ticks.
+    auto stop = std::make_shared<std::pair<std::shared_ptr<ticker>, std::shared_ptr<std::function<void()>>>>(t, arm);
+    return [stop] {
+        if (stop->first) stop->first->timer.cancel();
+        stop->first.reset();
+        stop->second.reset();
+    };
+}
+
 std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
-    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options, std::make_shared<code_contexts>(processes)});
-    s.kernels.on_removed([weak = std::weak_ptr(e->contexts)](const std::string& kernel_id) {
-        if (auto c = weak.lock()) c->remove_session(kernel_id);
+    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options, std::make_shared<code_contexts>(processes),
+                                               std::make_shared<watch_book>()});
+    s.kernels.on_removed([contexts = std::weak_ptr(e->contexts), watches = std::weak_ptr(e->watches)](const std::string& kernel_id) {
+        if (auto c = contexts.lock()) c->remove_session(kernel_id);
+        if (auto w = watches.lock()) w->remove_session(kernel_id);
     });
     register_control_plane(r, *e);
     register_code_interpreter(r, *e);

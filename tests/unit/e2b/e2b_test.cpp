@@ -2,6 +2,7 @@
 // envelopes, status ↔ Connect code, tokens, and the sandbox book's records
 // surviving a restart through the state store.
 #include "e2b/connect_rpc.hpp"
+#include "e2b/dir_watch.hpp"
 #include "e2b/sandbox_book.hpp"
 #include "e2b/surface.hpp"
 #include "util/api_error.hpp"
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 namespace cellgate::e2b {
@@ -139,6 +141,82 @@ TEST(E2bBook, RecordsAreTenantScopedAndOutliveTheGateway) {
         EXPECT_TRUE(sandbox_book(&store).load().empty());
     }
     std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cellgate::e2b
+
+namespace cellgate::e2b {
+namespace {
+
+// A directory watch on a real directory: events for what happens beneath
+// it, relative names, a new subdirectory followed, and a symlink planted
+// inside never followed out.
+TEST(E2bDirWatch, ReportsChangesBeneathItAndNeverFollowsALinkOut) {
+    namespace fs = std::filesystem;
+    const auto base = fs::temp_directory_path() / ("cellgate-watch-" + std::to_string(::getpid()));
+    fs::remove_all(base);
+    fs::create_directories(base / "ws" / "watched");
+    fs::create_directories(base / "outside");
+    fs::create_directory_symlink(base / "outside", base / "ws" / "watched" / "link");
+    auto store = std::make_shared<contents::contents_store>((base / "ws").string(), ::getuid(), ::getgid());
+    boost::asio::io_context io;
+    auto w = std::make_shared<dir_watch>(io, store, "watched", true, watch_limits{});
+    std::vector<nlohmann::json> events;
+    std::string ended;
+    w->start([&events](const std::vector<nlohmann::json>& got) { events.insert(events.end(), got.begin(), got.end()); },
+             [&ended](const std::string& why) { ended = why; });
+    auto pump = [&io] {
+        io.restart();
+        io.run_for(std::chrono::milliseconds(200));
+    };
+    pump();
+    { std::ofstream(base / "outside" / "secret.txt") << "x"; }     // through the link: not watched
+    { std::ofstream(base / "ws" / "watched" / "a.txt") << "one"; }
+    fs::create_directory(base / "ws" / "watched" / "sub");
+    pump();
+    { std::ofstream(base / "ws" / "watched" / "sub" / "b.txt") << "two"; }  // followed: sub was created after the start
+    fs::rename(base / "ws" / "watched" / "a.txt", base / "ws" / "watched" / "c.txt");
+    pump();
+    auto seen = [&events](const std::string& name, const std::string& type) {
+        for (const auto& e : events)
+            if (e["name"] == name && e["type"] == type) return true;
+        return false;
+    };
+    EXPECT_TRUE(seen("a.txt", "EVENT_TYPE_CREATE"));
+    EXPECT_TRUE(seen("a.txt", "EVENT_TYPE_WRITE"));
+    EXPECT_TRUE(seen("sub", "EVENT_TYPE_CREATE"));
+    EXPECT_TRUE(seen("sub/b.txt", "EVENT_TYPE_CREATE"));
+    EXPECT_TRUE(seen("a.txt", "EVENT_TYPE_RENAME"));
+    EXPECT_TRUE(seen("c.txt", "EVENT_TYPE_CREATE"));
+    for (const auto& e : events) EXPECT_EQ(e["name"].get<std::string>().find("secret"), std::string::npos) << e.dump();
+    EXPECT_TRUE(ended.empty());
+    fs::remove_all(base / "ws" / "watched");
+    pump();
+    EXPECT_EQ(ended, "the watched directory was removed");
+    // Not a directory, not there, or a link: refused at the start.
+    { std::ofstream(base / "ws" / "file.txt") << "x"; }
+    fs::create_directory_symlink(base / "outside", base / "ws" / "ln");
+    for (const auto* bad : {"file.txt", "missing", "ln"})
+        EXPECT_ANY_THROW(dir_watch(io, store, bad, false, watch_limits{})) << bad;
+    fs::remove_all(base);
+}
+
+TEST(E2bDirWatch, TheBookBoundsWatchesPerSandboxAndInAll) {
+    watch_book book(watch_limits{2, 3, 16, 10});
+    unsigned status = 0;
+    std::string why;
+    EXPECT_TRUE(book.admit("k1", status, why));
+    EXPECT_TRUE(book.admit("k1", status, why));
+    EXPECT_FALSE(book.admit("k1", status, why));
+    EXPECT_EQ(status, 429u);
+    EXPECT_TRUE(book.admit("k2", status, why));
+    EXPECT_FALSE(book.admit("k3", status, why));
+    EXPECT_EQ(status, 503u);
+    book.cancel_admission("k1");
+    EXPECT_TRUE(book.admit("k3", status, why));
+    book.remove_session("k9");  // unknown: nothing changes
+    EXPECT_FALSE(book.admit("k4", status, why));
 }
 
 }  // namespace
