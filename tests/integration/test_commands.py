@@ -205,6 +205,10 @@ def test_python_sdk_commands(gw):
         seen = []
         sb.commands.run(["sh", "-c", "echo a; echo b"], on_stdout=seen.append)
         assert "".join(seen) == "a\nb\n"
+        # A terminal's output, streamed, is the result's stdout.
+        seen = []
+        r = sb.commands.run("stty size; echo on-a-tty", tty={"rows": 33, "cols": 99}, on_stdout=seen.append)
+        assert "33 99" in r.stdout and "on-a-tty" in r.stdout and "".join(seen) == r.stdout, r.stdout
         h = sb.commands.run("cat", background=True, stdin=True)
         h.send_stdin("x\n", eof=True)
         assert h.wait().stdout == "x\n"

@@ -4,6 +4,7 @@ Each command is a process inside the session's sandbox with the kernel's own
 confinement (same user, no network, the same limits), started with
 ``bash -lc`` in ``/home/user`` (the workspace) unless given an argv.
 """
+import base64
 import json
 
 from ._http import close_response, iter_sse
@@ -61,7 +62,6 @@ class CommandHandle:
     def send_stdin(self, data, eof=False):
         body = {"eof": eof}
         if isinstance(data, bytes):
-            import base64
             body["data_base64"] = base64.b64encode(data).decode()
         else:
             body["data"] = data
@@ -145,6 +145,12 @@ class Commands:
                     err.append(payload.get("text", ""))
                     if on_stderr:
                         on_stderr(payload.get("text", ""))
+                elif event == "pty":
+                    # A terminal's output is its stdout, as in the JSON answer.
+                    text = base64.b64decode(payload.get("data_base64", "")).decode("utf-8", "replace")
+                    out.append(text)
+                    if on_stdout:
+                        on_stdout(text)
                 elif event == "exit":
                     return CommandResult({"pid": pid, "exit": payload, "stdout": "".join(out), "stderr": "".join(err)})
                 elif event == "stream_error":
