@@ -250,14 +250,8 @@ export declare class TooManySessions extends CellgateError {}
 export declare class CommandExitError extends CellgateError {
   constructor(result: CommandResult);
   result: CommandResult;
-  pid: number;
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  truncated: boolean;
-  error: string | null;
 }
+export interface CommandExitError extends Omit<CommandResult, 'model'> {}
 
 export declare class Cellgate {
   constructor(options?: ClientOptions);

@@ -124,15 +124,21 @@ def test_stream_signal_list_and_bad_requests(gw, session):
     assert gw.api("POST", f"/v1/sessions/nope/commands", json={"cmd": "true"}).status_code == 404
 
 
-def test_a_command_gets_the_kernels_confinement(gw, session):
-    # A listener on one of this machine's own addresses: the command must not reach it.
-    host_ip = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-    host_ip = next((a for a in host_ip if ":" not in a), "127.0.0.1")
+def _host_listener():
+    """A listener on one of this machine's own addresses (not loopback when
+    there is another): what a sandboxed process must not reach."""
+    addrs = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    host_ip = next((a for a in addrs if ":" not in a), "127.0.0.1")
     lsock = socket.socket()
     lsock.bind((host_ip, 0))
     lsock.listen(4)
     lsock.settimeout(0.5)
-    port = lsock.getsockname()[1]
+    return lsock, host_ip, lsock.getsockname()[1]
+
+
+def test_a_command_gets_the_kernels_confinement(gw, session):
+    # A listener on one of this machine's own addresses: the command must not reach it.
+    lsock, host_ip, port = _host_listener()
     try:
         probe = (
             "id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u;"
@@ -258,13 +264,7 @@ def test_terminals_rest_websocket_and_confinement(gw, session):
             _terminal_socket(gw, name, token)
         assert e.value.status_code == status
     # The terminal is not a command of the session's: it is its own process there.
-    host_ip = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-    host_ip = next((a for a in host_ip if ":" not in a), "127.0.0.1")
-    lsock = socket.socket()
-    lsock.bind((host_ip, 0))
-    lsock.listen(4)
-    lsock.settimeout(0.5)
-    port = lsock.getsockname()[1]
+    lsock, host_ip, port = _host_listener()
     ws = _terminal_socket(gw, "t-one")
     try:
         assert json.loads(ws.recv()) == ["setup", {}]

@@ -53,6 +53,13 @@ bhttp::request_header<> header(bhttp::verb method, std::string target, std::stri
     return h;
 }
 
+bhttp::request_header<> upgrade(std::string target) {
+    auto h = header(bhttp::verb::get, std::move(target));
+    h.set(bhttp::field::upgrade, "websocket");
+    h.set(bhttp::field::connection, "upgrade");
+    return h;
+}
+
 nlohmann::json body_of(const http::response& r) { return nlohmann::json::parse(r.body); }
 
 TEST(admit, refuses_a_missing_token_before_the_body_and_closes_after) {
@@ -128,9 +135,7 @@ TEST(admit, uploads_need_a_token_like_any_private_route) {
 
 TEST(admit, websocket_upgrades_only_on_the_kernel_channels) {
     fixture f;
-    auto h = header(bhttp::verb::get, "/api/kernels/k1/channels?session_id=s&token=secret-token-1");
-    h.set(bhttp::field::upgrade, "websocket");
-    h.set(bhttp::field::connection, "upgrade");
+    auto h = upgrade("/api/kernels/k1/channels?session_id=s&token=secret-token-1");
     auto a = f.admit(h);
     EXPECT_EQ(a.what, action::upgrade);
     EXPECT_EQ(a.ctx->query_value("session_id"), "s");
@@ -141,9 +146,7 @@ TEST(admit, websocket_upgrades_only_on_the_kernel_channels) {
 
 TEST(admit, a_socket_endpoint_upgrades_after_the_token_and_a_plain_get_there_is_a_400) {
     fixture f;
-    auto h = header(bhttp::verb::get, "/terminals/websocket/1");
-    h.set(bhttp::field::upgrade, "websocket");
-    h.set(bhttp::field::connection, "upgrade");
+    auto h = upgrade("/terminals/websocket/1");
     auto a = f.admit(h);
     EXPECT_EQ(a.reply.status, 401u);  // no token: refused before any handler
     h.target("/terminals/websocket/1?token=secret-token-1");
