@@ -2,7 +2,7 @@
 # read by the build (gateway/CMakeLists.txt makes one library per room that
 # links only these) and by the include check (cmake/check_rooms.cmake).
 # docs/architecture.md draws it.
-set(cellgate_rooms util metrics contents jupyter wire kernels agent processes http api e2b config)
+set(cellgate_rooms util metrics contents jupyter wire kernels agent processes http api e2b mcp config)
 set(cellgate_room_uses_util "")
 set(cellgate_room_uses_metrics "")
 set(cellgate_room_uses_contents util)
@@ -14,4 +14,5 @@ set(cellgate_room_uses_processes kernels jupyter wire contents metrics util)
 set(cellgate_room_uses_http kernels wire jupyter metrics util)
 set(cellgate_room_uses_api processes http agent kernels wire jupyter contents metrics util)
 set(cellgate_room_uses_e2b processes api http agent kernels wire jupyter contents metrics util)
-set(cellgate_room_uses_config e2b processes api http agent kernels wire jupyter contents metrics util)
+set(cellgate_room_uses_mcp api http agent kernels wire jupyter contents metrics util)
+set(cellgate_room_uses_config mcp e2b processes api http agent kernels wire jupyter contents metrics util)

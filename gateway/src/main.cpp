@@ -1,6 +1,7 @@
 // cellgate: the gateway. Wires the pieces together and runs the shutdown ladder.
 #include "agent/agent_service.hpp"
 #include "e2b/e2b_api.hpp"
+#include "mcp/mcp_api.hpp"
 #include "processes/process_table.hpp"
 #include "api/api.hpp"
 #include "cellgate/launcher/launcher.hpp"
@@ -173,7 +174,7 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
 // Returns what the routes' handlers hold (kept as long as the router).
 std::shared_ptr<void> register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
                                       processes::process_table& processes, e2b::sandbox_book& e2b_book,
-                                      const config::gateway_config& cfg) {
+                                      kernels::state_store* store, const config::gateway_config& cfg) {
     api::register_misc_api(routes, services);
     api::register_kernels_api(routes, services);
     api::register_sessions_api(routes, services);
@@ -183,7 +184,12 @@ std::shared_ptr<void> register_routes(http::router& routes, api::services& servi
     auto terminals = api::register_terminals_api(routes, services, processes);
     api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
     auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
-    return std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(terminals), std::move(e2b));
+    auto mcp_options = cfg.mcp;
+    mcp_options.allow_origins = cfg.server.allow_origins;
+    mcp_options.version = services.version;
+    auto mcp = mcp::register_mcp_api(routes, services, agents, store, mcp_options);
+    return std::make_shared<std::vector<std::shared_ptr<void>>>(
+        std::vector<std::shared_ptr<void>>{std::move(terminals), std::move(e2b), std::move(mcp)});
 }
 
 void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {
@@ -284,7 +290,7 @@ int main(int argc, char** argv) {
         processes::process_table processes(ioc, launch);
         manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
-        const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, cfg);
+        const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
         announce(cfg, server.listen(), generated_token);

@@ -5,6 +5,7 @@
 #include "contents/contents_store.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
+#include "util/every.hpp"
 #include "util/multipart.hpp"
 
 #include <boost/asio/post.hpp>
@@ -30,40 +31,9 @@ auto guarded(Fn fn) {
     }
 }
 
-std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) {
-    const auto sb = k->sandbox();
-    if (!sb) throw api_exception(409, "The session's workspace is not ready");  // between two sandboxes of a restart
-    return guarded([&] {
-        return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                                sb->host_uid_base + sb->spec.gid);
-    });
-}
+std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) { return workspace_store(k); }
 
 std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
-
-json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
-    const auto model = k.model();
-    const auto& p = k.policy();
-    json limits = {{"timeout_s", p.exec_timeout.count()},
-                   {"idle_timeout_s", p.idle_timeout.count()},
-                   {"lifetime_s", p.lifetime.count()},
-                   {"output_limit_bytes", p.output_limit_bytes},
-                   {"result_limit_bytes", p.result_limit_bytes},
-                   {"upload_limit_bytes", p.upload_limit_bytes}};
-    if (spec != nullptr) {
-        limits["memory_bytes"] = spec->limits.memory_bytes;
-        limits["cpu_millis"] = spec->limits.cpu_millis;
-        limits["pids"] = spec->limits.pids;
-        limits["workspace_bytes"] = spec->limits.workspace_bytes;
-    }
-    return {{"id", k.id()},
-            {"kernel", k.spec_name()},
-            {"state", model["execution_state"]},
-            {"created", kernels::iso8601(k.created())},
-            {"last_activity", model["last_activity"]},
-            {"expires_at", p.lifetime.count() > 0 ? json(kernels::iso8601(k.created() + p.lifetime)) : json(nullptr)},
-            {"limits", limits}};
-}
 
 // Runs one execution and replies with JSON, or streams it as SSE with
 // keepalives; a streaming client that disconnects gets its cell interrupted.
@@ -80,28 +50,18 @@ void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, a
     res.content_type = "text/event-stream";
     res.headers.emplace_back("X-Accel-Buffering", "no");
     res.stream = [&agents, k, opts = std::move(opts), decorate](std::shared_ptr<stream_sink> sink) mutable {
-        auto keepalive = std::make_shared<boost::asio::steady_timer>(agents.io());
-        auto tick = std::make_shared<std::function<void()>>();
-        *tick = [keepalive, sink, weak = std::weak_ptr(tick)] {
-            keepalive->expires_after(std::chrono::seconds(15));
-            keepalive->async_wait([sink, weak](const boost::system::error_code& ec) {
-                if (ec) return;
-                sink->write(": keepalive\n\n");
-                if (auto t = weak.lock()) (*t)();
-            });
-        };
-        (*tick)();
+        auto stop_keepalive = std::make_shared<std::function<void()>>(
+            util::every(agents.io(), std::chrono::seconds(15), [sink] { sink->write(": keepalive\n\n"); }));
         auto e = agents.submit(
             k, std::move(opts),
             [sink](const std::string& event, const json& data) {
                 if (event != "end") sink->write(sse_event(event, data));
             },
-            [sink, keepalive, tick, decorate](json result) {
+            [sink, stop_keepalive, decorate](json result) {
                 if (decorate) decorate(result);
                 sink->write(sse_event("end", result));
                 sink->close();
-                keepalive->cancel();
-                *tick = nullptr;
+                (*stop_keepalive)();
             });
         sink->on_disconnect([&agents, k, e] {
             spdlog::info("kernel {}: the streaming client went away; interrupting its execution", k->id());
@@ -158,20 +118,13 @@ void finish_upload(services& s, const request_ptr& req, const reply_fn& reply) {
 // Sessions: create, list, look up, delete, interrupt, restart, execute.
 void register_sessions(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
-        const auto body = req->json_body();
-        auto name = agent_kernel_name(body);
-        if (name.empty()) name = s.kernels.specs().default_name();
-        const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, req->who.tenant);
-        const auto policy = policy_from(body, base, agents.limits());
-        s.kernels.start_kernel(
-            req->who.tenant, name, strict_env(body),
-            [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
-                if (e) return reply(failure_response(*e));
-                auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
-                res.headers.emplace_back("Location", "/v1/sessions/" + k->id());
-                reply(std::move(res));
-            },
-            policy);
+        start_agent_session(s, agents.limits(), req->who.tenant, req->json_body(),
+                            [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+                                if (e) return reply(failure_response(*e));
+                                auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
+                                res.headers.emplace_back("Location", "/v1/sessions/" + k->id());
+                                reply(std::move(res));
+                            });
     });
     r.add(bhttp::verb::get, "/v1/sessions", [&s](const request_ptr& req, reply_fn reply) {
         json list = json::array();
@@ -379,6 +332,49 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
 }
 
 }  // namespace
+
+json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
+    const auto model = k.model();
+    const auto& p = k.policy();
+    json limits = {{"timeout_s", p.exec_timeout.count()},
+                   {"idle_timeout_s", p.idle_timeout.count()},
+                   {"lifetime_s", p.lifetime.count()},
+                   {"output_limit_bytes", p.output_limit_bytes},
+                   {"result_limit_bytes", p.result_limit_bytes},
+                   {"upload_limit_bytes", p.upload_limit_bytes}};
+    if (spec != nullptr) {
+        limits["memory_bytes"] = spec->limits.memory_bytes;
+        limits["cpu_millis"] = spec->limits.cpu_millis;
+        limits["pids"] = spec->limits.pids;
+        limits["workspace_bytes"] = spec->limits.workspace_bytes;
+    }
+    return {{"id", k.id()},
+            {"kernel", k.spec_name()},
+            {"state", model["execution_state"]},
+            {"created", kernels::iso8601(k.created())},
+            {"last_activity", model["last_activity"]},
+            {"expires_at", p.lifetime.count() > 0 ? json(kernels::iso8601(k.created() + p.lifetime)) : json(nullptr)},
+            {"limits", limits}};
+}
+
+std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {
+    const auto sb = k->sandbox();
+    // Between the two sandboxes of a restart.
+    if (!sb) throw api_exception(restarting_status, "The session's workspace is not ready (its kernel is restarting); try again in a moment");
+    return guarded([&] {
+        return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
+                                                sb->host_uid_base + sb->spec.gid);
+    });
+}
+
+void start_agent_session(services& s, const agent::agent_limits& limits, const std::string& tenant,
+                         const json& body, kernels::kernel_manager::done_kernel done) {
+    auto name = agent_kernel_name(body);
+    if (name.empty()) name = s.kernels.specs().default_name();
+    const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, tenant);
+    const auto policy = policy_from(body, base, limits);
+    s.kernels.start_kernel(tenant, name, strict_env(body), std::move(done), policy);
+}
 
 unsigned contents_status(contents::error_kind k) noexcept {
     switch (k) {

@@ -35,7 +35,7 @@ void register_kernels_api(http::router& r, services& s);    // kernelspecs, kern
 void register_sessions_api(http::router& r, services& s);   // /api/sessions
 void register_contents_api(http::router& r, services& s);   // /api/contents, /files
 }  // namespace cellgate::api
-namespace cellgate::agent { class agent_service; }
+namespace cellgate::agent { class agent_service; struct agent_limits; }
 namespace cellgate::processes { class process_table; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
@@ -59,6 +59,17 @@ http::response failure_response(const kernels::failure& f);
 unsigned contents_status(contents::error_kind k) noexcept;
 // Whether the client asked for Server-Sent Events (Accept: text/event-stream).
 bool wants_event_stream(const http::request_ptr& req);
+
+// A /v1 session's model: id, kernel, state, times and limits.
+nlohmann::json session_model(const kernels::kernel& k, const kernels::kernelspec* spec);
+// Starts a /v1 session for `tenant` from a create body ({kernel, timeout_s,
+// idle_timeout_s, …}, checked as POST /v1/sessions checks it: a bad field
+// throws api_exception(400)).
+void start_agent_session(services& s, const agent::agent_limits& limits, const std::string& tenant,
+                         const nlohmann::json& body, kernels::kernel_manager::done_kernel done);
+// The session's workspace; api_exception(restarting_status) while its
+// kernel is between two sandboxes, or with the contents error's status.
+std::unique_ptr<contents::contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status = 409);
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);

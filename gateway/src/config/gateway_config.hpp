@@ -2,6 +2,7 @@
 
 #include "agent/agent_service.hpp"
 #include "e2b/e2b_api.hpp"
+#include "mcp/mcp_api.hpp"
 #include "util/file_io_pool.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
@@ -38,6 +39,7 @@ struct gateway_config {
     // launcher runs inside this process, which then needs root.
     std::string launcher_socket;
     e2b::e2b_options e2b;         // the E2B surface (--e2b-domain)
+    mcp::mcp_options mcp;         // the MCP endpoint (/mcp)
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
 };
 

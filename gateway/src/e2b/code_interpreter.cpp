@@ -115,7 +115,7 @@ std::string context_of(const json& body) {
 // E2B's server sends a keepalive line every few seconds; the SDK skips them.
 // Returns what stops them.
 std::function<void()> keepalives(boost::asio::io_context& io, const std::shared_ptr<stream_sink>& sink) {
-    return every(io, std::chrono::seconds(5), [sink] { sink->write(line({{"type", "keepalive"}})); });
+    return util::every(io, std::chrono::seconds(5), [sink] { sink->write(line({{"type", "keepalive"}})); });
 }
 
 void execute(surface& e, const request_ptr& req, reply_fn reply) {

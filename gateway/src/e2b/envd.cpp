@@ -115,7 +115,7 @@ void watch(surface& e, const request_ptr& req, const json& m, reply_fn reply, bo
         }
         rep(connect::stream_response([&e, w](std::shared_ptr<stream_sink> sink) {
             sink->write(connect::envelope({{"start", json::object()}}));
-            auto stop_keepalive = every(e.agents.io(), std::chrono::seconds(20), [sink] {
+            auto stop_keepalive = util::every(e.agents.io(), std::chrono::seconds(20), [sink] {
                 sink->write(connect::envelope({{"keepalive", json::object()}}));
             });
             w->start(

@@ -46,7 +46,7 @@ public:
     void begin(const process_ptr& p) {
         sink_->write(connect::envelope({{"event", {{"start", {{"pid", p->pid()}}}}}}));
         // The SDK pings every 50 s; idle links get cut sooner.
-        stop_keepalive_ = every(io_, std::chrono::seconds(20), [sink = sink_] {
+        stop_keepalive_ = util::every(io_, std::chrono::seconds(20), [sink = sink_] {
             sink->write(connect::envelope({{"event", {{"keepalive", json::object()}}}}));
         });
     }

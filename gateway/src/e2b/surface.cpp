@@ -231,47 +231,10 @@ kernels::kernel_ptr sandbox_kernel(surface& e, const request_ptr& req) {
 }
 
 std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_ptr& k) {
-    const auto sb = k->sandbox();
-    if (!sb) throw api_exception(503, "The sandbox is restarting; try again in a moment");
-    try {
-        return std::make_unique<contents::contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                                          sb->host_uid_base + sb->spec.gid);
-    } catch (const contents::contents_error& e) {
-        rethrow_contents(e);
-    }
+    return api::workspace_store(k, 503);
 }
 
 void rethrow_contents(const contents::contents_error& e) { throw api_exception(api::contents_status(e.kind()), e.what()); }
-
-std::function<void()> every(boost::asio::io_context& io, std::chrono::seconds interval, std::function<void()> tick) {
-    struct ticker {
-        boost::asio::steady_timer timer;
-        std::function<void()> tick;
-        std::chrono::seconds interval;
-    };
-    auto t = std::make_shared<ticker>(ticker{boost::asio::steady_timer(io), std::move(tick), interval});
-    auto arm = std::make_shared<std::function<void()>>();
-    *arm = [weak = std::weak_ptr(t), arm_weak = std::weak_ptr(arm)] {
-        auto self = weak.lock();
-        if (!self) return;
-        self->timer.expires_after(self->interval);
-        self->timer.async_wait([weak, arm_weak](const boost::system::error_code& ec) {
-            auto alive = weak.lock();
-            auto again = arm_weak.lock();
-            if (ec || !alive || !again) return;
-            alive->tick();
-            (*again)();
-        });
-    };
-    (*arm)();
-    // The caller's handle owns the ticker: dropping or calling it stops the ticks.
-    auto stop = std::make_shared<std::pair<std::shared_ptr<ticker>, std::shared_ptr<std::function<void()>>>>(t, arm);
-    return [stop] {
-        if (stop->first) stop->first->timer.cancel();
-        stop->first.reset();
-        stop->second.reset();
-    };
-}
 
 std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,

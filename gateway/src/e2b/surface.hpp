@@ -12,6 +12,7 @@
 #include "e2b/e2b_api.hpp"
 #include "e2b/sandbox_book.hpp"
 #include "processes/process_table.hpp"
+#include "util/every.hpp"
 
 #include <string>
 #include <string_view>
@@ -33,10 +34,6 @@ struct surface {
     std::shared_ptr<code_contexts> contexts;
     std::shared_ptr<watch_book> watches;
 };
-
-// Calls `tick` every `interval` (a stream's keepalive) until the returned
-// function is called or dropped; `tick` runs on an io thread.
-std::function<void()> every(boost::asio::io_context& io, std::chrono::seconds interval, std::function<void()> tick);
 
 // Control plane: X-API-KEY (or Authorization: Bearer) is a cellgate token,
 // optionally with E2B's "e2b_" prefix; anything else is 401.
