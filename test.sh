@@ -36,6 +36,8 @@ run_suite "JavaScript client (node --test against the gateway)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/js
 run_suite "E2B SDKs, unmodified (npm e2b + @e2b/code-interpreter against the /e2b surface)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2b
+run_suite "MCP endpoint, unmodified clients (@modelcontextprotocol/sdk, inspector-cli against /mcp)" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/mcp
 run_suite "chat page in Chromium (playwright-core, Debian's chromium)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/browser
 run_suite "soak (20 sessions × 30 cells with uploads and downloads; resources back to baseline)" \
