@@ -91,7 +91,36 @@ export interface FileInfo {
 
 export type ExecutionStatus = 'ok' | 'error' | 'timeout' | 'interrupted' | 'kernel_died';
 
+/** A cell's record in the session's ledger (`execution.usage`, `session.executions()`). */
+export interface Usage {
+  execution_id: string;
+  session_id: string;
+  seq?: number;
+  code_sha256: string;
+  code_bytes: number;
+  started_at: string;
+  ended_at: string;
+  wall_ms: number;
+  status: ExecutionStatus;
+  /** CPU seconds of the sandbox's cgroup during the cell; null when not measurable */
+  cpu_s: number | null;
+  /** the sandbox's memory peak during the cell; null when not measurable */
+  peak_memory_bytes: number | null;
+  peak_memory_increase_bytes?: number;
+  memory_bytes_at_start?: number;
+  memory_bytes_at_end?: number;
+  stdout_bytes: number;
+  stderr_bytes: number;
+  result_bytes: number;
+  results: number;
+  files: { created: { path: string; size: number }[]; modified: { path: string; size: number }[]; deleted: { path: string; size: number }[] };
+  files_complete: boolean;
+  egress: unknown[];
+}
+
 export interface Execution {
+  execution_id: string;
+  usage: Usage;
   status: ExecutionStatus;
   execution_count: number | null;
   stdout: string;
@@ -293,6 +322,7 @@ export declare class Session {
   download(path: string, opts: { as: 'text'; signal?: AbortSignal }): Promise<string>;
   download(path: string, opts: { as: 'response'; signal?: AbortSignal }): Promise<Response>;
   listFiles(path?: string): Promise<FileInfo[]>;
+  executions(opts?: { after?: number; limit?: number }): Promise<{ executions: Usage[]; nextAfter: number | null }>;
   removeFile(path: string): Promise<void>;
   /** the file's URL; it needs the Authorization header (no <img src>, no plain links) */
   fileUrl(path: string, opts?: { download?: boolean }): string;

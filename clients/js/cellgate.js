@@ -700,6 +700,18 @@ export class Session {
    * @param {string} [path]
    * @returns {Promise<import('./cellgate').FileInfo[]>}
    */
+  /**
+   * The session's ledger, oldest first: records with `seq` greater than
+   * `after` (page on with `nextAfter`).
+   * @param {{after?: number, limit?: number}} [opts]
+   * @returns {Promise<{executions: import('./cellgate').Usage[], nextAfter: number | null}>}
+   */
+  async executions({ after = 0, limit = 100 } = {}) {
+    const body = await this.client.requestJson('GET', this._path(`/executions?after=${after}&limit=${limit}`),
+      { notFound: SessionNotFound });
+    return { executions: body.executions || [], nextAfter: body.next_after ?? null };
+  }
+
   async listFiles(path = '') {
     const q = path ? `?path=${encodeURIComponent(path)}` : '';
     const body = await this._itemCall(() => this.client.requestJson('GET', this._path(`/files${q}`)));

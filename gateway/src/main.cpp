@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
         manager.on_removed([&sessions](const std::string& kernel_id) { sessions.remove_for_kernel(kernel_id); });
         // Blocking file-system work (contents, /v1 files, snapshots) stays off the io threads.
         util::file_io_pool file_io(cfg.file_io);
-        agent::agent_service agents(ioc, manager, cfg.agent, &file_io);
+        agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get());
+        metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         api::services services{manager, sessions, metrics, "2.0.0", &file_io};
 
         http::server_context ctx(

@@ -88,6 +88,7 @@ public:
             launcher_.remove(r.id, {.keep_workspace = r.keep_workspace});
             return nullptr;
         case op::set_cpu_shares: launcher_.set_cpu_shares(r.id, r.shares); return nullptr;
+        case op::usage: return service::usage_to_json(launcher_.usage(r.id, r.reset_peak));
         case op::exec: throw service::bad_request("exec is served on its own connection");
         case op::reap: {
             std::set<std::string> live;

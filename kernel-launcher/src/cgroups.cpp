@@ -140,6 +140,34 @@ std::vector<std::string> remove_cgroup(const std::string& cgroups_path, bool kil
     return left;
 }
 
+std::optional<sandbox_usage> read_usage(const std::string& cgroups_path, bool reset_peak) {
+    std::error_code ec;
+    const fs::path rel = fs::path(cgroups_path).relative_path();
+    auto write = [](const fs::path& file, const char* value) {
+        std::ofstream out(file);
+        out << value;
+        out.flush();
+        return static_cast<bool>(out);
+    };
+    sandbox_usage u;
+    if (fs::exists(cgroup_root / "cgroup.controllers", ec)) {
+        const auto dir = cgroup_root / rel;
+        if (!fs::exists(dir, ec)) return std::nullopt;
+        if (reset_peak) u.peak_resettable = write(dir / "memory.peak", "reset\n");
+        u.cpu_ns = read_key(dir / "cpu.stat", "usage_usec") * 1000;
+        u.memory_bytes = read_number(dir / "memory.current");
+        u.memory_peak_bytes = read_number(dir / "memory.peak");
+        return u;
+    }
+    const auto mem = cgroup_root / "memory" / rel;
+    if (!fs::exists(mem, ec)) return std::nullopt;
+    u.peak_resettable = !reset_peak || write(mem / "memory.max_usage_in_bytes", "0");
+    u.cpu_ns = read_number(cgroup_root / "cpuacct" / rel / "cpuacct.usage");
+    u.memory_bytes = read_number(mem / "memory.usage_in_bytes");
+    u.memory_peak_bytes = read_number(mem / "memory.max_usage_in_bytes");
+    return u;
+}
+
 bool write_cpu_shares(const std::string& cgroups_path, std::uint32_t shares) {
     std::error_code ec;
     const fs::path rel = fs::path(cgroups_path).relative_path();

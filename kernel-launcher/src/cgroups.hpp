@@ -1,6 +1,9 @@
 #pragma once
 
+#include "cellgate/launcher/sandbox_info.hpp"
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,10 @@ std::vector<std::string> cgroup_dirs(const std::string& cgroups_path);
 // sandbox being removed; never for cgroups found while reaping, which may
 // belong to another launcher instance sharing the hierarchy.
 std::vector<std::string> remove_cgroup(const std::string& cgroups_path, bool kill_busy = false);
+// The CPU time and memory peak of the cgroup (nothing when it is gone); with
+// `reset_peak`, the peak is first set back to the current use where the
+// kernel allows it (v1's memory.max_usage_in_bytes, v2's memory.peak on 6.12+).
+std::optional<sandbox_usage> read_usage(const std::string& cgroups_path, bool reset_peak);
 // Writes a relative CPU weight (v1 cpu.shares; v2 cpu.weight, converted).
 bool write_cpu_shares(const std::string& cgroups_path, std::uint32_t shares);
 // Child names under `parent` ("/cellgate") in any hierarchy.

@@ -640,6 +640,13 @@ void launcher::set_cpu_shares(const std::string& id, std::uint32_t shares) {
         throw launch_error("set-cpu-shares", "cannot write the cgroup of sandbox '" + id + "'", errno);
 }
 
+sandbox_usage launcher::usage(const std::string& id, bool reset_peak) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    const auto u = read_usage(cgroup_path_of(config_, id), reset_peak);
+    if (!u) throw launch_error("usage", "no cgroup for sandbox '" + id + "'", ESRCH);
+    return *u;
+}
+
 sandbox_status launcher::status(const std::string& id) {
     sandbox_status s;
     s.id = id;

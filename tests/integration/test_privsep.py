@@ -175,6 +175,8 @@ def test_sessions_run_code_and_move_files_through_the_service(split):
                       json={"code": "import os\nopen('made.txt', 'w').write('by the kernel')\nprint(os.getuid())"}).json()
         assert r["status"] == "ok", r
         assert r["stdout"] == "1000\n"
+        # The cell's record: the cgroup's CPU time and memory peak, read and reset through the service.
+        assert r["usage"]["cpu_s"] is not None and r["usage"]["peak_memory_bytes"] > 0, r["usage"]
         # The unprivileged gateway writes into the workspace; on disk the file is the kernel's.
         payload = os.urandom(300_000)
         assert split.api("PUT", f"/v1/sessions/{s['id']}/files/sub/up.bin", data=payload).status_code in (200, 201)

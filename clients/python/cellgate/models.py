@@ -190,6 +190,38 @@ class Truncated:
                 f"files={self.files})")
 
 
+class Usage:
+    """A cell's record in the session's ledger: what it cost and touched.
+    ``cpu_s`` (CPU seconds of the sandbox during the cell) and
+    ``peak_memory_bytes`` (the sandbox's memory peak during it) are None
+    where the runtime cannot measure them; ``peak_memory_increase_bytes`` is
+    that peak above the use at the cell's start. ``files`` holds the
+    ``created``, ``modified`` and ``deleted`` paths with their sizes."""
+
+    def __init__(self, raw):
+        self.raw = raw or {}
+        r = self.raw
+        self.execution_id = r.get("execution_id")
+        self.session_id = r.get("session_id")
+        self.seq = r.get("seq")
+        self.code_sha256 = r.get("code_sha256")
+        self.started_at = r.get("started_at")
+        self.ended_at = r.get("ended_at")
+        self.wall_ms = r.get("wall_ms")
+        self.status = r.get("status")
+        self.cpu_s = r.get("cpu_s")
+        self.peak_memory_bytes = r.get("peak_memory_bytes")
+        self.peak_memory_increase_bytes = r.get("peak_memory_increase_bytes")
+        self.stdout_bytes = r.get("stdout_bytes")
+        self.stderr_bytes = r.get("stderr_bytes")
+        self.result_bytes = r.get("result_bytes")
+        self.files = r.get("files") or {"created": [], "modified": [], "deleted": []}
+
+    def __repr__(self):
+        return (f"<Usage {self.status} cpu_s={self.cpu_s} peak_memory_bytes={self.peak_memory_bytes} "
+                f"wall_ms={self.wall_ms}>")
+
+
 class Execution:
     """The outcome of one cell. ``status`` is ok | error | timeout |
     interrupted | kernel_died."""
@@ -205,6 +237,8 @@ class Execution:
         self.duration_ms = raw.get("duration_ms")
         self.truncated = Truncated(raw.get("truncated"))
         self.kernel_restarted = bool(raw.get("kernel_restarted"))
+        self.execution_id = raw.get("execution_id")
+        self.usage = Usage(raw.get("usage")) if raw.get("usage") else None
 
     @property
     def ok(self):

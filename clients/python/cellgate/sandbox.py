@@ -276,6 +276,18 @@ class Sandbox:
         finally:
             close_response(resp)
 
+    def executions(self, after=0, limit=100):
+        """The session's ledger, oldest first: a list of Usage records with
+        ``seq`` greater than `after` (page on with the last one's ``seq``)."""
+        from .models import Usage
+        body = self._request("GET", f"/executions?after={int(after)}&limit={int(limit)}") or {}
+        return [Usage(r) for r in body.get("executions", [])]
+
+    def execution(self, execution_id):
+        """One execution's record from the ledger."""
+        from .models import Usage
+        return Usage(self._request("GET", f"/executions/{quote_path(execution_id)}"))
+
     def list_files(self, path=""):
         """The entries of a workspace directory ('' is /workspace), as FileInfos."""
         raw = self._file_call(self._request, "GET", "/files", query={"path": path} if path else None)

@@ -3,10 +3,12 @@
 namespace cellgate::agent {
 
 agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits,
-                             util::file_io_pool* file_io)
-    : ioc_(ioc), manager_(manager), limits_(limits), file_io_(file_io) {
+                             util::file_io_pool* file_io, kernels::state_store* store)
+    : ioc_(ioc), manager_(manager), limits_(limits), file_io_(file_io), ledger_(store) {
+    ledger_.load();
     // Executions waiting on a session that goes away finish at once.
     manager_.on_removed([this](const std::string& kernel_id) {
+        ledger_.forget_session(kernel_id);
         std::deque<std::shared_ptr<execution>> orphans;
         {
             std::lock_guard lock(mutex_);
@@ -24,6 +26,7 @@ std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, e
     options.file_io = file_io_;
     auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
                                          [this, id, on_done = std::move(on_done)](nlohmann::json result) {
+                                             if (result.contains("usage")) ledger_.record(result["usage"]);
                                              on_done(std::move(result));
                                              done(id);
                                          });

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "agent/execution.hpp"
+#include "agent/ledger.hpp"
 #include "kernels/kernel_manager.hpp"
 
 #include <deque>
@@ -23,8 +24,9 @@ struct agent_limits {
 class agent_service {
 public:
     // Workspace snapshots run on `file_io` (on the executions' strands when null).
+    // Each execution's record goes to the ledger (kept in `store` when given).
     agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits,
-                  util::file_io_pool* file_io = nullptr);
+                  util::file_io_pool* file_io = nullptr, kernels::state_store* store = nullptr);
 
     std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
                                       execution::event_fn on_event, execution::done_fn on_done);
@@ -32,6 +34,7 @@ public:
     void cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e);
 
     const agent_limits& limits() const noexcept { return limits_; }
+    execution_ledger& ledger() noexcept { return ledger_; }
     kernels::kernel_manager& kernels() noexcept { return manager_; }
     boost::asio::io_context& io() noexcept { return ioc_; }
 
@@ -47,6 +50,7 @@ private:
     kernels::kernel_manager& manager_;
     agent_limits limits_;
     util::file_io_pool* file_io_;
+    execution_ledger ledger_;
     std::mutex mutex_;
     std::map<std::string, session_queue> queues_;
 };

@@ -4,6 +4,7 @@
 #include "util/encoding.hpp"
 
 #include <boost/asio/post.hpp>
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -65,7 +66,8 @@ execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, ke
                      execution_options options, event_fn on_event, done_fn on_done)
     : strand_(asio::make_strand(ioc)), manager_(manager), kernel_(std::move(k)), options_(std::move(options)),
       on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_),
-      admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results), 0, 0, nullptr} {}
+      admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results), 0, 0, nullptr},
+      id_(protocol::make_uuid()) {}
 
 std::string check_cell_env(const std::map<std::string, std::string>& env) {
     if (env.size() > 256) return "at most 256 environment variables per cell";
@@ -79,6 +81,17 @@ std::string check_cell_env(const std::map<std::string, std::string>& env) {
     if (bytes > (256u << 10)) return "the cell's environment is larger than 256 KiB";
     return {};
 }
+
+namespace {
+
+std::string sha256_hex(std::string_view data) {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
+}
+
+}  // namespace
 
 namespace {
 
@@ -102,17 +115,22 @@ constexpr const char* restore_env_code =
 void execution::start() {
     asio::post(strand_, [self = shared_from_this()] {
         self->started_ = std::chrono::steady_clock::now();
-        if (!self->options_.report_files) return self->send_request();
-        // The snapshot walks the workspace: off the strand, which is an io thread.
+        self->started_wall_ = std::chrono::system_clock::now();
+        // The snapshot walks the workspace and the usage asks the launcher:
+        // off the strand, which is an io thread. The memory peak is reset
+        // before the cell is sent, so the cell's record sees its own peak.
         const bool queued = self->on_file_pool([self] {
-            auto snap = self->take_snapshot();
-            asio::post(self->strand_, [self, snap = std::move(snap)]() mutable {
+            auto snap = self->options_.report_files ? self->take_snapshot() : std::nullopt;
+            auto usage = self->manager_.sandbox_usage(self->kernel_->id(), true);
+            asio::post(self->strand_, [self, snap = std::move(snap), usage]() mutable {
                 self->before_ = std::move(snap);
+                self->usage_before_ = usage;
+                self->started_ = std::chrono::steady_clock::now();
                 self->send_request();
             });
         });
         if (!queued) {
-            self->files_truncated_ = true;  // no snapshot, so no changed files to report
+            self->files_truncated_ = self->options_.report_files;  // no snapshot, so no changed files to report
             self->send_request();
         }
     });
@@ -391,6 +409,8 @@ json execution::collect_files() {
         const auto after = workspace_snapshot::take(store);
         files_truncated_ = !after.complete || !before_->complete;
         const auto changes = diff(*before_, after);
+        for (const auto& [path, e] : before_->files)
+            if (after.files.count(path) == 0) deleted_.push_back({{"path", path}, {"size", e.size}});
         std::vector<std::optional<std::string>> contents;
         if (options_.inline_files) contents = read_inline(store, changes, options_.inline_files_limit_bytes);
         for (std::size_t i = 0; i < changes.size(); ++i) {
@@ -430,20 +450,22 @@ void execution::finish() {
         stderr_truncated_ = stderr_truncated_ || admission_.stderr_dropped;
         results_truncated_ = admission_.results.truncated();
     }
-    if (!before_) return complete(json::array());
     auto self = shared_from_this();
     const bool queued = on_file_pool([self] {
+        auto usage = self->usage_before_ ? self->manager_.sandbox_usage(self->kernel_->id(), false) : std::nullopt;
         auto files = self->collect_files();
-        asio::post(self->strand_, [self, files = std::move(files)]() mutable { self->complete(std::move(files)); });
+        asio::post(self->strand_, [self, files = std::move(files), usage]() mutable {
+            self->complete(std::move(files), usage);
+        });
     });
     if (!queued) {
-        files_truncated_ = true;
-        complete(json::array());
+        files_truncated_ = files_truncated_ || before_.has_value();
+        complete(json::array(), std::nullopt);
     }
 }
 
 // The result, once the changed files are known (on the strand).
-void execution::complete(json files) {
+void execution::complete(json files, std::optional<launcher::sandbox_usage> after) {
     std::string status = "ok";
     if (kernel_died_) status = "kernel_died";
     else if (timed_out_) status = "timeout";
@@ -458,6 +480,7 @@ void execution::complete(json files) {
     }
     const bool files_complete = !files_truncated_;
     if (!files.empty()) emit("files", {{"files", files}});
+    auto usage = usage_record(status, files, after);  // before the output moves into the result
     json result = {{"status", status},
                    {"execution_count", execution_count_},
                    {"stdout", std::move(stdout_)},
@@ -474,6 +497,8 @@ void execution::complete(json files) {
                      {"results", results_truncated_},
                      {"files", !files_complete}}},
                    {"kernel_restarted", kernel_restarted_}};
+    result["execution_id"] = id_;
+    result["usage"] = std::move(usage);
     kernel_->touch();
     emit("end", result);
     // The event callback holds the client's stream (an SSE sink), which in
@@ -481,6 +506,48 @@ void execution::complete(json files) {
     // pair keeps each other and the connection's socket alive for good.
     on_event_ = nullptr;
     if (on_done_) std::exchange(on_done_, nullptr)(std::move(result));
+}
+
+// The cell's record in the ledger: what it cost and touched.
+json execution::usage_record(const std::string& status, const json& files,
+                             const std::optional<launcher::sandbox_usage>& after) const {
+    const auto ended = std::chrono::system_clock::now();
+    json created = json::array(), modified = json::array();
+    for (const auto& f : files)
+        (f.value("change", "") == "created" ? created : modified).push_back({{"path", f["path"]}, {"size", f["size"]}});
+    json r = {{"execution_id", id_},
+              {"session_id", kernel_->id()},
+              {"code_sha256", sha256_hex(options_.code)},
+              {"code_bytes", options_.code.size()},
+              {"started_at", kernels::iso8601(started_wall_)},
+              {"ended_at", kernels::iso8601(ended)},
+              {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count()},
+              {"status", status},
+              {"cpu_s", nullptr},
+              {"peak_memory_bytes", nullptr},
+              {"stdout_bytes", stdout_.size()},
+              {"stderr_bytes", stderr_.size()},
+              {"result_bytes", admission_.results.bytes()},
+              {"results", results_.size()},
+              {"files", {{"created", std::move(created)}, {"modified", std::move(modified)}, {"deleted", deleted_}}},
+              {"files_complete", !files_truncated_},
+              {"egress", json::array()}};
+    if (usage_before_ && after) {
+        // CPU of every task in the sandbox's cgroup during the cell (the
+        // kernel, its threads and children; gVisor's sentry too under runsc).
+        if (after->cpu_ns >= usage_before_->cpu_ns)
+            r["cpu_s"] = static_cast<double>(after->cpu_ns - usage_before_->cpu_ns) / 1e9;
+        // The peak is the cgroup's (the kernel's baseline, page cache and
+        // all); its rise above the use at the cell's start is what the cell added.
+        if (usage_before_->peak_resettable) {
+            r["peak_memory_bytes"] = after->memory_peak_bytes;
+            r["peak_memory_increase_bytes"] =
+                after->memory_peak_bytes > usage_before_->memory_bytes ? after->memory_peak_bytes - usage_before_->memory_bytes : 0;
+        }
+        r["memory_bytes_at_start"] = usage_before_->memory_bytes;
+        r["memory_bytes_at_end"] = after->memory_bytes;
+    }
+    return r;
 }
 
 void execution::emit(const std::string& event, const json& data) {

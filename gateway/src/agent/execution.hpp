@@ -67,6 +67,8 @@ public:
               execution_options options, event_fn on_event, done_fn on_done);
 
     void start();
+    // This execution's id in the ledger (a UUID), set at construction.
+    const std::string& id() const noexcept { return id_; }
     // The client went away: interrupt the cell (the result is discarded).
     void cancel();
     bool finished() const noexcept { return finished_; }
@@ -88,7 +90,9 @@ private:
     void maybe_finish();
     void send_request();
     void finish();
-    void complete(nlohmann::json files);
+    void complete(nlohmann::json files, std::optional<launcher::sandbox_usage> after);
+    nlohmann::json usage_record(const std::string& status, const nlohmann::json& files,
+                                const std::optional<launcher::sandbox_usage>& after) const;
     // Runs `work` on the file-I/O pool (at once, here, without one); false when the pool refused it.
     bool on_file_pool(std::function<void()> work);
     std::optional<workspace_snapshot> take_snapshot() const;
@@ -120,6 +124,10 @@ private:
     util::log_limiter error_drops_{3, std::chrono::seconds(10)};  // the kernel sets the pace (M6)
 
     std::optional<workspace_snapshot> before_;
+    std::string id_;
+    std::optional<launcher::sandbox_usage> usage_before_;  // at busy (the peak reset then)
+    std::chrono::system_clock::time_point started_wall_;
+    nlohmann::json deleted_ = nlohmann::json::array();  // files gone during the cell (collect_files)
     std::chrono::steady_clock::time_point started_;
     std::string stdout_, stderr_;
     std::size_t text_bytes_ = 0;

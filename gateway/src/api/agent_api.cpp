@@ -13,6 +13,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <charconv>
+
 namespace cellgate::api {
 
 using namespace http;
@@ -176,6 +178,33 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
             return reply(std::move(res));
         }
         run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
+    });
+}
+
+// The ledger: a session's executions, paged oldest first, and one by id.
+void register_ledger(router& r, services& s, agent::agent_service& agents) {
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/executions", [&s, &agents](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        auto number = [&req](const char* name, std::uint64_t fallback, std::uint64_t max) {
+            const auto v = req->query_value(name);
+            if (!v || v->empty()) return fallback;
+            std::uint64_t n = 0;
+            const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+            if (ec != std::errc() || end != v->data() + v->size() || n > max)
+                throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
+            return n;
+        };
+        const auto limit = number("limit", 100, 1000);
+        if (limit == 0) throw api_exception(400, "'limit' must be at least 1");
+        const auto page = agents.ledger().list(k->id(), number("after", 0, UINT64_MAX), limit);
+        json body = {{"executions", page.records}, {"next_after", page.next_after ? json(*page.next_after) : json(nullptr)}};
+        reply(json_response(200, body));
+    });
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/executions/{execution_id}", [&s, &agents](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto rec = agents.ledger().find(k->id(), req->param("execution_id"));
+        if (!rec) throw api_exception(404, "No execution '" + req->param("execution_id").substr(0, 64) + "' in this session");
+        reply(json_response(200, *rec));
     });
 }
 
@@ -396,6 +425,7 @@ bool wants_event_stream(const request_ptr& req) {
 
 void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_sessions(r, s, agents);
+    register_ledger(r, s, agents);
     register_file_listing(r, s);
     register_file_paths(r, s);
     register_one_shot(r, s, agents);

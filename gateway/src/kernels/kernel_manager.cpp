@@ -216,6 +216,15 @@ void kernel_manager::wait_ready(const kernel_ptr& k, std::function<void(bool)> t
     asio::post(ioc_, [waiter] { waiter->step(); });
 }
 
+std::optional<launcher::sandbox_usage> kernel_manager::sandbox_usage(const std::string& kernel_id, bool reset_peak) {
+    try {
+        return launcher_.usage(kernel_id, reset_peak);
+    } catch (const std::exception& e) {
+        spdlog::debug("kernel {}: no usage: {}", kernel_id, e.what());
+        return std::nullopt;
+    }
+}
+
 void kernel_manager::interrupt(const kernel_ptr& k, done callback) {
     asio::post(launch_pool_, [this, k, callback = std::move(callback)] {
         try {

@@ -94,6 +94,10 @@ public:
                       std::optional<kernel_policy> policy = std::nullopt);
     // Called (on the launch pool) after a kernel is gone for good, however it went.
     void on_removed(std::function<void(const std::string& kernel_id)> listener);
+    // The sandbox's CPU time and memory peak (resetting the peak), from its
+    // cgroup through the launcher; nothing when it cannot be read. Blocks:
+    // call it off the io threads.
+    std::optional<launcher::sandbox_usage> sandbox_usage(const std::string& kernel_id, bool reset_peak);
     // A tenant's own cap on kernels (from the tokens file); 0 = the default.
     void set_tenant_quota(const std::string& tenant, std::size_t max_kernels);
     kernel_ptr find(const std::string& tenant, const std::string& id) const;

@@ -4,6 +4,7 @@
 #include "util/encoding.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <array>
 #include <numeric>
 #include <vector>
@@ -262,6 +263,20 @@ json render_execution(const json& result, const std::string& session_id, bool ne
     if (result.contains("execution_count") && result["execution_count"].is_number())
         head += "execution_count: " + result["execution_count"].dump() + "\n";
     head += "duration_ms: " + result.value("duration_ms", json(0)).dump() + "\n";
+    if (const auto& u = result.contains("usage") ? result["usage"] : json(nullptr); u.is_object()) {
+        std::string line;
+        if (u.contains("cpu_s") && u["cpu_s"].is_number()) {
+            char cpu[32];
+            std::snprintf(cpu, sizeof cpu, "%.2f", u["cpu_s"].get<double>());
+            line += std::string("cpu_s: ") + cpu;
+        }
+        if (u.contains("peak_memory_bytes") && u["peak_memory_bytes"].is_number_unsigned())
+            line += (line.empty() ? "" : ", ") + std::string("peak_memory_mib: ") +
+                    std::to_string(u["peak_memory_bytes"].get<std::uint64_t>() >> 20);
+        if (!line.empty()) head += line + "\n";
+        if (u.contains("execution_id") && u["execution_id"].is_string())
+            head += "execution_id: " + u["execution_id"].get<std::string>() + "\n";
+    }
     if (status == "timeout") head += "The cell ran past its time limit and was interrupted; its state up to then is kept.\n";
     if (status == "kernel_died") head += "The kernel died (out of memory?) and was restarted: variables are lost, files are kept.\n";
     if (result.value("kernel_restarted", false) && status != "kernel_died") head += "The kernel was restarted during the cell.\n";

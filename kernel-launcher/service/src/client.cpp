@@ -153,6 +153,14 @@ sandbox_status client::status(const std::string& id) {
     return status_from_json(call(r));
 }
 
+sandbox_usage client::usage(const std::string& id, bool reset_peak) {
+    request r;
+    r.op = op::usage;
+    r.id = id;
+    r.reset_peak = reset_peak;
+    return usage_from_json(call(r));
+}
+
 void client::set_cpu_shares(const std::string& id, std::uint32_t shares) {
     request r;
     r.op = op::set_cpu_shares;

@@ -13,7 +13,7 @@ const std::map<std::string, op>& ops() {
     static const std::map<std::string, op> table = {
         {"create", op::create}, {"validate", op::validate}, {"signal", op::signal},
         {"status", op::status}, {"list", op::list},         {"remove", op::remove},
-        {"set_cpu_shares", op::set_cpu_shares},             {"reap", op::reap},
+        {"set_cpu_shares", op::set_cpu_shares},             {"usage", op::usage},         {"reap", op::reap},
         {"exec", op::exec}};
     return table;
 }
@@ -28,6 +28,7 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::list, {}},
         {op::remove, {"id", "keep_workspace"}},
         {op::set_cpu_shares, {"id", "shares"}},
+        {op::usage, {"id", "reset_peak"}},
         {op::reap, {"keep", "unused_workspaces"}},
         {op::exec, {"id", "process"}}};
     return table;
@@ -107,6 +108,10 @@ request parse_request(std::string_view line) {
         r.id = read_id(j, "id");
         r.keep_workspace = read_bool(j, "keep_workspace");
         break;
+    case op::usage:
+        r.id = read_id(j, "id");
+        r.reset_peak = read_bool(j, "reset_peak");
+        break;
     case op::set_cpu_shares: {
         r.id = read_id(j, "id");
         const auto it = j.find("shares");
@@ -154,6 +159,10 @@ json to_json(const request& r) {
         j["id"] = r.id;
         j["keep_workspace"] = r.keep_workspace;
         break;
+    case op::usage:
+        j["id"] = r.id;
+        j["reset_peak"] = r.reset_peak;
+        break;
     case op::set_cpu_shares:
         j["id"] = r.id;
         j["shares"] = r.shares;
@@ -179,6 +188,20 @@ json status_to_json(const sandbox_status& s) {
             {"memory_bytes", s.memory_bytes},
             {"pids", s.pids},
             {"info", s.info ? to_persisted_json(*s.info) : json(nullptr)}};
+}
+
+json usage_to_json(const sandbox_usage& u) {
+    return {{"cpu_ns", u.cpu_ns}, {"memory_bytes", u.memory_bytes}, {"memory_peak_bytes", u.memory_peak_bytes},
+            {"peak_resettable", u.peak_resettable}};
+}
+
+sandbox_usage usage_from_json(const json& j) {
+    sandbox_usage u;
+    u.cpu_ns = j.at("cpu_ns").get<std::uint64_t>();
+    u.memory_bytes = j.at("memory_bytes").get<std::uint64_t>();
+    u.memory_peak_bytes = j.at("memory_peak_bytes").get<std::uint64_t>();
+    u.peak_resettable = j.at("peak_resettable").get<bool>();
+    return u;
 }
 
 sandbox_status status_from_json(const json& j) {

@@ -111,6 +111,8 @@ launcher::sandbox_status fake_launcher::status(const std::string& id) {
 
 void fake_launcher::set_cpu_shares(const std::string&, std::uint32_t) {}
 
+launcher::sandbox_usage fake_launcher::usage(const std::string&, bool) { return {}; }
+
 std::vector<launcher::sandbox_status> fake_launcher::list() {
     std::vector<std::string> ids;
     {

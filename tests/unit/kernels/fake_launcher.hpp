@@ -28,6 +28,7 @@ public:
     void signal(const std::string& id, int signal) override;
     launcher::sandbox_status status(const std::string& id) override;
     void set_cpu_shares(const std::string& id, std::uint32_t shares) override;
+    launcher::sandbox_usage usage(const std::string& id, bool reset_peak) override;
     std::vector<launcher::sandbox_status> list() override;
     void remove(const std::string& id, launcher::remove_options options = {}) override;
     std::vector<std::string> reap_orphans(const std::set<std::string>& keep, bool unused_workspaces) override;

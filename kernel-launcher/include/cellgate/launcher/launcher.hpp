@@ -37,6 +37,7 @@ public:
     // Changes a running sandbox's relative CPU weight (a warm-pool kernel is
     // prepared at a low weight and raised when a session claims it).
     void set_cpu_shares(const std::string& id, std::uint32_t shares) override;
+    sandbox_usage usage(const std::string& id, bool reset_peak) override;
     std::vector<sandbox_status> list() override;
 
     // Kills the kernel and removes the container, its cgroups, its run dir and

@@ -46,6 +46,16 @@ struct sandbox_status {
     std::optional<sandbox_info> info;  // when the run dir is still there
 };
 
+// What a sandbox's cgroup has counted: the CPU time of all its tasks since it
+// began, and the highest memory use since the last reset of the peak (or
+// its start). The peak is reset to the current use by usage(id, true).
+struct sandbox_usage {
+    std::uint64_t cpu_ns = 0;
+    std::uint64_t memory_bytes = 0;       // now
+    std::uint64_t memory_peak_bytes = 0;  // since the last reset
+    bool peak_resettable = false;         // cgroup v1, or v2 with a writable memory.peak
+};
+
 std::string_view to_string(sandbox_state s) noexcept;
 
 void to_json(nlohmann::json& j, const kernel_endpoints& e);  // without the key

@@ -32,6 +32,9 @@ public:
     virtual void signal(const std::string& id, int signal) = 0;
     virtual sandbox_status status(const std::string& id) = 0;
     virtual void set_cpu_shares(const std::string& id, std::uint32_t shares) = 0;
+    // The sandbox's CPU time and memory peak; with `reset_peak` the peak
+    // starts again from the current use (what a cell's record measures from).
+    virtual sandbox_usage usage(const std::string& id, bool reset_peak) = 0;
     virtual std::vector<sandbox_status> list() = 0;
     // Idempotent.
     virtual void remove(const std::string& id, remove_options options = {}) = 0;

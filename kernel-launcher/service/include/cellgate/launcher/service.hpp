@@ -37,7 +37,7 @@ namespace cellgate::launcher::service {
 constexpr std::size_t max_request_bytes = 1u << 20;
 constexpr std::size_t max_reply_bytes = 64u << 20;
 
-enum class op { create, validate, signal, status, list, remove, set_cpu_shares, reap, exec };
+enum class op { create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec };
 
 struct request {
     service::op op = op::list;
@@ -46,6 +46,7 @@ struct request {
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
+    bool reset_peak = false;           // usage
     std::uint32_t shares = 0;          // set_cpu_shares
     std::set<std::string> keep;        // reap
     bool unused_workspaces = false;    // reap
@@ -65,6 +66,8 @@ nlohmann::json to_json(const request& r);
 // Replies: {"ok": true, "result": …} or {"ok": false, "error": {kind, step, message}}.
 nlohmann::json status_to_json(const sandbox_status& s);  // key included (the socket is the gateway's only)
 sandbox_status status_from_json(const nlohmann::json& j);
+nlohmann::json usage_to_json(const sandbox_usage& u);
+sandbox_usage usage_from_json(const nlohmann::json& j);
 
 // The gateway's side: the same calls as launcher::launcher, over the socket.
 // Errors come back as the launcher's own exception types.
@@ -76,6 +79,7 @@ public:
     void signal(const std::string& id, int signal) override;
     sandbox_status status(const std::string& id) override;
     void set_cpu_shares(const std::string& id, std::uint32_t shares) override;
+    sandbox_usage usage(const std::string& id, bool reset_peak) override;
     std::vector<sandbox_status> list() override;
     void remove(const std::string& id, remove_options options = {}) override;
     std::vector<std::string> reap_orphans(const std::set<std::string>& keep = {},
