@@ -62,6 +62,13 @@ void remove_leftovers(launcher::sandbox_launcher& l, const std::set<std::string>
     l.reap_orphans(keep);
 }
 
+// Output spools of sessions this run did not take back.
+void remove_spools_of_others(const std::filesystem::path& root, const std::set<std::string>& keep) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec))
+        if (keep.count(e.path().filename().string()) == 0) std::filesystem::remove_all(e.path(), ec);
+}
+
 struct recovered {
     std::vector<std::pair<kernels::persisted_kernel, std::optional<launcher::sandbox_info>>> kernels;
     std::set<std::string> ids;
@@ -279,7 +286,10 @@ int main(int argc, char** argv) {
         manager.on_removed([&sessions](const std::string& kernel_id) { sessions.remove_for_kernel(kernel_id); });
         // Blocking file-system work (contents, /v1 files, snapshots) stays off the io threads.
         util::file_io_pool file_io(cfg.file_io);
-        agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get());
+        // Budgeted executions keep their whole output here, per session, for its life.
+        const auto spool_root = (store ? store->file().parent_path() : cfg.launcher.state_dir) / "outputs";
+        remove_spools_of_others(spool_root, taken_back.ids);
+        agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get(), spool_root);
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         api::services services{manager, sessions, metrics, "2.0.0", &file_io};
 

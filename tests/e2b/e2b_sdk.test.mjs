@@ -363,3 +363,16 @@ print(means.to_string())
   assert.ok(chart);
   assert.deepEqual([...Buffer.from(chart.png, 'base64').subarray(0, 8)], PNG_MAGIC);
 });
+
+test('a sandbox made with metadata cellgate_max_output_tokens gets head and tail of a flood', async () => {
+  const sbx = await create({ metadata: { cellgate_max_output_tokens: '500' } });
+  const ex = await sbx.runCode("for i in range(100000): print('row', i)");
+  const out = ex.logs.stdout.join('');
+  assert.ok(Buffer.byteLength(out) <= 2000, `${Buffer.byteLength(out)} bytes`);
+  assert.match(out, /^row 0\n/);
+  assert.match(out, /row 99999\n$/);
+  assert.match(out, /lines\) elided; all of it: GET \/v1\/sessions\//);
+  const plain = await create();
+  const full = await plain.runCode("for i in range(1000): print('row', i)");
+  assert.equal(full.logs.stdout.join(''), Array.from({ length: 1000 }, (_, i) => `row ${i}\n`).join(''));
+});

@@ -114,6 +114,20 @@ describe('a session', () => {
     assert.equal(typeof ex.duration_ms, 'number');
   });
 
+  test('execute: usage is the ledger record; executions() pages the ledger', async () => {
+    const ex = await s.execute("open('js-ledger.txt', 'w').write('12345')\nsum(range(10**6))");
+    assert.equal(ex.usage.execution_id, ex.execution_id);
+    assert.equal(ex.usage.status, 'ok');
+    assert.ok(typeof ex.usage.cpu_s === 'number' && ex.usage.peak_memory_bytes > 0, JSON.stringify(ex.usage));
+    assert.deepEqual(ex.usage.files.created, [{ path: 'js-ledger.txt', size: 5 }]);
+    const { executions, nextAfter } = await s.executions({ limit: 1000 });
+    assert.equal(nextAfter, null);
+    assert.equal(executions.at(-1).execution_id, ex.execution_id);
+    const first = await s.executions({ limit: 1 });
+    assert.equal(first.executions.length, 1);
+    assert.equal(first.nextAfter, executions.length > 1 ? first.executions[0].seq : null);
+  });
+
   test('execute (JSON): an error is a result, not an exception', async () => {
     const ex = await s.execute('1/0');
     assert.equal(ex.status, 'error');

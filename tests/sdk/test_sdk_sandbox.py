@@ -386,3 +386,16 @@ def test_result_object_without_gateway():
                 "application/json": {"k": 1}}, {}, False)
     assert r.png == PNG_MAGIC and r.text == "<img>" and r.json == {"k": 1} and r.html is None
     assert "image/png" in repr(r)
+
+
+def test_usage_and_the_ledger(sandbox):
+    ex = sandbox.run_code("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+                          "open('ledger.txt', 'w').write('abc')")
+    u = ex.usage
+    assert ex.execution_id == u.execution_id and u.status == "ok"
+    assert u.cpu_s >= 0.4 and u.peak_memory_bytes > 0 and u.wall_ms >= 500
+    assert {"path": "ledger.txt", "size": 3} in u.files["created"]
+    records = sandbox.executions()
+    assert records[-1].execution_id == u.execution_id and records[-1].seq == len(records)
+    assert sandbox.execution(u.execution_id).code_sha256 == u.code_sha256
+    assert [r.seq for r in sandbox.executions(after=records[-1].seq)] == []

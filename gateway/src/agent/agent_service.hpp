@@ -26,7 +26,8 @@ public:
     // Workspace snapshots run on `file_io` (on the executions' strands when null).
     // Each execution's record goes to the ledger (kept in `store` when given).
     agent_service(boost::asio::io_context& ioc, kernels::kernel_manager& manager, agent_limits limits,
-                  util::file_io_pool* file_io = nullptr, kernels::state_store* store = nullptr);
+                  util::file_io_pool* file_io = nullptr, kernels::state_store* store = nullptr,
+                  std::filesystem::path spool_root = {});
 
     std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
                                       execution::event_fn on_event, execution::done_fn on_done);
@@ -35,6 +36,11 @@ public:
 
     const agent_limits& limits() const noexcept { return limits_; }
     execution_ledger& ledger() noexcept { return ledger_; }
+    // Where a session's budgeted outputs (whole stdout/stderr, original
+    // images) are kept, for its life; empty: nowhere (no output handles).
+    std::filesystem::path spool_dir(const std::string& kernel_id) const;
+    // At most this much spool per session: the oldest executions' files go first.
+    static constexpr std::uint64_t max_spool_per_session = 256ull << 20;
     kernels::kernel_manager& kernels() noexcept { return manager_; }
     boost::asio::io_context& io() noexcept { return ioc_; }
 
@@ -51,6 +57,7 @@ private:
     agent_limits limits_;
     util::file_io_pool* file_io_;
     execution_ledger ledger_;
+    std::filesystem::path spool_root_;
     std::mutex mutex_;
     std::map<std::string, session_queue> queues_;
 };

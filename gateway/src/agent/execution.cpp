@@ -8,6 +8,12 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <algorithm>
+#include <tuple>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace cellgate::agent {
 
@@ -67,7 +73,18 @@ execution::execution(asio::io_context& ioc, kernels::kernel_manager& manager, ke
     : strand_(asio::make_strand(ioc)), manager_(manager), kernel_(std::move(k)), options_(std::move(options)),
       on_event_(std::move(on_event)), on_done_(std::move(on_done)), timer_(strand_),
       admission_{0, false, false, results_budget(options_.result_limit_bytes, options_.max_results), 0, 0, nullptr},
-      id_(protocol::make_uuid()) {}
+      id_(protocol::make_uuid()) {
+    if (options_.budget_bytes > 0) {
+        // The whole output goes to the spool; memory keeps what the budget can show.
+        options_.output_limit_bytes = std::max(options_.output_limit_bytes, options_.spool_limit_bytes);
+        captures_ = {text_capture(options_.budget_bytes), text_capture(options_.budget_bytes)};
+    }
+}
+
+execution::~execution() {
+    for (const int fd : spool_fds_)
+        if (fd >= 0) ::close(fd);
+}
 
 std::string check_cell_env(const std::map<std::string, std::string>& env) {
     if (env.size() > 256) return "at most 256 environment variables per cell";
@@ -121,8 +138,19 @@ void execution::start() {
         // before the cell is sent, so the cell's record sees its own peak.
         const bool queued = self->on_file_pool([self] {
             auto snap = self->options_.report_files ? self->take_snapshot() : std::nullopt;
+            std::array<int, 2> fds{-1, -1};
+            if (self->options_.budget_bytes > 0 && !self->options_.spool_dir.empty()) {
+                std::error_code ec;
+                std::filesystem::create_directories(self->options_.spool_dir, ec);
+                for (int s = 0; s < 2; ++s)
+                    fds[static_cast<std::size_t>(s)] =
+                        ::open((self->options_.spool_dir / (self->id_ + (s == 0 ? ".stdout" : ".stderr"))).c_str(),
+                               O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+            }
             auto usage = self->manager_.sandbox_usage(self->kernel_->id(), true);
-            asio::post(self->strand_, [self, snap = std::move(snap), usage]() mutable {
+            asio::post(self->strand_, [self, snap = std::move(snap), usage, fds]() mutable {
+                self->spool_fds_ = fds;
+                self->spool_failed_ = self->options_.budget_bytes > 0 && (fds[0] < 0 || fds[1] < 0);
                 self->before_ = std::move(snap);
                 self->usage_before_ = usage;
                 self->started_ = std::chrono::steady_clock::now();
@@ -311,11 +339,20 @@ void execution::on_result(const std::string& type, kept_result kept) {
               {"data", std::move(data)},
               {"metadata", parse_value(kept.metadata, json::object())},
               {"is_main_result", type == "execute_result"}};
+    // With a budget, results are summarized and scaled at the end: they go
+    // out with it, not live.
+    const bool live = options_.budget_bytes == 0;
     if (type == "execute_result") {
         r["execution_count"] = parse_value(kept.execution_count);
-        emit("result", {{"data", r["data"]}, {"metadata", r["metadata"]}, {"execution_count", r["execution_count"]}});
-    } else {
-        emit("display", {{"data", r["data"]}, {"metadata", r["metadata"]}});
+        if (live) {
+            auto shown = r["data"];
+            shown.erase(std::string(table_mime_type));
+            emit("result", {{"data", std::move(shown)}, {"metadata", r["metadata"]}, {"execution_count", r["execution_count"]}});
+        }
+    } else if (live) {
+        auto shown = r["data"];
+        shown.erase(std::string(table_mime_type));
+        emit("display", {{"data", std::move(shown)}, {"metadata", r["metadata"]}});
     }
     results_.push_back(std::move(r));
 }
@@ -371,8 +408,41 @@ void execution::append_text(const std::string& stream, const std::string& text) 
         truncated = true;
     }
     text_bytes_ += piece.size();
-    target += piece;
-    emit(stream, {{"text", piece}});
+    if (options_.budget_bytes == 0) {
+        target += piece;
+        emit(stream, {{"text", piece}});
+        return;
+    }
+    const std::size_t s = stream == "stderr" ? 1 : 0;
+    captures_[s].append(piece);
+    spool(static_cast<int>(s), piece);
+    // Live events carry the first half of the budget of each stream; the end
+    // result has head and tail.
+    const std::size_t live = options_.budget_bytes / 2;
+    if (emitted_[s] >= live) return;
+    const auto room = static_cast<std::size_t>(live - emitted_[s]);
+    std::string part = piece.size() <= room ? piece : piece.substr(0, utf8_complete_length(std::string_view(piece).substr(0, room)));
+    emitted_[s] += piece.size() <= room ? piece.size() : room;
+    if (piece.size() > room) part += "\n[cellgate: more output; the end result has its head and tail]\n";
+    emit(stream, {{"text", part}});
+}
+
+void execution::spool(int stream, std::string_view text) {
+    const auto s = static_cast<std::size_t>(stream);
+    const int fd = spool_fds_[s];
+    if (fd < 0 || spool_failed_) return;
+    // Small writes to the page cache, on the strand: bounded by spool_limit_bytes.
+    while (!text.empty()) {
+        const auto n = ::pwrite(fd, text.data(), text.size(), static_cast<off_t>(spooled_[s]));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            spdlog::warn("kernel {}: spooling output failed: {}", kernel_->id(), std::strerror(errno));
+            spool_failed_ = true;
+            return;
+        }
+        spooled_[s] += static_cast<std::uint64_t>(n);
+        text.remove_prefix(static_cast<std::size_t>(n));
+    }
 }
 
 void execution::on_timeout() {
@@ -455,7 +525,8 @@ void execution::finish() {
         auto usage = self->usage_before_ ? self->manager_.sandbox_usage(self->kernel_->id(), false) : std::nullopt;
         auto files = self->collect_files();
         asio::post(self->strand_, [self, files = std::move(files), usage]() mutable {
-            self->complete(std::move(files), usage);
+            if (self->options_.budget_bytes == 0) return self->complete(std::move(files), usage);
+            self->downscale_images([self, files = std::move(files), usage]() mutable { self->complete(std::move(files), usage); });
         });
     });
     if (!queued) {
@@ -499,6 +570,9 @@ void execution::complete(json files, std::optional<launcher::sandbox_usage> afte
                    {"kernel_restarted", kernel_restarted_}};
     result["execution_id"] = id_;
     result["usage"] = std::move(usage);
+    if (options_.budget_bytes > 0) apply_budget(result);
+    else
+        for (auto& r : result["results"]) r["data"].erase(std::string(table_mime_type));
     kernel_->touch();
     emit("end", result);
     // The event callback holds the client's stream (an SSE sink), which in
@@ -506,6 +580,157 @@ void execution::complete(json files, std::optional<launcher::sandbox_usage> afte
     // pair keeps each other and the connection's socket alive for good.
     on_event_ = nullptr;
     if (on_done_) std::exchange(on_done_, nullptr)(std::move(result));
+}
+
+// Budget mode: every text part shares the budget; a DataFrame's display is
+// its summary; HTML goes where a plain form exists; repeated traceback frames
+// collapse. What was cut stays readable at the output URL.
+void execution::apply_budget(json& result) {
+    const auto budget = options_.budget_bytes;
+    const bool spooled = !spool_failed_ && !options_.spool_dir.empty();
+    const std::string output_url = options_.executions_url_prefix + id_ + "/output";
+    std::size_t tables = 0, html_dropped = 0;
+    for (auto& r : result["results"]) {
+        auto& data = r["data"];
+        if (const auto t = data.find(std::string(table_mime_type)); t != data.end()) {
+            auto summary = table_summary(*t);
+            data = json::object();
+            data["text/plain"] = std::move(summary);
+            r["metadata"]["cellgate"] = {{"summary", "table"}};
+            ++tables;
+        } else if (data.contains("text/html") && (data.contains("text/plain") || data.contains("text/markdown"))) {
+            data.erase("text/html");
+            ++html_dropped;
+        }
+    }
+    auto& error = result["error"];
+    std::string traceback;
+    if (error.is_object()) {
+        error["traceback"] = collapse_frames(error.value("traceback", json::array()));
+        for (const auto& line : error["traceback"])
+            if (line.is_string()) traceback += line.get<std::string>() + "\n";
+        traceback = strip_ansi(traceback);
+    }
+    // The parts: stdout, stderr, the traceback, then each result's text forms.
+    std::vector<std::size_t> sizes = {static_cast<std::size_t>(captures_[0].total_bytes()),
+                                      static_cast<std::size_t>(captures_[1].total_bytes()), traceback.size()};
+    std::vector<std::pair<std::size_t, std::string>> texts;  // (result index, MIME type)
+    for (std::size_t i = 0; i < result["results"].size(); ++i)
+        for (const char* mime : {"text/plain", "text/markdown"})
+            if (const auto& d = result["results"][i]["data"]; d.contains(mime) && d[mime].is_string()) {
+                texts.emplace_back(i, mime);
+                sizes.push_back(d[mime].get_ref<const std::string&>().size());
+            }
+    const auto shares = share_budget(sizes, budget);
+    std::uint64_t shown = 0;
+    json elided = json::object();
+    for (std::size_t s = 0; s < 2; ++s) {
+        const char* name = s == 0 ? "stdout" : "stderr";
+        const std::string where = spooled ? "; all of it: GET " + output_url + "?stream=" + name : "";
+        auto text = captures_[s].render(shares[s], where);
+        if (!captures_[s].whole() || text.size() < captures_[s].total_bytes())
+            elided[name] = captures_[s].total_bytes();
+        shown += text.size();
+        result[name] = std::move(text);
+    }
+    if (error.is_object()) {
+        auto cut = head_and_tail(traceback, shares[2]);
+        if (cut.size() < traceback.size()) error["traceback"] = json::array({cut});
+        shown += cut.size();
+        error["traceback_text"] = std::move(cut);
+    }
+    for (std::size_t j = 0; j < texts.size(); ++j) {
+        auto& value = result["results"][texts[j].first]["data"][texts[j].second];
+        value = head_and_tail(value.get<std::string>(), shares[3 + j]);
+        shown += value.get_ref<const std::string&>().size();
+    }
+    result["budget"] = {{"max_output_bytes", budget},
+                        {"estimated_tokens", (shown + bytes_per_token - 1) / bytes_per_token},
+                        {"bytes_per_token", bytes_per_token},
+                        {"elided_streams", std::move(elided)},
+                        {"output_url", spooled ? json(output_url) : json(nullptr)},
+                        {"output_complete", spooled && !stdout_truncated_ && !stderr_truncated_},
+                        {"tables_summarized", tables},
+                        {"html_dropped", html_dropped},
+                        {"images_downscaled", images_downscaled_},
+                        {"max_image_pixels", options_.max_image_pixels}};
+}
+
+// Budget mode: PNG and JPEG results over max_image_pixels are scaled down by
+// the kernel itself (the gateway never decodes an image); the original is
+// kept beside the output for the session's life.
+void execution::downscale_images(std::function<void()> then) {
+    json expressions = json::object();
+    std::vector<std::tuple<std::size_t, std::string, std::string, std::pair<std::uint32_t, std::uint32_t>>> jobs;
+    for (std::size_t i = 0; i < results_.size(); ++i) {
+        auto& data = results_[i]["data"];
+        for (const char* mime : {"image/png", "image/jpeg"}) {
+            if (!data.contains(mime) || !data[mime].is_string()) continue;
+            std::string b64 = data[mime].get<std::string>();
+            b64.erase(std::remove_if(b64.begin(), b64.end(), [](char c) { return c == '\n' || c == '\r'; }), b64.end());
+            const auto bytes = base64_decode(b64);
+            const auto size = bytes ? image_size(*bytes) : std::nullopt;
+            if (!size || static_cast<std::uint64_t>(size->first) * size->second <= options_.max_image_pixels) continue;
+            const auto key = "i" + std::to_string(jobs.size());
+            expressions[key] = "__import__('_cellgate').downscale(" + json(b64).dump() + ", '" + mime + "', " +
+                               std::to_string(options_.max_image_pixels) + ")";
+            jobs.emplace_back(i, mime, key, *size);
+        }
+    }
+    if (jobs.empty() || options_.spool_dir.empty()) return then();
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto self = shared_from_this();
+    auto finish_with = [self, once, then, jobs](json reply) {
+        if (once->exchange(true)) return;
+        asio::post(self->strand_, [self, then, jobs, reply = std::move(reply)] {
+            const auto exprs = reply.is_object() ? reply.value("user_expressions", json::object()) : json::object();
+            std::vector<std::pair<std::filesystem::path, std::string>> originals;
+            for (std::size_t n = 0; n < jobs.size(); ++n) {
+                const auto& [index, mime, key, size] = jobs[n];
+                const auto& out = exprs.contains(key) ? exprs[key] : json();
+                if (!out.is_object() || out.value("status", "") != "ok") continue;
+                auto text = out.value("data", json::object()).value("text/plain", "");
+                if (text.size() < 2 || (text.front() != '\'' && text.front() != '"')) continue;
+                text = text.substr(1, text.size() - 2);
+                const auto small = base64_decode(text);
+                const auto small_size = small ? image_size(*small) : std::nullopt;
+                if (!small_size) continue;
+                auto& r = self->results_[index];
+                const auto name = self->id_ + ".image-" + std::to_string(n) + (mime == "image/png" ? ".png" : ".jpg");
+                originals.emplace_back(self->options_.spool_dir / name, r["data"][mime].get<std::string>());
+                r["data"][mime] = text;
+                r["metadata"]["cellgate"] = {{"downscaled_from", {size.first, size.second}},
+                                             {"size", {small_size->first, small_size->second}},
+                                             {"original_url", self->options_.executions_url_prefix + self->id_ + "/images/" + std::to_string(n)}};
+                ++self->images_downscaled_;
+            }
+            // The originals go to disk off the strand; the result does not wait for them.
+            self->on_file_pool([originals = std::move(originals)] {
+                for (const auto& [path, b64] : originals)
+                    if (const auto bytes = base64_decode(b64)) {
+                        const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+                        if (fd < 0) continue;
+                        std::size_t done = 0;
+                        while (done < bytes->size()) {
+                            const auto w = ::write(fd, bytes->data() + done, bytes->size() - done);
+                            if (w <= 0) break;
+                            done += static_cast<std::size_t>(w);
+                        }
+                        ::close(fd);
+                    }
+            });
+            then();
+        });
+    };
+    // A kernel that does not answer in time keeps its images as they are.
+    auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(30));
+    timer->async_wait([finish_with, timer](const boost::system::error_code& ec) {
+        if (!ec) finish_with(nullptr);
+    });
+    kernel_->run_silent("", [self, finish_with, timer](const json& reply) {
+        asio::post(self->strand_, [timer] { timer->cancel(); });
+        finish_with(reply);
+    }, std::move(expressions));
 }
 
 // The cell's record in the ledger: what it cost and touched.
@@ -525,8 +750,8 @@ json execution::usage_record(const std::string& status, const json& files,
               {"status", status},
               {"cpu_s", nullptr},
               {"peak_memory_bytes", nullptr},
-              {"stdout_bytes", stdout_.size()},
-              {"stderr_bytes", stderr_.size()},
+              {"stdout_bytes", options_.budget_bytes > 0 ? captures_[0].total_bytes() : stdout_.size()},
+              {"stderr_bytes", options_.budget_bytes > 0 ? captures_[1].total_bytes() : stderr_.size()},
               {"result_bytes", admission_.results.bytes()},
               {"results", results_.size()},
               {"files", {{"created", std::move(created)}, {"modified", std::move(modified)}, {"deleted", deleted_}}},

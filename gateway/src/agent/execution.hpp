@@ -1,5 +1,6 @@
 #pragma once
 
+#include "agent/output_budget.hpp"
 #include "agent/result_budget.hpp"
 #include "agent/workspace_snapshot.hpp"
 #include "kernels/kernel_manager.hpp"
@@ -13,12 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <array>
 #include <string>
 
 namespace cellgate::agent {
@@ -35,6 +38,16 @@ struct execution_options {
     std::size_t inline_files_limit_bytes = 32u << 20;
     util::file_io_pool* file_io = nullptr;            // where the workspace snapshots run (the strand when null)
     bool report_files = true;                         // snapshot the workspace to report changed files
+    // An output budget (0: none): the result's text keeps head and tail
+    // within it (output_budget.hpp), DataFrames become summaries, images
+    // past max_image_pixels are downscaled, and the whole stdout and stderr
+    // (up to spool_limit_bytes) go to files in spool_dir, read back through
+    // output_url ("/v1/sessions/<id>/executions/<eid>/output").
+    std::size_t budget_bytes = 0;
+    std::uint64_t max_image_pixels = 1u << 20;
+    std::filesystem::path spool_dir;
+    std::size_t spool_limit_bytes = 32u << 20;
+    std::string executions_url_prefix;                // "/v1/sessions/<id>/executions/"
     // Environment for this cell only: set in the kernel's os.environ just
     // before it runs and put back as it was right after (names checked by
     // check_cell_env).
@@ -66,6 +79,7 @@ public:
     execution(boost::asio::io_context& ioc, kernels::kernel_manager& manager, kernels::kernel_ptr k,
               execution_options options, event_fn on_event, done_fn on_done);
 
+    ~execution() override;
     void start();
     // This execution's id in the ledger (a UUID), set at construction.
     const std::string& id() const noexcept { return id_; }
@@ -91,6 +105,10 @@ private:
     void send_request();
     void finish();
     void complete(nlohmann::json files, std::optional<launcher::sandbox_usage> after);
+    // Budget mode: the text cut to the budget, summaries, downscaled images.
+    void apply_budget(nlohmann::json& result);
+    void downscale_images(std::function<void()> then);
+    void spool(int stream, std::string_view text);
     nlohmann::json usage_record(const std::string& status, const nlohmann::json& files,
                                 const std::optional<launcher::sandbox_usage>& after) const;
     // Runs `work` on the file-I/O pool (at once, here, without one); false when the pool refused it.
@@ -128,6 +146,12 @@ private:
     std::optional<launcher::sandbox_usage> usage_before_;  // at busy (the peak reset then)
     std::chrono::system_clock::time_point started_wall_;
     nlohmann::json deleted_ = nlohmann::json::array();  // files gone during the cell (collect_files)
+    // Budget mode (strand only): stdout [0] and stderr [1] as captured and spooled.
+    std::array<text_capture, 2> captures_;
+    std::array<int, 2> spool_fds_{-1, -1};
+    std::array<std::uint64_t, 2> spooled_{0, 0}, emitted_{0, 0};
+    bool spool_failed_ = false;
+    std::size_t images_downscaled_ = 0;
     std::chrono::steady_clock::time_point started_;
     std::string stdout_, stderr_;
     std::size_t text_bytes_ = 0;

@@ -16,9 +16,12 @@
 
 namespace cellgate::agent {
 
-inline constexpr std::array<std::string_view, 12> kept_mime_types = {
+// The last one is the kernel image's DataFrame summary: used by executions
+// with an output budget, removed from every result.
+inline constexpr std::array<std::string_view, 13> kept_mime_types = {
     "text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg", "image/svg+xml",
-    "application/json", "application/pdf", "application/javascript", "e2b/data", "e2b/chart"};
+    "application/json", "application/pdf", "application/javascript", "e2b/data", "e2b/chart",
+    "application/vnd.cellgate.table+json"};
 
 // A one-line display costs about 1.6 KB of gateway memory from its arrival to
 // the end of its response (its JSON nodes, their copy in the result, its text

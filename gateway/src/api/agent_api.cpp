@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 namespace cellgate::api {
 
@@ -73,11 +75,6 @@ void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, a
     reply(std::move(res));
 }
 
-agent::execution_options options_for(const kernels::kernel& k, const json& body, const agent::agent_limits& l) {
-    auto o = execution_options_from(body, k.policy(), l);
-    o.files_url_prefix = files_url(k.id());
-    return o;
-}
 
 json file_entry(const std::string& session_id, const contents::entry_info& e) {
     const bool dir = e.type == contents::entry_type::directory;
@@ -177,8 +174,16 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
             res.headers.emplace_back("Retry-After", "2");
             return reply(std::move(res));
         }
-        run_and_reply(agents, k, options_for(*k, body, agents.limits()), req, std::move(reply));
+        run_and_reply(agents, k, agent_execution_options(agents, *k, body), req, std::move(reply));
     });
+}
+
+// Files: each handler runs on the file-I/O pool (see run_file_work).
+using file_handler = std::function<void(const request_ptr&, const reply_fn&)>;
+handler_fn on_pool(services& s, file_handler h) {
+    return [&s, h = std::move(h)](const request_ptr& req, reply_fn reply) {
+        run_file_work(s, req, std::move(reply), [h, req](const reply_fn& rep) { h(req, rep); });
+    };
 }
 
 // The ledger: a session's executions, paged oldest first, and one by id.
@@ -206,14 +211,78 @@ void register_ledger(router& r, services& s, agent::agent_service& agents) {
         if (!rec) throw api_exception(404, "No execution '" + req->param("execution_id").substr(0, 64) + "' in this session");
         reply(json_response(200, *rec));
     });
-}
-
-// Files: each handler runs on the file-I/O pool (see run_file_work).
-using file_handler = std::function<void(const request_ptr&, const reply_fn&)>;
-handler_fn on_pool(services& s, file_handler h) {
-    return [&s, h = std::move(h)](const request_ptr& req, reply_fn reply) {
-        run_file_work(s, req, std::move(reply), [h, req](const reply_fn& rep) { h(req, rep); });
-    };
+    // A budgeted execution's whole stdout or stderr, paged by byte offset.
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/executions/{execution_id}/output",
+          on_pool(s, [&s, &agents](const request_ptr& req, const reply_fn& reply) {
+              const auto k = kernel_or_404(s, req, req->param("id"));
+              const auto& eid = req->param("execution_id");
+              const auto stream = req->query_value("stream").value_or("stdout");
+              if (stream != "stdout" && stream != "stderr") throw api_exception(400, "'stream' must be stdout or stderr");
+              auto number = [&req](const char* name, std::uint64_t fallback, std::uint64_t max) {
+                  const auto v = req->query_value(name);
+                  if (!v || v->empty()) return fallback;
+                  std::uint64_t n = 0;
+                  const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+                  if (ec != std::errc() || end != v->data() + v->size() || n > max)
+                      throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
+                  return n;
+              };
+              const auto offset = number("offset", 0, UINT64_MAX);
+              const auto limit = std::max<std::uint64_t>(number("limit", 64u << 10, 1u << 20), 1);
+              const auto rec = agents.ledger().find(k->id(), eid);
+              const auto dir = agents.spool_dir(k->id());
+              if (!rec || dir.empty() || eid.find('/') != std::string::npos)
+                  throw api_exception(404, "No execution '" + eid.substr(0, 64) + "' with a kept output in this session");
+              const int fd = ::open((dir / (eid + "." + stream)).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+              if (fd < 0)
+                  throw api_exception(404, "Execution '" + eid.substr(0, 64) + "' kept no output: only executions with "
+                                           "max_output_tokens or max_output_bytes keep theirs");
+              struct stat st{};
+              ::fstat(fd, &st);
+              const auto total = static_cast<std::uint64_t>(st.st_size);
+              std::string data(static_cast<std::size_t>(offset >= total ? 0 : std::min(limit, total - offset)), '\0');
+              std::size_t got = 0;
+              while (got < data.size()) {
+                  const auto n = ::pread(fd, data.data() + got, data.size() - got, static_cast<off_t>(offset + got));
+                  if (n <= 0) break;
+                  got += static_cast<std::size_t>(n);
+              }
+              ::close(fd);
+              data.resize(got);
+              // Whole UTF-8 sequences: a cut one waits for the next page.
+              if (offset + got < total) data.resize(utf8_complete_length(data));
+              const auto next = offset + data.size();
+              reply(json_response(200, {{"execution_id", eid},
+                                        {"stream", stream},
+                                        {"offset", offset},
+                                        {"bytes", data.size()},
+                                        {"total_bytes", total},
+                                        {"next_offset", next < total ? json(next) : json(nullptr)},
+                                        {"data", std::move(data)}}));
+          }));
+    // The original of an image the budget scaled down.
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/executions/{execution_id}/images/{n}",
+          on_pool(s, [&s, &agents](const request_ptr& req, const reply_fn& reply) {
+              const auto k = kernel_or_404(s, req, req->param("id"));
+              const auto& eid = req->param("execution_id");
+              const auto& n = req->param("n");
+              const auto dir = agents.spool_dir(k->id());
+              if (!agents.ledger().find(k->id(), eid) || dir.empty() || n.empty() || n.size() > 4 ||
+                  n.find_first_not_of("0123456789") != std::string::npos)
+                  throw api_exception(404, "No such image");
+              for (const auto& [ext, mime] : {std::pair{".png", "image/png"}, std::pair{".jpg", "image/jpeg"}}) {
+                  const int fd = ::open((dir / (eid + ".image-" + n + ext)).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+                  if (fd < 0) continue;
+                  struct stat st{};
+                  ::fstat(fd, &st);
+                  response res;
+                  res.content_type = mime;
+                  res.file_fd = fd;
+                  res.file_size = static_cast<std::uint64_t>(st.st_size);
+                  return reply(std::move(res));
+              }
+              throw api_exception(404, "No such image");
+          }));
 }
 
 // The workspace listing, and uploads as multipart forms.
@@ -346,7 +415,7 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
                             store->make_parents(path);
                             return store->write(path, data);
                         });
-                    auto opts = options_for(*k, body, agents.limits());
+                    auto opts = agent_execution_options(agents, *k, body);
                     opts.inline_files = true;
                     opts.inline_files_limit_bytes = k->policy().result_limit_bytes;
                     opts.files_url_prefix.clear();
@@ -361,6 +430,14 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
 }
 
 }  // namespace
+
+agent::execution_options agent_execution_options(agent::agent_service& agents, const kernels::kernel& k, const json& body) {
+    auto o = execution_options_from(body, k.policy(), agents.limits());
+    o.files_url_prefix = files_url(k.id());
+    o.executions_url_prefix = "/v1/sessions/" + k.id() + "/executions/";
+    if (o.budget_bytes > 0) o.spool_dir = agents.spool_dir(k.id());
+    return o;
+}
 
 json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
     const auto model = k.model();

@@ -35,7 +35,7 @@ void register_kernels_api(http::router& r, services& s);    // kernelspecs, kern
 void register_sessions_api(http::router& r, services& s);   // /api/sessions
 void register_contents_api(http::router& r, services& s);   // /api/contents, /files
 }  // namespace cellgate::api
-namespace cellgate::agent { class agent_service; struct agent_limits; }
+namespace cellgate::agent { class agent_service; struct agent_limits; struct execution_options; }
 namespace cellgate::processes { class process_table; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
@@ -70,6 +70,13 @@ void start_agent_session(services& s, const agent::agent_limits& limits, const s
 // The session's workspace; api_exception(restarting_status) while its
 // kernel is between two sandboxes, or with the contents error's status.
 std::unique_ptr<contents::contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status = 409);
+
+// An execution's options from a request body ({code, timeout_s,
+// max_output_tokens | max_output_bytes, max_image_pixels}), checked as
+// POST /v1/sessions/{id}/execute checks them: the session's limits, links to
+// its files and, with a budget, the spool that keeps its whole output.
+agent::execution_options agent_execution_options(agent::agent_service& agents, const kernels::kernel& k,
+                                                 const nlohmann::json& body);
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);

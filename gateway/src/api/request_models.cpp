@@ -210,6 +210,17 @@ agent::execution_options execution_options_from(const json& body, const kernels:
                                                                       : std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
     o.output_limit_bytes = p.output_limit_bytes;
     o.result_limit_bytes = p.result_limit_bytes;
+    // An output budget, in tokens or in bytes (not both); 64 tokens at least.
+    constexpr std::size_t max_budget_bytes = 16u << 20;
+    const bool tokens = body.contains("max_output_tokens") && !body["max_output_tokens"].is_null();
+    const bool bytes = body.contains("max_output_bytes") && !body["max_output_bytes"].is_null();
+    if (tokens && bytes) throw api_exception(400, "Give 'max_output_tokens' or 'max_output_bytes', not both");
+    if (tokens) o.budget_bytes = requested<std::size_t>(body, "max_output_tokens", 0, max_budget_bytes / agent::bytes_per_token) * agent::bytes_per_token;
+    if (bytes) o.budget_bytes = requested<std::size_t>(body, "max_output_bytes", 0, max_budget_bytes);
+    if (o.budget_bytes > 0 && o.budget_bytes < 64 * agent::bytes_per_token)
+        throw api_exception(400, "An output budget must be at least 64 tokens (256 bytes)");
+    o.max_image_pixels = requested<std::uint64_t>(body, "max_image_pixels", o.max_image_pixels, 64ull << 20);
+    if (o.max_image_pixels < 4096) throw api_exception(400, "'max_image_pixels' must be at least 4096");
     return o;
 }
 

@@ -87,6 +87,15 @@ void finish(const json& result, stream_sink& sink) {
     sink.write(line({{"type", "end_of_execution"}}));
 }
 
+// A budgeted cell's output, as the live lines it would have streamed.
+void replay(const json& result, stream_sink& sink) {
+    for (const char* stream : {"stdout", "stderr"})
+        if (const auto text = result.value(stream, ""); !text.empty()) encode(stream, {{"text", text}}, sink);
+    for (const auto& r : result.value("results", json::array()))
+        encode(r.value("is_main_result", false) ? "result" : "display", r, sink);
+    if (result.contains("error") && result["error"].is_object()) encode("error", result["error"], sink);
+}
+
 std::map<std::string, std::string> env_of(const json& body) {
     auto env = api::string_object(body, "env_vars", "env_vars");
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'env_vars': " + why);
@@ -185,9 +194,37 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     o.result_limit_bytes = p.result_limit_bytes;
     o.report_files = false;
     o.env = env_of(body);
+    // An output budget: from the request (a client beyond the SDK), or the
+    // sandbox's metadata "cellgate_max_output_tokens" (set at Sandbox.create).
+    json budget = json::object();
+    for (const char* key : {"max_output_tokens", "max_output_bytes", "max_image_pixels"})
+        if (body.contains(key)) budget[key] = body[key];
+    if (!budget.contains("max_output_tokens") && !budget.contains("max_output_bytes"))
+        if (const auto r = e.book.find(k->id()); r && r->metadata.count("cellgate_max_output_tokens") != 0) {
+            try {
+                budget["max_output_tokens"] = std::stoul(r->metadata.at("cellgate_max_output_tokens"));
+            } catch (const std::exception&) {
+                throw api_exception(400, "metadata 'cellgate_max_output_tokens' must be a whole number");
+            }
+        }
+    if (!budget.empty()) {
+        budget["code"] = o.code;
+        const auto b = api::agent_execution_options(e.agents, *k, budget);
+        o.budget_bytes = b.budget_bytes;
+        o.max_image_pixels = b.max_image_pixels;
+        o.spool_dir = b.spool_dir;
+        o.executions_url_prefix = b.executions_url_prefix;
+    }
+    const bool budgeted = o.budget_bytes > 0;
     auto& agents = e.agents;
-    res.stream = [&agents, k, o = std::move(o), on_event, on_done](std::shared_ptr<stream_sink> sink) mutable {
-        auto ex = agents.submit(k, std::move(o), on_event(sink), on_done(sink, keepalives(agents.io(), sink)));
+    res.stream = [&agents, k, o = std::move(o), on_event, on_done, budgeted](std::shared_ptr<stream_sink> sink) mutable {
+        // With a budget the SDK gets the cut output at the end, as if it had streamed.
+        auto events = budgeted ? agent::execution::event_fn([](const std::string&, const json&) {}) : agent::execution::event_fn(on_event(sink));
+        auto done = on_done(sink, keepalives(agents.io(), sink));
+        auto ex = agents.submit(k, std::move(o), std::move(events), budgeted ? agent::execution::done_fn([sink, done](json result) {
+            replay(result, *sink);
+            done(std::move(result));
+        }) : agent::execution::done_fn(done));
         // The request carries no time limit: a client that gives up goes away,
         // and its cell is interrupted.
         sink->on_disconnect([&agents, k, ex] {

@@ -492,12 +492,13 @@ nlohmann::json kernel::model() const {
             {"cellgate", {{"limits", to_json(policy_)}}}};
 }
 
-void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done) {
+void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,
+                        nlohmann::json user_expressions) {
     auto msg = protocol::make_message("execute_request",
                                       {{"code", code},
                                        {"silent", true},
                                        {"store_history", false},
-                                       {"user_expressions", nlohmann::json::object()},
+                                       {"user_expressions", std::move(user_expressions)},
                                        {"allow_stdin", false},
                                        {"stop_on_error", false}},
                                       "cellgate-gateway-" + id_);

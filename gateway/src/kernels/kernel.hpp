@@ -77,7 +77,9 @@ public:
     // Runs code on the gateway's own channel set without output or history
     // (e.g. setting a claimed kernel's environment) and calls back with the
     // execute_reply's content (null if the kernel went away).
-    void run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done);
+    // `user_expressions` are evaluated after it, their values in the reply.
+    void run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,
+                    nlohmann::json user_expressions = nlohmann::json::object());
     // Set before anyone else can see the kernel (under the lock: the reactor
     // may already deliver to a warm one); constant after.
     const kernel_policy& policy() const noexcept { return policy_; }

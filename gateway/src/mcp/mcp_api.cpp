@@ -518,11 +518,12 @@ void server::run_cell(const kernels::kernel_ptr& k, bool fresh, const json& args
     body["timeout_s"] = args.contains("timeout_s") && !args["timeout_s"].is_null()
                             ? args["timeout_s"].get<long>()
                             : std::min<long>(options_.default_cell_timeout.count(), policy_timeout > 0 ? policy_timeout : 3600);
-    auto opts = api::execution_options_from(body, k->policy(), agents_.limits());
-    opts.files_url_prefix = "/v1/sessions/" + k->id() + "/files/";
+    // MCP results always have a budget: the model's, or 24 KiB.
     render_limits limits;
     if (args.contains("max_output_tokens") && args["max_output_tokens"].is_number_integer())
-        limits.text_bytes = args["max_output_tokens"].get<std::size_t>() * bytes_per_token;
+        limits.text_bytes = args["max_output_tokens"].get<std::size_t>() * agent::bytes_per_token;
+    body["max_output_bytes"] = std::max<std::size_t>(limits.text_bytes, 64 * agent::bytes_per_token);
+    auto opts = api::agent_execution_options(agents_, *k, body);
     {
         std::lock_guard lock(call->mutex);
         if (call->cancelled) return;

@@ -1,5 +1,6 @@
 #include "mcp/tools.hpp"
 
+#include "agent/output_budget.hpp"
 #include "http/http_types.hpp"
 #include "util/encoding.hpp"
 
@@ -152,21 +153,6 @@ std::string check_member(const std::string& name, const json& rule, const json& 
     return "";
 }
 
-// How a budget is shared between a result's parts: a part that needs less
-// than an equal share keeps all of it, the rest split what is left.
-std::vector<std::size_t> share(const std::vector<std::size_t>& sizes, std::size_t budget) {
-    std::vector<std::size_t> order(sizes.size()), out(sizes.size(), 0);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sizes[a] < sizes[b]; });
-    std::size_t left = budget, parts = sizes.size();
-    for (const auto i : order) {
-        const auto fair = left / std::max<std::size_t>(parts--, 1);
-        out[i] = std::min(sizes[i], fair);
-        left -= out[i];
-    }
-    return out;
-}
-
 std::string text_of_bundle(const json& data, bool with_html_fallback) {
     if (!data.is_object()) return "";
     for (const char* mime : {"text/markdown", "text/plain", "text/latex"})
@@ -221,23 +207,6 @@ json text_result(const std::string& text, bool is_error) {
     json r = {{"content", json::array({{{"type", "text"}, {"text", text}}})}};
     if (is_error) r["isError"] = true;
     return r;
-}
-
-std::string head_and_tail(std::string_view text, std::size_t budget) {
-    if (text.size() <= budget) return std::string(text);
-    // The marker's own length depends on the counts; 80 bytes bound it.
-    constexpr std::size_t marker_room = 80;
-    const std::size_t keep = budget > marker_room ? budget - marker_room : 0;
-    std::size_t head = utf8_complete_length(text.substr(0, keep / 2));
-    std::size_t tail_start = text.size() - (keep - keep / 2);
-    while (tail_start < text.size() && (static_cast<unsigned char>(text[tail_start]) & 0xC0) == 0x80) ++tail_start;
-    if (tail_start < head) tail_start = head;
-    const auto middle = text.substr(head, tail_start - head);
-    const auto lines = std::count(middle.begin(), middle.end(), '\n');
-    std::string out(text.substr(0, head));
-    out += "\n… " + std::to_string(middle.size()) + " bytes (" + std::to_string(lines) + " lines) elided …\n";
-    out += text.substr(tail_start);
-    return out;
 }
 
 std::string file_uri(const std::string& session_id, std::string_view path) {
@@ -331,10 +300,10 @@ json render_execution(const json& result, const std::string& session_id, bool ne
 
     std::vector<std::size_t> sizes;
     for (const auto& p : parts) sizes.push_back(p.text.size());
-    const auto budgets = share(sizes, limits.text_bytes);
+    const auto budgets = agent::share_budget(sizes, limits.text_bytes);
     std::string text = head;
     for (std::size_t i = 0; i < parts.size(); ++i)
-        text += "--- " + parts[i].title + " ---\n" + head_and_tail(parts[i].text, budgets[i]) +
+        text += "--- " + parts[i].title + " ---\n" + agent::head_and_tail(parts[i].text, budgets[i]) +
                 (parts[i].text.ends_with('\n') ? "" : "\n");
 
     json links = json::array();

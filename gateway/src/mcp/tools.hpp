@@ -15,11 +15,7 @@
 
 namespace cellgate::mcp {
 
-// The model's budget is given in tokens; text is measured in bytes at this
-// many bytes per token (English prose and code run at 3.5–4.5 bytes per
-// token in the common tokenizers; 4 keeps a rendered result under the budget
-// for them, and is what docs/mcp.md states).
-inline constexpr std::size_t bytes_per_token = 4;
+// Budgets are given in tokens and measured in bytes: agent::bytes_per_token.
 
 struct render_limits {
     std::size_t text_bytes = 24u << 10;      // stdout + stderr + result + error in the text block
@@ -38,11 +34,6 @@ std::string check_arguments(std::string_view tool, const nlohmann::json& args);
 
 // A tool result: `text` as the only block.
 nlohmann::json text_result(const std::string& text, bool is_error = false);
-
-// `text` cut to at most `budget` bytes: its head and its tail, whole UTF-8
-// sequences, around a line that says how much went ("… 1234 bytes (56
-// lines) elided …"). Unchanged when it fits.
-std::string head_and_tail(std::string_view text, std::size_t budget);
 
 // The URI of a workspace file as an MCP resource, and back (nullopt when
 // `uri` is not one of ours; the path is %-decoded, not yet checked).

@@ -4,7 +4,6 @@
 // restart through the state store).
 #include "mcp/mcp_sessions.hpp"
 #include "mcp/tools.hpp"
-#include "util/encoding.hpp"
 
 #include <gtest/gtest.h>
 
@@ -44,24 +43,6 @@ TEST(McpTools, ArgumentsAreChecked) {
     EXPECT_EQ(check_arguments("write_file", {{"path", "a"}, {"content", ""}, {"encoding", "hex"}}),
               R"('encoding' must be one of ["utf-8","base64"])");
     EXPECT_EQ(check_arguments("list_sessions", json::array()), "the arguments must be an object");
-}
-
-TEST(McpTools, HeadAndTailKeepsBothEndsAndSaysWhatWent) {
-    EXPECT_EQ(head_and_tail("short", 100), "short");
-    std::string text;
-    for (int i = 0; i < 1000; ++i) text += "line " + std::to_string(i) + "\n";
-    const auto cut = head_and_tail(text, 400);
-    EXPECT_LE(cut.size(), 400u);
-    EXPECT_TRUE(cut.starts_with("line 0\nline 1\n"));
-    EXPECT_TRUE(cut.ends_with("line 999\n"));
-    EXPECT_NE(cut.find(" bytes ("), std::string::npos);
-    EXPECT_NE(cut.find(" lines) elided …"), std::string::npos);
-    // Whole UTF-8 sequences only, however the cut falls.
-    const std::string wide(3000, 'x');
-    for (std::size_t budget = 200; budget < 210; ++budget) {
-        const auto u = head_and_tail("é" + wide + "€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€", budget);
-        EXPECT_TRUE(cellgate::is_valid_utf8(u)) << budget;
-    }
 }
 
 TEST(McpTools, FileUrisRoundTrip) {
@@ -196,3 +177,4 @@ TEST(McpSessions, TenantScopedCappedAndDurable) {
 
 }  // namespace
 }  // namespace cellgate::mcp
+
