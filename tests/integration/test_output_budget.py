@@ -98,7 +98,9 @@ def test_a_100k_row_dataframe_becomes_a_summary(gw, sid):
 
 
 def test_a_4000_px_plot_is_downscaled_and_the_original_kept(gw, sid):
-    code = ("import matplotlib.pyplot as plt\n"
+    # No tight bounding box: the figure is exactly 4000 × 4000 pixels.
+    code = ("%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
+            "import matplotlib.pyplot as plt\n"
             "fig = plt.figure(figsize=(40, 40), dpi=100)\nplt.plot([1, 2, 3])\nplt.show()")
     r = run(gw, sid, code, max_output_tokens=2000)
     assert r["status"] == "ok" and r["budget"]["images_downscaled"] == 1
@@ -107,7 +109,7 @@ def test_a_4000_px_plot_is_downscaled_and_the_original_kept(gw, sid):
     assert w * h <= 1 << 20 and w > 500, (w, h)
     meta = result["metadata"]["cellgate"]
     ow, oh = meta["downscaled_from"]
-    assert ow * oh > 9_000_000 and [w, h] == meta["size"]
+    assert (ow, oh) == (4000, 4000) and [w, h] == meta["size"] and w == h
     original = api(gw, "GET", meta["original_url"])
     assert original.status_code == 200 and original.headers["Content-Type"] == "image/png"
     assert png_size(base64.b64encode(original.content).decode()) == (ow, oh)
@@ -125,6 +127,14 @@ def test_repeated_traceback_frames_collapse(gw, sid):
     tb = r["error"]["traceback_text"]
     assert len(tb.encode()) <= 2000, len(tb)
     assert "RecursionError" in tb and ("repeated" in tb or "skipping similar frames" in tb), tb
+
+
+def test_a_one_shot_execution_takes_a_budget_too(gw):
+    r = api(gw, "POST", "/v1/execute", json={"code": "for i in range(100000): print(i)", "max_output_tokens": 300})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["stdout"].startswith("0\n1\n") and out["stdout"].endswith("99999\n")
+    assert " lines) elided …" in out["stdout"] and out["budget"]["output_url"] is None
 
 
 def test_without_a_budget_nothing_changes(gw, sid):

@@ -677,7 +677,7 @@ void execution::downscale_images(std::function<void()> then) {
             jobs.emplace_back(i, mime, key, *size);
         }
     }
-    if (jobs.empty() || options_.spool_dir.empty()) return then();
+    if (jobs.empty()) return then();
     auto once = std::make_shared<std::atomic<bool>>(false);
     auto self = shared_from_this();
     auto finish_with = [self, once, then, jobs](json reply) {
@@ -696,12 +696,14 @@ void execution::downscale_images(std::function<void()> then) {
                 const auto small_size = small ? image_size(*small) : std::nullopt;
                 if (!small_size) continue;
                 auto& r = self->results_[index];
-                const auto name = self->id_ + ".image-" + std::to_string(n) + (mime == "image/png" ? ".png" : ".jpg");
-                originals.emplace_back(self->options_.spool_dir / name, r["data"][mime].get<std::string>());
+                json note = {{"downscaled_from", {size.first, size.second}}, {"size", {small_size->first, small_size->second}}};
+                if (!self->options_.spool_dir.empty()) {
+                    const auto name = self->id_ + ".image-" + std::to_string(n) + (mime == "image/png" ? ".png" : ".jpg");
+                    originals.emplace_back(self->options_.spool_dir / name, r["data"][mime].get<std::string>());
+                    note["original_url"] = self->options_.executions_url_prefix + self->id_ + "/images/" + std::to_string(n);
+                }
                 r["data"][mime] = text;
-                r["metadata"]["cellgate"] = {{"downscaled_from", {size.first, size.second}},
-                                             {"size", {small_size->first, small_size->second}},
-                                             {"original_url", self->options_.executions_url_prefix + self->id_ + "/images/" + std::to_string(n)}};
+                r["metadata"]["cellgate"] = std::move(note);
                 ++self->images_downscaled_;
             }
             // The originals go to disk off the strand; the result does not wait for them.

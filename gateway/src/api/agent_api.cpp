@@ -186,22 +186,24 @@ handler_fn on_pool(services& s, file_handler h) {
     };
 }
 
+// A whole number from the query, `fallback` when absent; 400 when it is not one or past `max`.
+std::uint64_t query_number(const request_ptr& req, const char* name, std::uint64_t fallback, std::uint64_t max) {
+    const auto v = req->query_value(name);
+    if (!v || v->empty()) return fallback;
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || end != v->data() + v->size() || n > max)
+        throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
+    return n;
+}
+
 // The ledger: a session's executions, paged oldest first, and one by id.
 void register_ledger(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::get, "/v1/sessions/{id}/executions", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        auto number = [&req](const char* name, std::uint64_t fallback, std::uint64_t max) {
-            const auto v = req->query_value(name);
-            if (!v || v->empty()) return fallback;
-            std::uint64_t n = 0;
-            const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-            if (ec != std::errc() || end != v->data() + v->size() || n > max)
-                throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
-            return n;
-        };
-        const auto limit = number("limit", 100, 1000);
+        const auto limit = query_number(req, "limit", 100, 1000);
         if (limit == 0) throw api_exception(400, "'limit' must be at least 1");
-        const auto page = agents.ledger().list(k->id(), number("after", 0, UINT64_MAX), limit);
+        const auto page = agents.ledger().list(k->id(), query_number(req, "after", 0, UINT64_MAX), limit);
         json body = {{"executions", page.records}, {"next_after", page.next_after ? json(*page.next_after) : json(nullptr)}};
         reply(json_response(200, body));
     });
@@ -218,17 +220,8 @@ void register_ledger(router& r, services& s, agent::agent_service& agents) {
               const auto& eid = req->param("execution_id");
               const auto stream = req->query_value("stream").value_or("stdout");
               if (stream != "stdout" && stream != "stderr") throw api_exception(400, "'stream' must be stdout or stderr");
-              auto number = [&req](const char* name, std::uint64_t fallback, std::uint64_t max) {
-                  const auto v = req->query_value(name);
-                  if (!v || v->empty()) return fallback;
-                  std::uint64_t n = 0;
-                  const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-                  if (ec != std::errc() || end != v->data() + v->size() || n > max)
-                      throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
-                  return n;
-              };
-              const auto offset = number("offset", 0, UINT64_MAX);
-              const auto limit = std::max<std::uint64_t>(number("limit", 64u << 10, 1u << 20), 1);
+              const auto offset = query_number(req, "offset", 0, UINT64_MAX);
+              const auto limit = std::max<std::uint64_t>(query_number(req, "limit", 64u << 10, 1u << 20), 1);
               const auto rec = agents.ledger().find(k->id(), eid);
               const auto dir = agents.spool_dir(k->id());
               if (!rec || dir.empty() || eid.find('/') != std::string::npos)
@@ -417,6 +410,7 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
                         });
                     auto opts = agent_execution_options(agents, *k, body);
                     opts.inline_files = true;
+                    opts.spool_dir.clear();  // the session ends with the call: no output to read back
                     opts.inline_files_limit_bytes = k->policy().result_limit_bytes;
                     opts.files_url_prefix.clear();
                     agents.submit(k, std::move(opts), {}, [reply, finish](json result) {
