@@ -2,8 +2,9 @@
 # read by the build (gateway/CMakeLists.txt makes one library per room that
 # links only these) and by the include check (cmake/check_rooms.cmake).
 # docs/architecture.md draws it.
-set(cellgate_rooms util metrics contents jupyter wire kernels agent processes http api e2b mcp config)
+set(cellgate_rooms util egress metrics contents jupyter wire kernels agent processes http api e2b mcp config)
 set(cellgate_room_uses_util "")
+set(cellgate_room_uses_egress "")
 set(cellgate_room_uses_metrics "")
 set(cellgate_room_uses_contents util)
 set(cellgate_room_uses_jupyter util)
