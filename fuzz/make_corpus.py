@@ -312,8 +312,40 @@ def http_seeds():
     }
 
 
+def client_hello(server_name):
+    """The first flight of a TLS client, as Python's ssl (OpenSSL) sends it."""
+    import ssl
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def egress_seeds():
+    hello = client_hello("files.pypi.test")
+    return {
+        "client_hello_sni": hello,
+        "client_hello_no_sni": client_hello(None),
+        "client_hello_cut": hello[:60],
+        "connect": b"CONNECT pypi.test:443 HTTP/1.1\r\nHost: pypi.test:443\r\n\r\n",
+        "connect_v6": b"CONNECT [fd00::1]:443 HTTP/1.1\r\n\r\n",
+        "absolute_get": b"GET http://api.example.com:8080/v1/x?y=1 HTTP/1.1\r\nHost: api.example.com:8080\r\n\r\n",
+        "host_mismatch": b"GET http://a.example.com/ HTTP/1.1\r\nHost: bad.example.com\r\n\r\n",
+        "rule_cidr": b"10.1.0.0/16:5432",
+        "rule_wildcard": b"*.pythonhosted.org",
+        # Found by the fuzzer: a malformed name once matched a wildcard.
+        "malformed_host_on_a_wildcard": b"GT http://`.example.com/ HTTP/1.1\r\nHo \0\0\0\0\0\0\0sOrigm\r\n\r\n",
+    }
+
+
 def main():
     targets = {
+        "egress_fuzzer": egress_seeds(),
         "ws_json_fuzzer": ws_json_seeds(),
         "ws_v1_fuzzer": ws_v1_seeds(),
         "zmq_wire_fuzzer": zmq_seeds(),

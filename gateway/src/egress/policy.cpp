@@ -149,6 +149,7 @@ rule parse_rule(std::string_view text) {
 bool rule::matches(std::string_view host, const std::optional<address>& addr, std::uint16_t p) const {
     if (what == kind::network) return addr && net.contains(*addr) && (port == 0 || port == p);
     if (port == 0 ? (p != 80 && p != 443) : p != port) return false;
+    if (host.empty()) return false;
     if (what == kind::host) return host == name;
     return host.size() > name.size() + 1 && host.ends_with(name) && host[host.size() - name.size() - 1] == '.';
 }
@@ -164,11 +165,16 @@ policy policy::parse(const std::vector<std::string>& allow, const std::vector<st
 }
 
 policy::verdict policy::check(std::string_view host, const std::optional<address>& addr, std::uint16_t port) const {
-    const auto name = normalize_host(host).value_or(std::string(host));
+    // A target that is neither a valid name nor an address matches no name
+    // rule (only network rules, by its address): a malformed name can never
+    // ride on a wildcard.
+    auto name = normalize_host(host);
+    if (!name && address::parse(host)) name = std::string(host);
+    if (!name) name = std::string();
     for (const auto& r : deny)
-        if (r.matches(name, addr, port)) return {false, r.text};
+        if (r.matches(*name, addr, port)) return {false, r.text};
     for (const auto& r : allow)
-        if (r.matches(name, addr, port)) return {true, r.text};
+        if (r.matches(*name, addr, port)) return {true, r.text};
     return {false, ""};
 }
 

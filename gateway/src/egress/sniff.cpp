@@ -39,6 +39,8 @@ bool split_authority(std::string_view a, std::uint16_t default_port, std::string
         p = a.substr(colon + 1);
     }
     if (h.empty()) return false;
+    // A name the policy could judge, or an address.
+    if (!address::parse(h) && !normalize_host(h)) return false;
     unsigned v = default_port;
     if (!p.empty()) {
         const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
@@ -120,6 +122,13 @@ proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) 
     if (end + 4 > max_head) return fail("the request head is longer than " + std::to_string(max_head) + " bytes");
     r.head_bytes = end + 4;
     const auto head = bytes.substr(0, end);
+    // Control bytes other than CR LF (in line ends) and tab: not a request head.
+    for (std::size_t i = 0; i < head.size(); ++i) {
+        const auto c = static_cast<unsigned char>(head[i]);
+        if (c == 0x7f || (c < 0x20 && c != '\t' && !(c == '\r' && i + 1 < head.size() && head[i + 1] == '\n') &&
+                          !(c == '\n' && i > 0 && head[i - 1] == '\r')))
+            return fail("control bytes in the request head");
+    }
     const auto line_end = head.find("\r\n");
     const auto line = head.substr(0, line_end);
     const auto sp1 = line.find(' ');
@@ -127,6 +136,9 @@ proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) 
     if (sp2 == std::string_view::npos || line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0)
         return fail("not an HTTP/1.x request line");
     r.method = std::string(line.substr(0, sp1));
+    // A method is a token (RFC 9110): letters, digits and !#$%&'*+-.^_`|~.
+    if (r.method.empty() || r.method.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~") != std::string::npos)
+        return fail("the method is not a token");
     const auto target = line.substr(sp1 + 1, sp2 - sp1 - 1);
     // The Host header, if any (one only).
     std::string host_header;

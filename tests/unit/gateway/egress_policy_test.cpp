@@ -42,6 +42,9 @@ TEST(EgressPolicy, NetworksAndDenyWins) {
     EXPECT_FALSE(p.check("y.example.com", ip("10.1.9.1"), 443).allowed);
     EXPECT_TRUE(p.check("10.1.2.3", ip("::ffff:10.1.2.3"), 9).allowed) << "an IPv4-mapped address is that IPv4 address";
     EXPECT_FALSE(policy{}.check("anything.com", std::nullopt, 443).allowed) << "no rules: nothing is allowed";
+    // Found by the fuzzer: a malformed name must not ride on a wildcard.
+    for (const char* bad : {"`.example.com", "a b.example.com", "x/.example.com", "#.example.com"})
+        EXPECT_FALSE(p.check(bad, std::nullopt, 443).allowed) << bad;
 }
 
 TEST(EgressPolicy, BadEntriesSayWhy) {

@@ -84,12 +84,15 @@ TEST(EgressSniff, ProxyRequestHeads) {
                             "GET http://a.com/ HTTP/1.1\r\nHost: b.com\r\n\r\n",
                             "GET http://a.com/ HTTP/1.1\r\nHost: a.com\r\nHost: a.com\r\n\r\n",
                             "GET http://user:pw@a.com/ HTTP/1.1\r\n\r\n", "CONNECT a.com:99999 HTTP/1.1\r\n\r\n",
-                            "BREW a.com\r\n\r\n"}) {
+                            "BREW a.com\r\n\r\n", "GET http://`.example.com/ HTTP/1.1\r\n\r\n",
+                            "CONNECT a_b c.com:443 HTTP/1.1\r\n\r\n", "G(T http://a.com/ HTTP/1.1\r\n\r\n"}) {
         const auto b = parse_proxy_request(bad);
         EXPECT_EQ(b.status, sniff_status::malformed) << bad;
         EXPECT_FALSE(b.error.empty()) << bad;
     }
     EXPECT_EQ(parse_proxy_request(std::string(20000, 'a'), 16384).status, sniff_status::malformed);
+    EXPECT_EQ(parse_proxy_request(std::string("GET http://a.com/ HTTP/1.1\r\nX: a\0b\r\n\r\n", 38)).status, sniff_status::malformed);
+    EXPECT_EQ(parse_proxy_request("GET http://a.com/ HTTP/1.1\r\nX: a\nb\r\n\r\n").status, sniff_status::malformed);
 }
 
 }  // namespace
