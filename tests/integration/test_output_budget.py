@@ -153,3 +153,22 @@ def test_bad_budgets_are_refused(gw, sid):
                  {"max_output_tokens": "many"}, {"max_image_pixels": 10}):
         r = api(gw, "POST", f"/v1/sessions/{sid}/execute", json={"code": "1", **body})
         assert r.status_code == 400, (body, r.text)
+
+
+def test_a_kernel_that_forges_the_summary_type_cannot_hurt_the_gateway(gw, sid):
+    """The table MIME type and the metadata come from the kernel: garbage in
+    them is dropped, not trusted, and the gateway keeps serving."""
+    # Straight onto iopub, past IPython's own checks, as hostile code can.
+    code = ("k = get_ipython().kernel\n"
+            "parent = k.get_parent('shell')\n"
+            "for data, meta in (({'application/vnd.cellgate.table+json': 'garbage', 'text/plain': 'plain'}, [1, 2]),\n"
+            "                   ({'application/vnd.cellgate.table+json': {'kind': 7, 'shape': 'x', 'head': [1]},\n"
+            "                     'text/plain': 'forged'}, 'meta')):\n"
+            "    k.session.send(k.iopub_socket, 'display_data', {'data': data, 'metadata': meta, 'transient': {}},\n"
+            "                   parent=parent, ident=b'display_data')")
+    for budget in ({"max_output_tokens": 500}, {}):
+        r = run(gw, sid, code, **budget)
+        assert r["status"] == "ok", r
+        kinds = [list(x["data"]) for x in r["results"]]
+        assert len(kinds) == 2 and all(k == ["text/plain"] for k in kinds), kinds
+    assert run(gw, sid, "1 + 1")["results"][0]["data"]["text/plain"] == "2"

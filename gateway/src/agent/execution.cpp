@@ -592,8 +592,13 @@ void execution::apply_budget(json& result) {
     std::size_t tables = 0, html_dropped = 0;
     for (auto& r : result["results"]) {
         auto& data = r["data"];
+        if (!r["metadata"].is_object()) r["metadata"] = json::object();  // the kernel's: any type
         if (const auto t = data.find(std::string(table_mime_type)); t != data.end()) {
             auto summary = table_summary(*t);
+            if (summary.empty()) {
+                data.erase(t);  // not a summary after all
+                continue;
+            }
             data = json::object();
             data["text/plain"] = std::move(summary);
             r["metadata"]["cellgate"] = {{"summary", "table"}};
@@ -703,6 +708,7 @@ void execution::downscale_images(std::function<void()> then) {
                     note["original_url"] = self->options_.executions_url_prefix + self->id_ + "/images/" + std::to_string(n);
                 }
                 r["data"][mime] = text;
+                if (!r["metadata"].is_object()) r["metadata"] = json::object();
                 r["metadata"]["cellgate"] = std::move(note);
                 ++self->images_downscaled_;
             }

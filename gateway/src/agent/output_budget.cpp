@@ -138,24 +138,32 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> image_size(std::string_vi
 }
 
 std::string table_summary(const json& t) {
-    std::string out = t.value("kind", "DataFrame");
-    const auto shape = t.value("shape", json::array());
-    if (shape.size() == 2) out += ": " + shape[0].dump() + " rows × " + shape[1].dump() + " columns";
-    else if (shape.size() == 1) out += ": " + shape[0].dump() + " rows";
+    // The kernel made this: any member may be missing or of any type.
+    if (!t.is_object()) return "";
+    auto text = [&t](const char* key) {
+        const auto it = t.find(key);
+        return it != t.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::string out = text("kind").empty() ? "DataFrame" : text("kind").substr(0, 64);
+    if (const auto it = t.find("shape"); it != t.end() && it->is_array() && !it->empty() && it->size() <= 2 &&
+                                         std::all_of(it->begin(), it->end(), [](const json& n) { return n.is_number_integer(); })) {
+        out += ": " + (*it)[0].dump() + " rows";
+        if (it->size() == 2) out += " × " + (*it)[1].dump() + " columns";
+    }
     out += "\n";
-    if (const auto cols = t.value("columns", json::object()); cols.is_object() && !cols.empty()) {
+    if (const auto it = t.find("columns"); it != t.end() && it->is_object() && !it->empty()) {
         out += "columns:";
         std::size_t n = 0;
-        for (const auto& [name, dtype] : cols.items()) {
+        for (const auto& [name, dtype] : it->items()) {
             if (n++ == 100) {
                 out += " …";
                 break;
             }
-            out += " " + name + " (" + (dtype.is_string() ? dtype.get<std::string>() : dtype.dump()) + ")";
+            out += " " + name.substr(0, 100) + " (" + (dtype.is_string() ? dtype.get<std::string>().substr(0, 40) : dtype.dump().substr(0, 40)) + ")";
         }
         out += "\n";
     }
-    if (const auto head = t.value("head", ""); !head.empty()) out += "first rows:\n" + head + (head.ends_with('\n') ? "" : "\n");
+    if (const auto head = text("head"); !head.empty()) out += "first rows:\n" + head + (head.ends_with('\n') ? "" : "\n");
     return out;
 }
 

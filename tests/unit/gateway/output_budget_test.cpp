@@ -83,6 +83,13 @@ TEST(OutputBudget, TableSummary) {
     const json t = {{"kind", "DataFrame"}, {"shape", {100000, 2}}, {"columns", {{"a", "int64"}, {"b", "object"}}},
                     {"head", "   a  b\n0  1  x"}};
     EXPECT_EQ(table_summary(t), "DataFrame: 100000 rows × 2 columns\ncolumns: a (int64) b (object)\nfirst rows:\n   a  b\n0  1  x\n");
+    // A hostile kernel's "summary": any type anywhere, never an exception.
+    for (const auto& bad : {json("text"), json::array({1, 2}), json(nullptr), json{{"kind", 5}, {"shape", "big"}},
+                            json{{"shape", {1, "x"}}, {"columns", {1, 2}}, {"head", {{"a", 1}}}},
+                            json{{"columns", {{"a", {1, 2}}}}, {"shape", {1, 2, 3}}}})
+        EXPECT_NO_THROW(table_summary(bad)) << bad.dump();
+    EXPECT_EQ(table_summary(json("text")), "");
+    EXPECT_EQ(table_summary(json{{"kind", 5}, {"shape", "big"}}), "DataFrame\n");
 }
 
 }  // namespace
