@@ -693,8 +693,14 @@ void execution::downscale_images(std::function<void()> then) {
             for (std::size_t n = 0; n < jobs.size(); ++n) {
                 const auto& [index, mime, key, size] = jobs[n];
                 const auto& out = exprs.contains(key) ? exprs[key] : json();
-                if (!out.is_object() || out.value("status", "") != "ok") continue;
-                auto text = out.value("data", json::object()).value("text/plain", "");
+                // The kernel's reply: any type anywhere.
+                const auto status = out.is_object() ? out.find("status") : out.end();
+                if (!out.is_object() || status == out.end() || *status != "ok") continue;
+                const auto data = out.find("data");
+                if (data == out.end() || !data->is_object() || !data->contains("text/plain") ||
+                    !(*data)["text/plain"].is_string())
+                    continue;
+                auto text = (*data)["text/plain"].get<std::string>();
                 if (text.size() < 2 || (text.front() != '\'' && text.front() != '"')) continue;
                 text = text.substr(1, text.size() - 2);
                 const auto small = base64_decode(text);
