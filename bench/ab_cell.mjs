@@ -4,13 +4,10 @@
 // path) on the same machine at the same time:
 //
 //   A=http://127.0.0.1:18931 B=http://127.0.0.1:18932 TOKEN=T node bench/ab_cell.mjs 200
+import { median } from './stats.mjs';
 const n = Number(process.argv[2] || 200);
 const token = process.env.TOKEN;
 const headers = { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' };
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 async function session(base) {
   const r = await fetch(`${base}/v1/sessions`, { method: 'POST', headers, body: '{}' });
   if (r.status !== 201) throw new Error(`${base}: ${r.status} ${await r.text()}`);

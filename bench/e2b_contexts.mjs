@@ -10,21 +10,13 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { median, timed } from './stats.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, '..', 'tests', 'e2b', 'package.json'));
 const { Sandbox } = require('@e2b/code-interpreter');
 
 const n = Number(process.argv[2] || 20);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const timed = async (f) => {
-  const t0 = performance.now();
-  const v = await f();
-  return [performance.now() - t0, v];
-};
 const check = (ex) => {
   if (ex.text !== '2') throw new Error(`unexpected result ${ex.text} ${JSON.stringify(ex.error)}`);
 };

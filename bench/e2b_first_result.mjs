@@ -11,6 +11,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { median } from './stats.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, '..', 'tests', 'e2b', 'package.json'));
@@ -21,10 +22,6 @@ const gap = Number(process.env.BENCH_GAP_MS || 1500);  // lets the pool refill, 
 const base = process.env.CELLGATE_URL;
 const token = process.env.E2B_API_KEY;
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function viaE2b() {

@@ -11,6 +11,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { median, timed } from './stats.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, '..', 'tests', 'mcp', 'package.json'));
@@ -20,15 +21,6 @@ const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/cli
 const n = Number(process.argv[2] || 50);
 const base = process.env.CELLGATE_URL;
 const headers = { Authorization: `Bearer ${process.env.CELLGATE_TOKEN}`, 'Content-Type': 'application/json' };
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const timed = async (f) => {
-  const t0 = performance.now();
-  const v = await f();
-  return [performance.now() - t0, v];
-};
 const v1 = async (sid, body) => {
   const r = await fetch(`${base}/v1/sessions/${sid}/execute`, { method: 'POST', headers, body: JSON.stringify(body) });
   const j = await r.json();

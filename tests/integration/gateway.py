@@ -145,6 +145,15 @@ class Gateway:
         except OSError:
             return ""
 
+    def kill_and_restart(self):
+        """SIGKILL (no shutdown ladder runs), then the same command on the same dirs."""
+        import signal
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.log.close()
+        self.port_file.unlink()
+        return self.start()
+
     def stop(self, timeout=60):
         if self.proc is None:
             return None

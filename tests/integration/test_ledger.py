@@ -4,7 +4,6 @@ on the execute result as "usage", at GET /v1/sessions/{id}/executions (paged)
 and /executions/{execution_id}, in /metrics, and kept across a gateway
 SIGKILL and restart. Real gateway, runc sandboxes, the kernel image."""
 import hashlib
-import signal
 
 import pytest
 import requests
@@ -85,11 +84,7 @@ def test_files_bytes_hash_and_paging(gw):
 def test_records_survive_a_gateway_sigkill(gw):
     sid = api(gw, "POST", "/v1/sessions", json={"idle_timeout_s": 600}).json()["id"]
     first = run(gw, sid, "kept = 1")["usage"]
-    gw.proc.send_signal(signal.SIGKILL)
-    gw.proc.wait(timeout=30)
-    gw.log.close()
-    gw.port_file.unlink()
-    gw.start()
+    gw.kill_and_restart()
     second = run(gw, sid, "kept + 1")["usage"]
     listed = api(gw, "GET", f"/v1/sessions/{sid}/executions").json()["executions"]
     assert [e["execution_id"] for e in listed] == [first["execution_id"], second["execution_id"]]

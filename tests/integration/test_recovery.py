@@ -25,15 +25,6 @@ def sandboxes_of(g):
     return {s["id"]: s for s in json.loads(out.stdout)}
 
 
-def kill_and_restart(g):
-    """SIGKILL (no shutdown ladder runs), then the same command on the same dirs."""
-    g.proc.send_signal(signal.SIGKILL)
-    g.proc.wait(timeout=30)
-    g.log.close()
-    g.port_file.unlink()
-    g.start()
-
-
 def run(g, sid, code):
     r = api(g, "POST", f"/v1/sessions/{sid}/execute", json={"code": code, "timeout_s": 60})
     assert r.status_code == 200, r.text
@@ -75,7 +66,7 @@ def test_sigkill_loses_no_session_file_or_variable(gw):
     pids_before = {i: v.get("pid") for i, v in before.items()}
     assert {a["id"], b["id"], k["id"], busy["id"]} <= set(before)
 
-    kill_and_restart(gw)
+    gw.kill_and_restart()
     started.join(timeout=30)
 
     # The same sandboxes, the same processes: nothing was restarted.

@@ -10,7 +10,6 @@ Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -157,11 +156,7 @@ def test_mcp_session_and_its_kernel_survive_a_gateway_sigkill(tmp_path):
         first = _execute(gw, session, "kept = 6 * 7", 2)
         assert not first.get("isError"), first
         sid = first["content"][0]["text"].split("session_id: ")[1].split()[0]
-        gw.proc.send_signal(signal.SIGKILL)
-        gw.proc.wait(timeout=30)
-        gw.log.close()
-        gw.port_file.unlink()
-        gw.start()
+        gw.kill_and_restart()
         # The same Mcp-Session-Id works without a new initialize, and the kernel kept its variable.
         again = _execute(gw, session, "print(kept)", 3, session_id=sid)
         assert not again.get("isError"), again

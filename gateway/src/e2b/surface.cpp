@@ -15,10 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string header(const request_context& ctx, std::string_view name) {
-    const auto it = ctx.req.find(boost::beast::string_view(name.data(), name.size()));
-    return it == ctx.req.end() ? std::string() : std::string(it->value());
-}
+std::string header(const request_context& ctx, std::string_view name) { return header_value(ctx.req, name); }
 
 // The gateway's own error body ({"reason","message"}) → the message alone.
 std::string message_of(const response& r) {

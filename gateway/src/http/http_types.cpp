@@ -151,6 +151,11 @@ std::size_t set_response_headers(bhttp::response_header<>& h, const response& r,
     return dropped;
 }
 
+std::string header_value(const request& req, std::string_view name) {
+    const auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+    return it == req.end() ? std::string() : std::string(it->value());
+}
+
 std::string sse_event(const std::string& event, const nlohmann::json& data) {
     return "event: " + event + "\ndata: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
 }

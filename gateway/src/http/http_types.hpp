@@ -161,4 +161,7 @@ std::size_t set_response_headers(bhttp::response_header<>& h, const response& r,
                                  const std::vector<std::string>& allow_origins);
 bool safe_header_value(std::string_view value) noexcept;
 
+// A request header's value ("" when absent).
+std::string header_value(const request& req, std::string_view name);
+
 }  // namespace cellgate::http

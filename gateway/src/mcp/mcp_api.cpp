@@ -39,11 +39,6 @@ bool supported_version(std::string_view v) {
     return std::find(protocol_versions.begin(), protocol_versions.end(), v) != protocol_versions.end();
 }
 
-std::string header_value(const request& req, std::string_view name) {
-    const auto v = req[name];
-    return std::string(v.data(), v.size());
-}
-
 std::string lower(std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return s;
