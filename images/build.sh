@@ -19,7 +19,7 @@ store=${CELLGATE_IMAGE_STORE:-/var/cache/cellgate/images}
 mirror=${CELLGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${CELLGATE_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
 
-key=$( { cat "$src/packages.txt" "$src/customize.sh" "$src/cellgate-kernel" "$src/cellgate-context" "$src/kernel.json" "$src/strip-packages.txt" "$0";
+key=$( { cat "$src/packages.txt" "$src/customize.sh" "$src/cellgate-kernel" "$src/cellgate-context" "$src/cellgate-egress" "$src/kernel.json" "$src/strip-packages.txt" "$0";
          echo "$mirror $security"; } | sha256sum | cut -c1-16 )
 dest="$store/$image/$key"
 if [[ -f "$dest/.complete" ]]; then
@@ -46,8 +46,8 @@ else
     "deb $security bookworm-security main" >&2
   # Mount points the sandbox binds over; mmdebstrap empties /run, so they are
   # (re)made here and checked: runc must never have to create one in the image.
-  mkdir -p "$tmp/rootfs/run/kernel" "$tmp/rootfs/workspace"
-  for p in run/kernel workspace tmp proc sys dev opt/cellgate/cellgate-kernel usr/bin/tini; do
+  mkdir -p "$tmp/rootfs/run/kernel" "$tmp/rootfs/run/egress" "$tmp/rootfs/workspace"
+  for p in run/kernel run/egress workspace tmp proc sys dev opt/cellgate/cellgate-kernel usr/bin/tini; do
     [[ -e "$tmp/rootfs/$p" ]] || { echo "build.sh: the image lacks /$p" >&2; exit 1; }
   done
   chmod 0755 "$tmp" "$tmp/rootfs"

@@ -4,6 +4,8 @@
 #include "mcp/mcp_api.hpp"
 #include "processes/process_table.hpp"
 #include "api/api.hpp"
+#include "api/network.hpp"
+#include "egress/proxy.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
 #include "config/gateway_config.hpp"
@@ -187,6 +189,7 @@ std::shared_ptr<void> register_routes(http::router& routes, api::services& servi
     api::register_sessions_api(routes, services);
     api::register_contents_api(routes, services);
     api::register_agent_api(routes, services, agents);
+    if (services.network) api::register_network_api(routes, services, *services.network);
     api::register_commands_api(routes, services, processes);
     auto terminals = api::register_terminals_api(routes, services, processes);
     api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
@@ -276,6 +279,22 @@ int main(int argc, char** argv) {
         cfg.manager.launcher_rules = cfg.launcher;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
+        // Egress: a proxy for the sessions that have a network (api/network.hpp).
+        std::optional<egress::proxy> egress_proxy;
+        auto& network = cfg.network;
+        network.store = store.get();
+        if (cfg.egress) {
+            auto options = cfg.egress_proxy;
+            egress_proxy.emplace(ioc, std::move(options));
+            network.proxy = &*egress_proxy;
+            metrics.add_gauge_source([&egress_proxy](std::string& out) { egress_proxy->render_metrics(out); });
+            manager.on_egress([&network](const kernels::kernel& k, const std::filesystem::path& dir) {
+                api::attach_egress(k, dir, network);
+            });
+            manager.on_removed([&network, root = cfg.launcher.egress_root](const std::string& kernel_id) {
+                api::detach_egress(kernel_id, root, network);
+            });
+        }
         if (store) take_back(*store, taken_back, manager, sessions);
         for (const auto& t : cfg.tokens)
             if (t.max_sessions > 0) manager.set_tenant_quota(t.tenant, t.max_sessions);
@@ -292,6 +311,7 @@ int main(int argc, char** argv) {
         agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get(), spool_root);
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         api::services services{manager, sessions, metrics, "2.0.0", &file_io};
+        if (egress_proxy) services.network = &network;
 
         http::server_context ctx(
             cfg.server, http::authenticator(cfg.tokens),
@@ -304,7 +324,9 @@ int main(int argc, char** argv) {
         const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
-        announce(cfg, server.listen(), generated_token);
+        const auto port = server.listen();
+        if (egress_proxy) egress_proxy->forbid_port(port);  // sandboxes never reach the gateway itself
+        announce(cfg, port, generated_token);
         manager.start();
         serve(ioc, server, manager, cfg.io_threads);
         file_io.stop();  // its jobs use the services and the manager below

@@ -20,7 +20,7 @@ if [ -n "$installed" ]; then
 fi
 
 # Mount points the sandbox fills in (the rootfs itself is mounted read-only).
-mkdir -p "$root/workspace" "$root/run/kernel" "$root/opt/cellgate"
+mkdir -p "$root/workspace" "$root/run/kernel" "$root/run/egress" "$root/opt/cellgate"
 # E2B code (and its SDK's paths) expect the home at /home/user: it is the
 # workspace, by a link in the read-only root that the sandbox cannot change.
 mkdir -p "$root/home"
@@ -32,6 +32,8 @@ install -m 0755 "$here/cellgate-kernel" "$root/opt/cellgate/cellgate-kernel"
 # A code context (E2B's createCodeContext): one more interpreter the gateway
 # drives over its pipes (gateway/src/e2b/code_contexts.hpp).
 install -m 0755 "$here/cellgate-context" "$root/opt/cellgate/cellgate-context"
+# The egress forwarder, started by cellgate-kernel when /run/egress is mounted.
+install -m 0755 "$here/cellgate-egress" "$root/opt/cellgate/cellgate-egress"
 mkdir -p "$root/etc/matplotlib"
 cat > "$root/etc/matplotlib/matplotlibrc" <<'RC'
 backend: module://matplotlib_inline.backend_inline

@@ -332,13 +332,14 @@ options parse_args(int argc, char** argv) {
         else if (a == "--state-dir") o.launcher.state_dir = value();
         else if (a == "--image-store") o.launcher.image_store = value();
         else if (a == "--workspace-root") o.launcher.workspace_root = value();
+        else if (a == "--egress-root") o.launcher.egress_root = value();
         else if (a == "--runc") o.launcher.runc_path = value();
         else if (a == "--cgroup-parent" || a == "--uid-range-start" || a == "--uid-range-slots")
             apply_node_option(o.launcher, a, value());
         else if (a == "--help" || a == "-h")
             throw std::invalid_argument(
                 "usage: cellgate-launchd [--socket PATH] [--client-user USER] [--state-dir D] [--image-store D] "
-                "[--workspace-root D] [--runc PATH] " + std::string(node_options_usage));
+                "[--workspace-root D] [--egress-root D] [--runc PATH] " + std::string(node_options_usage));
         else throw std::invalid_argument("unknown option " + a);
     }
     if (!o.client_user.empty()) {

@@ -302,6 +302,7 @@ struct launcher::impl {
         in.rootfs = info.image;
         in.workspace_dir = info.workspace_dir;
         in.kernel_dir = kernel_dir.string();
+        in.egress_dir = spec.egress_dir;
         in.host_id_base = host_id_base;
         in.uid = spec.uid;
         in.gid = spec.gid;
@@ -463,9 +464,16 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     const auto in = oci_inputs_for(info, spec, dir / "kernel", ws.host_id_base, rt);
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     steps.done("config");
+    if (!spec.egress_dir.empty()) {
+        // A link here would have the runtime mount whatever it points to.
+        struct stat st{};
+        if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
+    }
     if (in.gvisor) {
         for (const auto& p : {fs::path(info.image), ws_dir, dir / "kernel", relay_paths_of(dir).script_dir})
             require_searchable_by_others("runtime-run", p);
+        if (!spec.egress_dir.empty()) require_searchable_by_others("runtime-run", spec.egress_dir);
     }
 
     info.pid = start_container(info, dir, ws, rt, runtime_started, steps);

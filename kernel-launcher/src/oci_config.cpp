@@ -32,6 +32,11 @@ json mounts(const oci_inputs& in) {
               {"rbind", "rw", "nosuid", "nodev", "noexec"}),
         mount("/run/kernel", "bind", in.kernel_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}),
     });
+    // The egress proxy's socket (a directory, so a restarted gateway's new
+    // socket is seen). Read-only: connecting to a socket needs no write
+    // access to its file system.
+    if (!in.egress_dir.empty())
+        all.push_back(mount("/run/egress", "bind", in.egress_dir, {"rbind", "ro", "nosuid", "nodev", "noexec"}));
     // /mnt is empty in every Debian rootfs, so nothing is created in the
     // shared image to mount the relay there.
     if (in.gvisor)

@@ -19,6 +19,7 @@ struct oci_inputs {
     std::string rootfs;          // host path of the read-only image rootfs
     std::string workspace_dir;   // host path, mounted at /workspace
     std::string kernel_dir;      // host path, mounted at /run/kernel
+    std::string egress_dir;      // host path, mounted read-only at /run/egress; empty: none
     std::uint32_t host_id_base = 0;  // container ids 0…65535 map to host_id_base…
     std::uint32_t uid = 1000;
     std::uint32_t gid = 1000;

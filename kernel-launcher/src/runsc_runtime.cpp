@@ -25,6 +25,10 @@
 //   12693, fixed upstream in 2026): see SECURITY.md.
 #include "cli_runtime.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
 #include <unistd.h>
 
 namespace cellgate::launcher {
@@ -56,6 +60,12 @@ public:
         // which here is the relay's pipe.
         const auto log = bundle / "runsc.log";
         auto flags = sandbox_flags();
+        // A sandbox with an egress path may connect to the host sockets
+        // among its mounts (only the proxy's: nothing else mounted holds a
+        // host socket); it may never create one.
+        if (has_egress_mount(bundle))
+            for (auto& f : flags)
+                if (f == "--host-uds=none") f = "--host-uds=open";
         flags.push_back("--log");
         flags.push_back(log.string());
         return run_detached(id, bundle, io, flags, log, 1024);
@@ -71,6 +81,15 @@ public:
     }
 
 private:
+    static bool has_egress_mount(const fs::path& bundle) {
+        std::ifstream in(bundle / "config.json");
+        const auto config = nlohmann::json::parse(in, nullptr, false);
+        if (!config.is_object() || !config.contains("mounts") || !config["mounts"].is_array()) return false;
+        for (const auto& m : config["mounts"])
+            if (m.is_object() && m.value("destination", "") == "/run/egress") return true;
+        return false;
+    }
+
     // The flags the sandbox was made with; exec passes them too, so that
     // whatever runsc reads from its configuration there is the same.
     std::vector<std::string> sandbox_flags() const {

@@ -137,6 +137,16 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                              config.workspace_root.string() + " with a simple name");
     }
 
+    if (!spec.egress_dir.empty()) {
+        const fs::path p(spec.egress_dir);
+        if (config.egress_root.empty()) throw spec_error("this launcher gives no sandbox an egress path");
+        if (!p.is_absolute() || p.lexically_normal() != p || spec.egress_dir.find("/.") != std::string::npos ||
+            spec.egress_dir.find("//") != std::string::npos || p.parent_path() != config.egress_root ||
+            !is_valid_sandbox_id(p.filename().string()))
+            throw spec_error("egress_dir must be a directory directly under " + config.egress_root.string() +
+                             " with a simple name");
+    }
+
     validate_env(spec.env, config);
 
     if (spec.uid == 0 || spec.gid == 0)

@@ -2,6 +2,7 @@
 // and one-shot execution. See docs/agent-api.md for the contract.
 #include "agent/agent_service.hpp"
 #include "api/api.hpp"
+#include "api/network.hpp"
 #include "contents/contents_store.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
@@ -186,7 +187,8 @@ handler_fn on_pool(services& s, file_handler h) {
     };
 }
 
-// A whole number from the query, `fallback` when absent; 400 when it is not one or past `max`.
+}  // namespace
+
 std::uint64_t query_number(const request_ptr& req, const char* name, std::uint64_t fallback, std::uint64_t max) {
     const auto v = req->query_value(name);
     if (!v || v->empty()) return fallback;
@@ -196,6 +198,8 @@ std::uint64_t query_number(const request_ptr& req, const char* name, std::uint64
         throw api_exception(400, std::string("'") + name + "' must be a whole number up to " + std::to_string(max));
     return n;
 }
+
+namespace {
 
 // The ledger: a session's executions, paged oldest first, and one by id.
 void register_ledger(router& r, services& s, agent::agent_service& agents) {
@@ -472,7 +476,11 @@ void start_agent_session(services& s, const agent::agent_limits& limits, const s
     auto name = agent_kernel_name(body);
     if (name.empty()) name = s.kernels.specs().default_name();
     const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, tenant);
-    const auto policy = policy_from(body, base, limits);
+    auto policy = policy_from(body, base, limits);
+    if (const auto n = body.find("network"); n != body.end() && !n->is_null()) {
+        static const network_settings none;
+        policy.network = normalize_network(*n, s.network ? *s.network : none);
+    }
     s.kernels.start_kernel(tenant, name, strict_env(body), std::move(done), policy);
 }
 

@@ -28,6 +28,7 @@ struct services {
     std::size_t max_notebook_bytes = 32u << 20;  // parsed into a DOM: costs several times its size
     std::size_t max_model_text_bytes = 64u << 20;  // "content" once JSON-escaped
     std::size_t max_listed_entries = 5000;         // per directory model or /v1 listing
+    struct network_settings* network = nullptr;     // sessions' networks (api/network.hpp); null: none
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -59,6 +60,9 @@ http::response failure_response(const kernels::failure& f);
 unsigned contents_status(contents::error_kind k) noexcept;
 // Whether the client asked for Server-Sent Events (Accept: text/event-stream).
 bool wants_event_stream(const http::request_ptr& req);
+
+// A whole number from the query, `fallback` when absent; 400 when it is not one or past `max`.
+std::uint64_t query_number(const http::request_ptr& req, const char* name, std::uint64_t fallback, std::uint64_t max);
 
 // A /v1 session's model: id, kernel, state, times and limits.
 nlohmann::json session_model(const kernels::kernel& k, const kernels::kernelspec* spec);

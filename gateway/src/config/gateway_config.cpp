@@ -60,6 +60,66 @@ bool operator_flag(const json& entry, const std::string& where) {
     return it->get<bool>();
 }
 
+egress::policy network_layer(const json& j, const std::string& where) {
+    if (!j.is_object()) throw config_error(where + " must be an object {allow, deny}");
+    try {
+        return egress::policy::parse(j.value("allow", std::vector<std::string>{}), j.value("deny", std::vector<std::string>{}));
+    } catch (const std::exception& e) {
+        throw config_error(where + ": " + e.what());
+    }
+}
+
+// [{"domain": "api.example.com", "header": "X-Api-Key", "value": "…"} |
+//  {"domain": …, "bearer": "…"}, with "value_env"/"bearer_env" naming an
+// environment variable of the gateway instead of the value itself].
+std::vector<egress::injected_header> injected_headers(const json& j, const std::string& where) {
+    if (!j.is_array()) throw config_error(where + " must be an array");
+    std::vector<egress::injected_header> out;
+    for (const auto& e : j) {
+        if (!e.is_object() || !e.contains("domain") || !e["domain"].is_string())
+            throw config_error(where + ": each entry needs a \"domain\"");
+        egress::injected_header h;
+        try {
+            h.domain = egress::parse_rule(e["domain"].get<std::string>());
+        } catch (const std::exception& ex) {
+            throw config_error(where + ": " + ex.what());
+        }
+        if (h.domain.what == egress::rule::kind::network) throw config_error(where + ": a secret's domain must be a host name");
+        auto from = [&](const char* key, const char* env_key) -> std::optional<std::string> {
+            if (const auto v = e.find(key); v != e.end() && v->is_string()) return v->get<std::string>();
+            if (const auto v = e.find(env_key); v != e.end() && v->is_string()) {
+                const char* value = std::getenv(v->get<std::string>().c_str());
+                if (!value) throw config_error(where + ": the environment has no " + v->get<std::string>());
+                return std::string(value);
+            }
+            return std::nullopt;
+        };
+        if (auto bearer = from("bearer", "bearer_env")) {
+            h.header = "Authorization";
+            h.value = "Bearer " + *bearer;
+        } else if (auto value = from("value", "value_env")) {
+            h.header = e.value("header", "");
+            h.value = *value;
+        }
+        if (h.header.empty() || h.value.empty() ||
+            h.header.find_first_of(":\r\n ") != std::string::npos || h.value.find_first_of("\r\n") != std::string::npos)
+            throw config_error(where + ": each entry needs a \"header\" and a \"value\" (or a \"bearer\"), without line breaks");
+        out.push_back(std::move(h));
+    }
+    return out;
+}
+
+// A tokens entry's "network" (the tenant's maximum) and "secrets".
+void tenant_network(gateway_config& c, const std::string& tenant, const json& entry, const std::string& where) {
+    if (const auto n = entry.find("network"); n != entry.end())
+        c.network.tenant_max[tenant] = network_layer(*n, where + ": tokens[" + tenant + "].network");
+    if (const auto s = entry.find("secrets"); s != entry.end()) {
+        auto h = injected_headers(*s, where + ": tokens[" + tenant + "].secrets");
+        auto& into = c.network.tenant_headers[tenant];
+        into.insert(into.end(), h.begin(), h.end());
+    }
+}
+
 // A tokens file: [{"token": …, "tenant": …, "name"?: …, "max_sessions"?: n, "policy"?: {…}}, …].
 void load_tokens_file(gateway_config& c, const std::string& path) {
     std::ifstream in(path);
@@ -77,6 +137,7 @@ void load_tokens_file(gateway_config& c, const std::string& path) {
         e.max_sessions = t.value("max_sessions", std::size_t{0});
         e.is_operator = operator_flag(t, path);
         tenant_policy(c, e.tenant, t, path);
+        tenant_network(c, e.tenant, t, path);
         c.tokens.push_back(std::move(e));
     }
 }
@@ -109,6 +170,34 @@ const std::map<std::string, setter>& setters() {
         {"certfile", [](auto& c, const auto& v) { c.certfile = v; }},
         {"keyfile", [](auto& c, const auto& v) { c.keyfile = v; }},
         {"allow_origin", [](auto& c, const auto& v) { c.server.allow_origins.push_back(v); }},
+        {"egress", [](auto& c, const auto& v) { c.egress = v == "true" || v == "1" || v == "yes"; }},
+        {"egress_root", [](auto& c, const auto& v) { c.launcher.egress_root = v; }},
+        {"egress_resolve", [](auto& c, const auto& v) {
+             try {
+                 c.egress_proxy.resolve.insert_or_assign(egress::parse_resolve_entry(v).first, egress::parse_resolve_entry(v).second);
+             } catch (const std::invalid_argument& e) {
+                 throw config_error(e.what());
+             }
+         }},
+        {"egress_allow_internal", [](auto& c, const auto& v) {
+             try {
+                 const auto r = egress::parse_rule(v);
+                 if (r.what != egress::rule::kind::network) throw std::invalid_argument("not a network");
+                 c.egress_proxy.internal_allowed.push_back(r.net);
+             } catch (const std::invalid_argument&) {
+                 throw config_error("--egress-allow-internal wants a CIDR such as 10.1.2.0/24, not '" + v + "'");
+             }
+         }},
+        // name=entry,entry: a preset a session's network may name.
+        {"egress_preset", [](auto& c, const auto& v) {
+             const auto eq = v.find('=');
+             if (eq == std::string::npos || eq == 0) throw config_error("--egress-preset wants name=entry,entry");
+             std::vector<std::string> list;
+             std::stringstream in(v.substr(eq + 1));
+             for (std::string e; std::getline(in, e, ',');)
+                 if (!e.empty()) list.push_back(e);
+             c.network.presets[v.substr(0, eq)] = list;
+         }},
         {"state_dir", [](auto& c, const auto& v) { c.launcher.state_dir = v; }},
         {"image_store", [](auto& c, const auto& v) { c.launcher.image_store = v; }},
         {"workspace_root", [](auto& c, const auto& v) { c.launcher.workspace_root = v; }},
@@ -208,6 +297,8 @@ void apply_file(gateway_config& c, const std::string& path) {
             c.manager.policies.by_kernelspec.clear();
             for (const auto& [name, spec] : value.items()) {
                 c.kernelspecs.push_back(kernelspec_from(name, spec));
+                if (const auto n = spec.find("network"); n != spec.end())
+                    c.network.by_kernelspec[name] = network_layer(*n, "kernelspecs." + name + ".network");
                 if (const auto p = spec.find("policy"); p != spec.end()) {
                     try {
                         c.manager.policies.by_kernelspec[name] =
@@ -233,8 +324,19 @@ void apply_file(gateway_config& c, const std::string& path) {
                 }
                 e.is_operator = operator_flag(t, path);
                 tenant_policy(c, e.tenant, t, path);
+                tenant_network(c, e.tenant, t, path);
                 c.tokens.push_back(std::move(e));
             }
+            continue;
+        }
+        if (key == "egress_secrets") {
+            auto h = injected_headers(value, path + ": egress_secrets");
+            c.network.headers.insert(c.network.headers.end(), h.begin(), h.end());
+            continue;
+        }
+        if (key == "egress_presets") {
+            if (!value.is_object()) throw config_error("egress_presets must be an object {name: [entries]}");
+            for (const auto& [name, list] : value.items()) c.network.presets[name] = list.get<std::vector<std::string>>();
             continue;
         }
         if (key == "allow_origins" && value.is_array()) {
@@ -298,6 +400,10 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
                                t.tenant + "')");
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
     c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book
+    if (c.egress && c.launcher.egress_root.empty()) c.launcher.egress_root = c.launcher.state_dir / "egress";
+    if (!c.egress) c.launcher.egress_root.clear();
+    // The public index unless the operator names a mirror (--egress-preset python-packages=pypi.internal).
+    c.network.presets.try_emplace("python-packages", std::vector<std::string>{"pypi.org", "files.pythonhosted.org"});
     return c;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include "agent/agent_service.hpp"
+#include "api/network.hpp"
+#include "egress/proxy.hpp"
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
 #include "util/file_io_pool.hpp"
@@ -41,6 +43,11 @@ struct gateway_config {
     e2b::e2b_options e2b;         // the E2B surface (--e2b-domain)
     mcp::mcp_options mcp;         // the MCP endpoint (/mcp)
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
+    // Egress (docs/egress.md): the proxy's options, and the caps, presets and
+    // injected credentials sessions' networks live under.
+    bool egress = true;  // false: no session may have a network
+    egress::proxy_options egress_proxy;
+    api::network_settings network;
 };
 
 // The shortest token accepted from any source (--token, CELLGATE_TOKEN, a

@@ -61,6 +61,13 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
         do_restart(k, [](std::optional<failure>) {}, true);
         return;
     }
+    if (k->policy().network) {
+        try {
+            prepare_egress(*k, spec_for(*k, row.env));
+        } catch (const std::exception& e) {
+            spdlog::error("kernel {}: its egress path could not be set up again: {}", k->id(), e.what());
+        }
+    }
     k->nudge_on_control(true);
     bring_up(k, *running, [k](bool ok) {
         k->nudge_on_control(false);
@@ -70,11 +77,35 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
 }
 
 launcher::sandbox_spec kernel_manager::spec_for(const kernel& k, const std::map<std::string, std::string>& env) const {
-    if (const auto* ks = specs_.find(k.spec_name())) return ks->to_sandbox_spec(k.id(), env);
     launcher::sandbox_spec spec;  // a spec removed from the config: the launcher's defaults
-    spec.id = k.id();
-    spec.env = env;
+    if (const auto* ks = specs_.find(k.spec_name())) {
+        spec = ks->to_sandbox_spec(k.id(), env);
+    } else {
+        spec.id = k.id();
+        spec.env = env;
+    }
+    if (k.policy().network && !config_.launcher_rules.egress_root.empty())
+        spec.egress_dir = (config_.launcher_rules.egress_root / k.id()).string();
     return spec;
+}
+
+void kernel_manager::on_egress(std::function<void(const kernel&, const std::filesystem::path&)> hook) {
+    egress_hook_ = std::move(hook);
+}
+
+void kernel_manager::prepare_egress(const kernel& k, const launcher::sandbox_spec& spec) {
+    if (spec.egress_dir.empty()) return;
+    if (!egress_hook_) throw std::runtime_error("this gateway runs no egress proxy");
+    namespace fs = std::filesystem;
+    const fs::path dir(spec.egress_dir);
+    // 0711 above: a sandbox's uid may pass through to its own socket but
+    // list nobody's; gVisor's gofer opens the mount as that uid.
+    fs::create_directories(dir.parent_path());
+    fs::permissions(dir.parent_path(), fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+    fs::create_directory(dir);
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                             fs::perms::others_exec);
+    egress_hook_(k, dir);
 }
 
 void kernel_manager::on_removed(std::function<void(const std::string&)> listener) {
@@ -111,7 +142,9 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
     kernel_ptr warm;
     {
         std::lock_guard lock(mutex_);
-        warm = pool_.take(spec_name, [](const kernel& k) { return k.ready() && k.state() != kernel_state::dead; });
+        // A warm sandbox has no egress path: a session with a network starts its own.
+        if (!p.network)
+            warm = pool_.take(spec_name, [](const kernel& k) { return k.ready() && k.state() != kernel_state::dead; });
     }
     if (warm) {
         claim(warm, tenant, env, p, std::move(callback));
@@ -140,6 +173,7 @@ void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spe
     };
     launcher::sandbox_info info;
     try {
+        prepare_egress(*k, spec);
         info = launcher_.launch(spec);
     } catch (const launcher::spec_error& e) {
         spdlog::warn("kernel {}: refused: {}", k->id(), e.what());
@@ -302,6 +336,7 @@ void kernel_manager::relaunch(const kernel_ptr& k, const launcher::sandbox_spec&
     launcher::sandbox_info info;
     try {
         launcher_.remove(k->id(), {.keep_workspace = true});
+        prepare_egress(*k, spec);
         info = launcher_.launch(spec);
     } catch (const std::exception& e) {
         return restart_failed(k, e.what(), callback);

@@ -94,6 +94,11 @@ public:
                       std::optional<kernel_policy> policy = std::nullopt);
     // Called (on the launch pool) after a kernel is gone for good, however it went.
     void on_removed(std::function<void(const std::string& kernel_id)> listener);
+    // A kernel whose policy has a network gets <egress_root>/<id>/ (made
+    // here) mounted in its sandbox; this is called with that directory before
+    // every launch of it and when a restarted gateway takes it back, so the
+    // egress proxy listens there. A throw fails the launch. Set before start().
+    void on_egress(std::function<void(const kernel& k, const std::filesystem::path& dir)> hook);
     // The sandbox's CPU time and memory peak (resetting the peak), from its
     // cgroup through the launcher; nothing when it cannot be read. Blocks:
     // call it off the io threads.
@@ -184,6 +189,9 @@ private:
     admission admission_;  // kernels plus starts under way, under mutex_
     bool shutting_down_ = false;
     std::vector<std::function<void(const std::string&)>> removal_listeners_;
+    std::function<void(const kernel&, const std::filesystem::path&)> egress_hook_;
+    // Makes the kernel's egress dir and calls the hook; throws.
+    void prepare_egress(const kernel& k, const launcher::sandbox_spec& spec);
     warm_pool pool_;  // under mutex_
     state_store* store_ = nullptr;
 };

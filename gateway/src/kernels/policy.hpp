@@ -31,6 +31,10 @@ struct kernel_policy {
     std::size_t output_limit_bytes = 1u << 20;  // stdout + stderr per cell
     std::size_t result_limit_bytes = 32u << 20; // rich outputs (plots, tables) per cell
     std::uint64_t upload_limit_bytes = 256u << 20;
+    // The session's network policy ({"allow": […], "deny": […], "presets": […]},
+    // checked by the API before it gets here). Present: the sandbox has a path
+    // to the egress proxy; absent: loopback only, for its whole life.
+    std::optional<nlohmann::json> network;
 };
 
 enum class surface { jupyter, agent };
@@ -65,9 +69,9 @@ struct policy_book {
     // wider than an agent's; an operator relaxes them further per kernelspec
     // or tenant (0 = none). See README, "Limits".
     kernel_policy jupyter{std::chrono::seconds(600), std::chrono::seconds(0), std::chrono::seconds(0),
-                          16u << 20, 64u << 20, 256u << 20};
+                          16u << 20, 64u << 20, 256u << 20, std::nullopt};
     kernel_policy agent{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
-                        1u << 20, 32u << 20, 256u << 20};
+                        1u << 20, 32u << 20, 256u << 20, std::nullopt};
     std::map<std::string, policy_layer> by_kernelspec, by_tenant;
 
     kernel_policy resolve(surface s, const std::string& spec_name, const std::string& tenant) const;

@@ -71,7 +71,8 @@ void logged(const char* what, F&& f) {
 nlohmann::json policy_to_json(const kernel_policy& p) {
     return {{"exec_timeout", p.exec_timeout.count()},   {"idle_timeout", p.idle_timeout.count()},
             {"lifetime", p.lifetime.count()},           {"output_limit_bytes", p.output_limit_bytes},
-            {"result_limit_bytes", p.result_limit_bytes}, {"upload_limit_bytes", p.upload_limit_bytes}};
+            {"result_limit_bytes", p.result_limit_bytes}, {"upload_limit_bytes", p.upload_limit_bytes},
+            {"network", p.network ? *p.network : nlohmann::json()}};
 }
 
 kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fallback) {
@@ -83,6 +84,7 @@ kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fal
     p.output_limit_bytes = j.value("output_limit_bytes", p.output_limit_bytes);
     p.result_limit_bytes = j.value("result_limit_bytes", p.result_limit_bytes);
     p.upload_limit_bytes = j.value("upload_limit_bytes", p.upload_limit_bytes);
+    if (const auto it = j.find("network"); it != j.end() && it->is_object()) p.network = *it;
     return p;
 }
 

@@ -15,6 +15,9 @@ struct launcher_config {
     std::filesystem::path state_dir = "/run/cellgate";                 // run dirs, runc state, slots
     std::filesystem::path image_store = "/var/cache/cellgate/images";  // images/build.sh output
     std::filesystem::path workspace_root = "/var/lib/cellgate/workspaces";
+    // Where egress proxy sockets live (sandbox_spec::egress_dir); empty: no
+    // sandbox may have one.
+    std::filesystem::path egress_root;
     std::string runc_path = "runc";
     // gVisor: `spec.runtime = "runsc"`. ptrace needs no /dev/kvm; kvm is faster
     // where nested virtualisation works.

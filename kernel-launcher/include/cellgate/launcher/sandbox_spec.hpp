@@ -35,6 +35,10 @@ struct sandbox_spec {
     std::uint32_t uid = 1000;        // inside the sandbox; never 0
     std::uint32_t gid = 1000;
     std::vector<std::string> preload;  // Python modules imported before the first request
+    // A host dir directly under launcher_config::egress_root holding the
+    // gateway's egress proxy socket; mounted read-only at /run/egress. Empty:
+    // the sandbox has no way out at all (loopback only).
+    std::string egress_dir;
     std::chrono::milliseconds start_timeout{30000};
 };
 

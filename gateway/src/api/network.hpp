@@ -1,0 +1,61 @@
+#pragma once
+
+// A session's network: the policy a /v1 (or E2B, MCP) session is created
+// with, what the operator caps it at, and the routes that show and change
+// it at run time (GET/PATCH /v1/sessions/{id}/network, GET …/network/log).
+//
+// A session's "network" field: {"allow": [entries], "deny": [entries],
+// "preset": "python-packages" | ["…"]}; entries as egress/policy.hpp takes
+// them. Normalised and checked here (400 naming the bad entry), kept with
+// the kernel as {"allow", "deny", "presets"}. The proxy judges every
+// connection by the session's layer, then the kernelspec's, then the
+// tenant's maximum: each must allow, so a session never widens its tenant.
+
+#include "egress/proxy.hpp"
+#include "http/router.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/state_store.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cellgate::api {
+
+struct services;
+
+struct network_settings {
+    egress::proxy* proxy = nullptr;  // null: no session may have a network
+    std::map<std::string, egress::policy> tenant_max;     // by tenant
+    std::map<std::string, egress::policy> by_kernelspec;  // by kernelspec name
+    // Named allow lists a session asks for by name, e.g. "python-packages".
+    std::map<std::string, std::vector<std::string>> presets;
+    // Headers the proxy adds for a domain: the operator's for every tenant,
+    // then each tenant's own.
+    std::vector<egress::injected_header> headers;
+    std::map<std::string, std::vector<egress::injected_header>> tenant_headers;
+    kernels::state_store* store = nullptr;  // the run-time changes and the log survive a restart here
+};
+
+// {"allow", "deny", "presets"} from a request's "network" value; throws
+// api_exception(400) saying what is wrong.
+nlohmann::json normalize_network(const nlohmann::json& network, const network_settings& settings);
+
+// What the proxy enforces for a kernel with that (normalized) network.
+egress::session_rules rules_for(const nlohmann::json& network, const kernels::kernel& k, const network_settings& settings);
+
+// The kernel's network as it stands now (run-time changes included).
+nlohmann::json current_network(const kernels::kernel& k, const network_settings& settings);
+
+// Makes the proxy listen in `dir` for this kernel (the kernel manager's
+// on_egress hook), with the log a previous gateway kept.
+void attach_egress(const kernels::kernel& k, const std::filesystem::path& dir, network_settings& settings);
+// Ends the kernel's listener and removes its directory and records.
+void detach_egress(const std::string& kernel_id, const std::filesystem::path& egress_root, network_settings& settings);
+
+void register_network_api(http::router& r, services& s, network_settings& settings);
+
+}  // namespace cellgate::api

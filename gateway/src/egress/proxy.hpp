@@ -1,0 +1,132 @@
+#pragma once
+
+// The egress proxy: the only way out of a sandbox that has a network policy.
+//
+// Each such sandbox gets a unix socket of its own (<egress root>/<session>/
+// proxy.sock, mounted read-only at /run/egress in the sandbox); inside, a
+// forwarder turns 127.0.0.1:3128 into connections to it, and the kernel's
+// HTTP(S)_PROXY point there. The socket a connection arrives on says which
+// session made it, so nothing the sandbox sends can claim another's policy.
+//
+// Per connection: the request head (CONNECT host:port, or an absolute-form
+// request), the target resolved (the operator's resolve map first, then the
+// system resolver), every policy layer must allow (host, address, port), and
+// the address must not be internal (loopback, private, link-local, the
+// host's own, …) unless the operator mapped that name or allowed that
+// network. Then the proxy dials, and either tunnels (CONNECT, where a TLS
+// ClientHello's SNI is checked against the policy as well) or forwards one
+// plain request with Connection: close (so a second request on the same
+// connection can never name another host). Every attempt, allowed or not,
+// is recorded: time, host, port, address, bytes each way, verdict, rule.
+//
+// Bounds: connections per session and in all, a 16 KiB request head, 64 KiB
+// buffers per direction, timeouts for the head, the connect and idleness.
+
+#include "egress/policy.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cellgate::egress {
+
+// --egress-resolve name=address[:port]: the proxy sends `name` there (port 0:
+// the port asked for). The operator named it, so an internal address is fine.
+struct resolve_entry {
+    address addr;
+    std::uint16_t port = 0;
+};
+// Parses "name=1.2.3.4:8443", "name=[::1]:443" or "name=1.2.3.4".
+std::pair<std::string, resolve_entry> parse_resolve_entry(std::string_view text);
+
+// A header the proxy adds to requests for one domain (credential injection).
+struct injected_header {
+    rule domain;         // the host (or *. wildcard) it is for
+    std::string header;  // e.g. "Authorization"
+    std::string value;   // secret: never logged, never echoed
+};
+
+struct proxy_options {
+    std::map<std::string, resolve_entry> resolve;
+    std::vector<cidr> internal_allowed;         // the operator's exceptions to the internal-address rule
+    std::vector<std::uint16_t> forbidden_ports;  // the gateway's own: never dialled on this machine
+    std::size_t max_connections_per_session = 64;
+    std::size_t max_connections = 4096;
+    std::size_t max_log_per_session = 1000;
+    std::chrono::milliseconds head_timeout{30000};
+    std::chrono::milliseconds connect_timeout{10000};
+    std::chrono::milliseconds idle_timeout{300000};
+};
+
+struct connection_record {
+    std::uint64_t seq = 0;
+    std::int64_t time_ms = 0;      // when the connection arrived (Unix ms)
+    std::int64_t duration_ms = 0;
+    std::string method;            // CONNECT, GET, …; "" when the head was unreadable
+    std::string host;              // as asked for
+    std::uint16_t port = 0;
+    std::string address;           // what was (or would have been) dialled
+    std::uint64_t bytes_up = 0, bytes_down = 0;
+    bool allowed = false;
+    std::string rule;              // the entry that decided
+    std::string reason;            // why it was refused, or how it ended
+    bool injected = false;         // a credential was added
+};
+nlohmann::json to_json(const connection_record& r);
+
+// What one session may reach: its own policy under the kernelspec's and the
+// tenant's maximum (every layer must allow), plus the headers to inject.
+struct session_rules {
+    std::vector<policy> layers;
+    std::vector<injected_header> headers;
+};
+
+class proxy {
+public:
+    proxy(boost::asio::io_context& ioc, proxy_options options);
+    ~proxy();
+    proxy(const proxy&) = delete;
+    proxy& operator=(const proxy&) = delete;
+
+    // Listens on `socket` (created 0666 in its existing directory, replacing
+    // a stale one) for this session. Throws std::system_error.
+    void attach(const std::string& session, const std::filesystem::path& socket, session_rules rules);
+    // For new connections; false when the session is not attached.
+    bool set_rules(const std::string& session, session_rules rules);
+    // Stops listening, removes the socket, ends the session's connections.
+    void detach(const std::string& session);
+    bool attached(const std::string& session) const;
+
+    // The records an earlier gateway kept (ascending seq), before any new one.
+    void restore_log(const std::string& session, std::vector<connection_record> earlier);
+    std::vector<connection_record> log(const std::string& session, std::uint64_t after, std::size_t limit) const;
+    // Called for every finished connection (on an io thread; keep it short).
+    void on_record(std::function<void(const std::string& session, const connection_record&)> f);
+
+    struct counters {
+        std::atomic<std::uint64_t> allowed{0}, refused{0}, bytes_up{0}, bytes_down{0}, open{0};
+    };
+    const counters& stats() const noexcept;
+    void render_metrics(std::string& out) const;
+
+    // Adds a port never dialled on an internal address (the gateway's own, once bound).
+    void forbid_port(std::uint16_t port);
+
+    // Stops every listener and connection (shutdown).
+    void stop();
+
+private:
+    struct impl;
+    std::shared_ptr<impl> impl_;
+};
+
+}  // namespace cellgate::egress
