@@ -1,0 +1,309 @@
+"""Controlled egress: a session with a network policy reaches the names it
+allows, through the gateway's egress proxy, and nothing else; every attempt is
+logged. Real gateway, real sandboxes under runc and runsc, the kernel image,
+and listeners only on this machine (127.0.0.1 and its own addresses): names
+reach them only through the operator's --egress-resolve map."""
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gateway import Gateway
+
+RUNTIMES = ["runc", "runsc"]
+SECRET = "cellgate-egress-secret-" + uuid.uuid4().hex
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Upstream:
+    """An HTTP listener (and the same behind TLS) that records what arrives."""
+
+    def __init__(self, tmp):
+        self.seen = []
+        seen = self.seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append({"path": self.path, "host": self.headers.get("Host"),
+                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                body = f"upstream {self.path}".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.https = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.cert = tmp / "tls.pem"
+        key = tmp / "tls.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                        "-out", str(self.cert), "-days", "1", "-subj", "/CN=tls.test",
+                        "-addext", "subjectAltName=DNS:tls.test"], check=True, capture_output=True)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.cert), str(key))
+        self.https.socket = ctx.wrap_socket(self.https.socket, server_side=True)
+        for s in (self.http, self.https):
+            threading.Thread(target=s.serve_forever, daemon=True).start()
+
+    def close(self):
+        for s in (self.http, self.https):
+            s.shutdown()
+            s.server_close()
+
+
+def host_address():
+    """A non-loopback IPv4 address of this machine."""
+    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout
+    for link in json.loads(out or "[]"):
+        for a in link.get("addr_info", []):
+            if not a["local"].startswith("127."):
+                return a["local"]
+    return None
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    u = Upstream(tmp_path_factory.mktemp("egress-upstream"))
+    yield u
+    u.close()
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def gw(request, upstream, tmp_path_factory):
+    runtime = request.param
+    if os.geteuid() != 0 or shutil.which(runtime) is None:
+        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"egress tests need root and {runtime}")
+        pytest.skip(f"needs root and {runtime}")
+    d = tmp_path_factory.mktemp(f"egress-{runtime}")
+    config = d / "config.json"
+    config.write_text(json.dumps({
+        "kernelspecs": {"python3": {"runtime": runtime}},
+        "egress_secrets": [{"domain": "secret.test", "header": "X-Api-Key", "value": SECRET}],
+    }))
+    port = free_port()
+    h, s = upstream.http.server_address[1], upstream.https.server_address[1]
+    resolve = [f"allowed.test=127.0.0.1:{h}", f"denied.test=127.0.0.1:{h}", f"secret.test=127.0.0.1:{h}",
+               f"other.test=127.0.0.1:{h}", f"tls.test=127.0.0.1:{s}", f"gw.test=127.0.0.1:{port}"]
+    args = ["--config", str(config), "--port", str(port), "--max-kernels", "8"]
+    for r in resolve:
+        args += ["--egress-resolve", r]
+    g = Gateway(*args).start()
+    g.runtime = runtime
+    yield g
+    g.stop()
+    g.cleanup()
+
+
+def session(gw, network=None):
+    body = {"timeout_s": 120}
+    if network is not None:
+        body["network"] = network
+    r = gw.api("POST", "/v1/sessions", json=body, timeout=180)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def probe(gw, sid, code):
+    r = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": code + "\nimport json as _j\nprint('@@' + _j.dumps(result))",
+                                                            "timeout_s": 120}, timeout=240)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    lines = [l for l in out["stdout"].splitlines() if l.startswith("@@")]
+    assert out["status"] == "ok" and lines, out
+    return json.loads(lines[-1][2:])
+
+
+FETCH = r"""
+import json, socket, ssl, urllib.request, urllib.error
+# NO_PROXY keeps loopback names off the proxy; this asks the proxy regardless.
+def via_proxy(url):
+    host = url.split('/')[2]
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(('GET ' + url + ' HTTP/1.1\r\nHost: ' + host + '\r\n\r\n').encode())
+    data = b''
+    while chunk := s.recv(4096):
+        data += chunk
+    head, _, body = data.decode(errors='replace').partition('\r\n\r\n')
+    return {'status': int(head.split(' ')[1]), 'body': body}
+def fetch(url, cafile=None):
+    try:
+        ctx = ssl.create_default_context(cafile=cafile) if cafile else None
+        with urllib.request.urlopen(url, timeout=20, context=ctx) as r:
+            return {'status': r.status, 'body': r.read().decode()}
+    except urllib.error.HTTPError as e:
+        return {'status': e.code, 'body': e.read().decode()}
+    except Exception as e:
+        return {'error': type(e).__name__ + ': ' + str(e)}
+"""
+
+
+def test_allowed_names_arrive_over_http_and_https_and_everything_else_is_refused_and_logged(gw, upstream):
+    addr = host_address()
+    sid = session(gw, {"allow": ["allowed.test", "tls.test", f"localhost:{upstream.http.server_address[1]}",
+                                 f"gw.test:{gw.port}"]})
+    # A session may name internal networks, but only the operator can open them.
+    raw = session(gw, {"allow": ["127.0.0.1/32"] + ([addr + "/32"] if addr else [])})
+    cert = upstream.cert.read_text()
+    before = len(upstream.seen)
+    res = probe(gw, sid, FETCH + f"""
+open('/tmp/ca.pem', 'w').write({cert!r})
+result = {{
+  'http': fetch('http://allowed.test/one'),
+  'https': fetch('https://tls.test/two', cafile='/tmp/ca.pem'),
+  'denied': fetch('http://denied.test/three'),
+  'port': fetch('http://allowed.test:8080/four'),
+  'localhost': via_proxy('http://localhost:{upstream.http.server_address[1]}/five'),
+  'gateway': fetch('http://gw.test:{gw.port}/api'),
+}}
+""")
+    # Through the proxy by hand: a raw address, and the host's own.
+    res.update(probe(gw, raw, f"""
+import socket
+def connect(target):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(f'CONNECT {{target}} HTTP/1.1\\r\\nHost: {{target}}\\r\\n\\r\\n'.encode())
+    return s.recv(200).decode(errors='replace').split('\\r\\n')[0]
+result = {{}}
+result['raw_ip'] = connect('127.0.0.1:{upstream.http.server_address[1]}')
+result['host_addr'] = connect('{addr or "127.0.0.1"}:{upstream.http.server_address[1]}')
+try:
+    socket.getaddrinfo('denied.test', 80)
+    result['dns'] = 'answered'
+except OSError as e:
+    result['dns'] = type(e).__name__
+def udp():
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('{addr or "10.255.255.1"}', 53))
+        return 'sent'
+    except OSError as e:
+        return e.errno
+def icmp():
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        return 'opened'
+    except OSError as e:
+        return e.errno
+result['udp'] = udp()
+result['icmp'] = icmp()
+"""))
+    assert res["http"] == {"status": 200, "body": "upstream /one"}, res
+    assert res["https"] == {"status": 200, "body": "upstream /two"}, res
+    arrived = [s["path"] for s in upstream.seen[before:]]
+    assert arrived == ["/one", "/two"], arrived
+    for key in ("denied", "port", "localhost", "gateway"):
+        assert res[key].get("status") == 403, (key, res[key])
+    assert "internal address" in res["localhost"]["body"], res["localhost"]
+    assert res["raw_ip"].startswith("HTTP/1.1 403"), res
+    assert res["host_addr"].startswith("HTTP/1.1 403"), res
+    assert res["dns"] == "gaierror", res
+    assert res["udp"] != "sent" and res["icmp"] != "opened", res
+
+    log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    verdicts = {(c["host"], c["port"]): c["verdict"] for c in log}
+    assert verdicts[("allowed.test", 80)] == "allowed" and verdicts[("tls.test", 443)] == "allowed", log
+    for key in [("denied.test", 80), ("allowed.test", 8080), ("localhost", upstream.http.server_address[1]),
+                ("gw.test", gw.port)]:
+        assert verdicts.get(key) == "refused", (key, log)
+    raw_log = gw.api("GET", f"/v1/sessions/{raw}/network/log").json()["connections"]
+    assert raw_log and all(c["verdict"] == "refused" and "internal" in c["reason"] for c in raw_log), raw_log
+    https = next(c for c in log if c["host"] == "tls.test")
+    assert https["bytes_down"] > 500 and https["bytes_up"] > 100, https
+    metrics = gw.api("GET", "/metrics").text
+    assert 'cellgate_egress_connections_total{verdict="refused"}' in metrics
+
+
+def test_a_patch_takes_effect_for_new_connections(gw, upstream):
+    sid = session(gw, {"allow": ["allowed.test"]})
+    code = FETCH + "result = fetch('http://denied.test/later')"
+    assert probe(gw, sid, code)["status"] == 403
+    r = gw.api("PATCH", f"/v1/sessions/{sid}/network", json={"allow": ["allowed.test", "denied.test"]})
+    assert r.status_code == 200 and r.json()["allow"] == ["allowed.test", "denied.test"], r.text
+    assert probe(gw, sid, code) == {"status": 200, "body": "upstream /later"}
+    assert gw.api("GET", f"/v1/sessions/{sid}/network").json()["allow"] == ["allowed.test", "denied.test"]
+    r = gw.api("PATCH", f"/v1/sessions/{sid}/network", json={"allow": ["*.*.bad"]})
+    assert r.status_code == 400 and "network" in r.json()["message"], r.text
+
+
+def test_credentials_reach_only_their_domain_and_never_the_sandbox(gw, upstream):
+    sid = session(gw, {"allow": ["secret.test", "other.test", "denied.test:81"]})
+    before = len(upstream.seen)
+    res = probe(gw, sid, FETCH + f"""
+import os
+SECRET_PREFIX = 'cellgate-egress-secret-'
+result = {{'secret': fetch('http://secret.test/s'), 'other': fetch('http://other.test/o'),
+          'error_page': fetch('http://denied.test/e'), 'error_page_2': fetch('http://secret.test:9/e')}}
+found = []
+for k, v in os.environ.items():
+    if SECRET_PREFIX in v:
+        found.append('env ' + k)
+paths = [f'/proc/{{pid}}/{{name}}' for pid in os.listdir('/proc') if pid.isdigit()
+         for name in ('environ', 'cmdline', 'maps')]
+for root in ('/tmp', '/workspace', '/run', '/etc', '/mnt', '/opt/cellgate'):
+    for dirpath, dirs, files in os.walk(root):
+        paths += [os.path.join(dirpath, f) for f in files]
+for p in paths:
+    try:
+        with open(p, 'rb') as fh:
+            if SECRET_PREFIX.encode() in fh.read(1 << 20):
+                found.append(p)
+    except OSError:
+        pass
+result['found'] = found
+result['pages'] = [result['error_page'].get('body', ''), result['error_page_2'].get('body', '')]
+""")
+    seen = upstream.seen[before:]
+    by_path = {s["path"]: s for s in seen}
+    assert by_path["/s"]["headers"].get("x-api-key") == SECRET, seen
+    assert "x-api-key" not in by_path["/o"]["headers"], seen
+    assert res["secret"]["body"] == "upstream /s" and res["found"] == [], res
+    assert all(SECRET not in p for p in res["pages"]) and res["error_page"]["status"] == 403, res
+    log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    assert [c["credential_injected"] for c in log if c["host"] == "secret.test" and c["port"] == 80] == [True]
+    assert SECRET not in json.dumps(log)
+
+
+def test_a_session_without_a_policy_keeps_only_loopback_and_no_proxy(gw):
+    sid = session(gw)
+    res = probe(gw, sid, """
+import os, socket
+result = {'ifs': socket.if_nameindex(), 'egress': os.listdir('/run/egress'),
+          'proxy_env': os.environ.get('HTTPS_PROXY')}
+try:
+    socket.create_connection(('127.0.0.1', 3128), timeout=3)
+    result['forwarder'] = 'connected'
+except OSError as e:
+    result['forwarder'] = e.errno
+""")
+    assert res["ifs"] == [[1, "lo"]] and not res["egress"] and res["proxy_env"] is None, res
+    assert res["forwarder"] != "connected", res
+    assert gw.api("GET", f"/v1/sessions/{sid}/network").json() == {"enabled": False}
+    r = gw.api("PATCH", f"/v1/sessions/{sid}/network", json={"allow": ["allowed.test"]})
+    assert r.status_code == 409, r.text
+
+
+@pytest.mark.parametrize("network, needle", [
+    ({"allow": "x"}, "array"), ({"allow": ["a..b"]}, "network"), ({"preset": "nope"}, "preset"),
+    ({"allow": [], "colour": 1}, "unknown field"), ({"allow": ["x"] * 300}, "256")])
+def test_a_bad_network_is_a_400_naming_it(gw, network, needle):
+    r = gw.api("POST", "/v1/sessions", json={"network": network})
+    assert r.status_code == 400 and needle in r.json()["message"], r.text
+    assert gw.api("GET", "/api/status").status_code == 200
