@@ -23,6 +23,28 @@ after(async () => {
 
 const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
 
+test('network.allowOut reaches the listed name only; without it the sandbox has no way out', async () => {
+  const sbx = await create({ network: { allowOut: ['e2b-allowed.test'], denyOut: ['0.0.0.0/0'] } });
+  const code = `
+import urllib.request
+def get(url):
+    try:
+        return urllib.request.urlopen(url, timeout=20).read().decode()
+    except Exception as e:
+        return 'refused %s' % getattr(e, 'code', type(e).__name__)
+print(get('http://e2b-allowed.test/hi'))
+print(get('http://e2b-denied.test/no'))
+`;
+  const ex = await sbx.runCode(code);
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+  assert.equal(ex.logs.stdout.join(''), 'upstream /hi\nrefused 403\n');
+  const closed = await create({ allowInternetAccess: true });
+  const none = await closed.runCode(code);
+  assert.equal(none.logs.stdout.join(''), 'refused URLError\nrefused URLError\n');
+  await sbx.kill();
+  await closed.kill();
+});
+
 test('create, then state across runCode calls', async () => {
   const sbx = await create();
   assert.match(sbx.sandboxId, /^[0-9a-zA-Z-]+$/);
@@ -376,3 +398,4 @@ test('a sandbox made with metadata cellgate_max_output_tokens gets head and tail
   const full = await plain.runCode("for i in range(1000): print('row', i)");
   assert.equal(full.logs.stdout.join(''), Array.from({ length: 1000 }, (_, i) => `row ${i}\n`).join(''));
 });
+

@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import time
 import uuid
 from pathlib import Path
@@ -48,12 +50,31 @@ def gateway(tmp_path_factory):
     d = tmp_path_factory.mktemp("e2b")
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": KEY_A, "tenant": "e2b-alpha"}, {"token": KEY_B, "tenant": "e2b-beta"}]))
-    gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16").start()
+    # A listener on this machine that sandboxes with network.allowOut reach by name.
+    class Upstream(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"upstream {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    port = upstream.server_address[1]
+    gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16",
+                 "--egress-resolve", f"e2b-allowed.test=127.0.0.1:{port}",
+                 "--egress-resolve", f"e2b-denied.test=127.0.0.1:{port}").start()
     try:
         yield gw
     finally:
         gw.stop()
         gw.cleanup()
+        upstream.shutdown()
+        upstream.server_close()
 
 
 def _e2b_env(gw, key=KEY_A):

@@ -3,6 +3,7 @@
 // E2B adds: template, metadata, environment, tokens and the end time.
 #include "e2b/surface.hpp"
 
+#include "api/network.hpp"
 #include "api/request_models.hpp"
 #include "util/api_error.hpp"
 
@@ -128,6 +129,29 @@ void apply_env(const kernels::kernel_ptr& k, const std::map<std::string, std::st
                   [](const json&) {});
 }
 
+// E2B's egress fields as a cellgate network: `network.allowOut` and
+// `denyOut` (IPs, CIDRs, names, *. wildcards) become allow and deny. A
+// sandbox without them has no way out, whatever `allow_internet_access`
+// says (cellgate's default is deny-all; docs/egress.md). A deny-everything
+// entry (0.0.0.0/0, ::/0) is the default already and is dropped, since here
+// a deny entry would beat every allow (in E2B, allowOut wins).
+std::optional<json> e2b_network(const json& body) {
+    if (!body.is_object()) return std::nullopt;
+    const auto n = body.find("network");
+    if (n == body.end() || !n->is_object()) return std::nullopt;
+    const auto list = [&](const char* key) {
+        json out = json::array();
+        if (const auto it = n->find(key); it != n->end()) {
+            if (!it->is_array()) throw api_exception(400, std::string("'network.") + key + "' must be an array");
+            for (const auto& v : *it)
+                if (!(v.is_string() && (v == "0.0.0.0/0" || v == "::/0") && std::string(key) == "denyOut")) out.push_back(v);
+        }
+        return out;
+    };
+    if (!n->contains("allowOut") && !n->contains("denyOut")) return std::nullopt;
+    return json{{"allow", list("allowOut")}, {"deny", list("denyOut")}};
+}
+
 void create(surface& e, const request_ptr& req, reply_fn reply) {
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
@@ -140,6 +164,10 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     auto policy = e.services.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant);
     policy.idle_timeout = std::chrono::seconds(0);
     policy.lifetime = timeout;
+    if (auto n = e2b_network(body)) {
+        static const api::network_settings none;
+        policy.network = api::normalize_network(*n, e.services.network ? *e.services.network : none);
+    }
     e.services.kernels.start_kernel(
         req->who.tenant, spec, {},
         [&e, reply, template_id, timeout, metadata = std::move(metadata), env = std::move(env)](
