@@ -311,7 +311,12 @@ int main(int argc, char** argv) {
         agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get(), spool_root);
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         api::services services{manager, sessions, metrics, "2.0.0", &file_io};
-        if (egress_proxy) services.network = &network;
+        if (egress_proxy) {
+            services.network = &network;
+            agents.set_egress_summary([&network](const std::string& id, std::int64_t from, std::int64_t to) {
+                return api::egress_summary(id, from, to, network);
+            });
+        }
 
         http::server_context ctx(
             cfg.server, http::authenticator(cfg.tokens),

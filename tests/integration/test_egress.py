@@ -234,7 +234,14 @@ result['icmp'] = icmp()
 def test_a_patch_takes_effect_for_new_connections(gw, upstream):
     sid = session(gw, {"allow": ["allowed.test"]})
     code = FETCH + "result = fetch('http://denied.test/later')"
-    assert probe(gw, sid, code)["status"] == 403
+    r = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": code + "\nprint(result)"}, timeout=240)
+    assert r.status_code == 200 and "403" in r.json()["stdout"], r.text
+    # The execution's ledger record says what its code did on the network.
+    egress = r.json()["usage"]["egress"]
+    assert egress["connections"] == 1 and egress["refused"] == 1, egress
+    assert egress["targets"] == [{"host": "denied.test", "port": 80, "verdict": "refused"}], egress
+    ledger = gw.api("GET", f"/v1/sessions/{sid}/executions").json()["executions"]
+    assert ledger[-1]["egress"] == egress, ledger[-1]
     r = gw.api("PATCH", f"/v1/sessions/{sid}/network", json={"allow": ["allowed.test", "denied.test"]})
     assert r.status_code == 200 and r.json()["allow"] == ["allowed.test", "denied.test"], r.text
     assert probe(gw, sid, code) == {"status": 200, "body": "upstream /later"}

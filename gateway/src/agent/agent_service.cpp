@@ -61,7 +61,16 @@ std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, e
     options.file_io = file_io_;
     auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
                                          [this, id, tenant, on_done = std::move(on_done)](nlohmann::json result) {
-                                             if (result.contains("usage")) ledger_.record(result["usage"]);
+                                             if (result.contains("usage")) {
+                                                 auto& usage = result["usage"];
+                                                 if (egress_summary_) {
+                                                     const auto to = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         std::chrono::system_clock::now().time_since_epoch()).count();
+                                                     const auto from = to - usage.value("wall_ms", std::int64_t{0});
+                                                     if (auto n = egress_summary_(id, from, to); !n.is_null()) usage["egress"] = std::move(n);
+                                                 }
+                                                 ledger_.record(usage);
+                                             }
                                              if (result.contains("budget") && !spool_root_.empty()) {
                                                  auto trim = [dir = spool_dir(id)] { trim_spool(dir, max_spool_per_session); };
                                                  if (file_io_ == nullptr || file_io_->submit(tenant, trim) != util::file_io_pool::admission::accepted) trim();

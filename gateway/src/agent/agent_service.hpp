@@ -36,6 +36,11 @@ public:
 
     const agent_limits& limits() const noexcept { return limits_; }
     execution_ledger& ledger() noexcept { return ledger_; }
+    // What a session's code did on the network while an execution ran
+    // (session, from and to in Unix ms) → the ledger record's "egress", or
+    // null for a session without a network. Set before the first execution.
+    using egress_summary_fn = std::function<nlohmann::json(const std::string&, std::int64_t, std::int64_t)>;
+    void set_egress_summary(egress_summary_fn f) { egress_summary_ = std::move(f); }
     // Where a session's budgeted outputs (whole stdout/stderr, original
     // images) are kept, for its life; empty: nowhere (no output handles).
     std::filesystem::path spool_dir(const std::string& kernel_id) const;
@@ -45,6 +50,7 @@ public:
     boost::asio::io_context& io() noexcept { return ioc_; }
 
 private:
+    egress_summary_fn egress_summary_;
     struct session_queue {
         std::deque<std::shared_ptr<execution>> pending;
         std::shared_ptr<execution> running;

@@ -56,6 +56,12 @@ void attach_egress(const kernels::kernel& k, const std::filesystem::path& dir, n
 // Ends the kernel's listener and removes its directory and records.
 void detach_egress(const std::string& kernel_id, const std::filesystem::path& egress_root, network_settings& settings);
 
+// The connections a session's code made between two times (Unix ms), for an
+// execution's ledger record: counts, bytes and each host:port with its
+// verdict (at most 20); null when the session has no network.
+nlohmann::json egress_summary(const std::string& kernel_id, std::int64_t from_ms, std::int64_t to_ms,
+                              const network_settings& settings);
+
 void register_network_api(http::router& r, services& s, network_settings& settings);
 
 }  // namespace cellgate::api

@@ -148,6 +148,25 @@ void detach_egress(const std::string& kernel_id, const std::filesystem::path& eg
     std::filesystem::remove_all(egress_root / kernel_id, ec);
 }
 
+json egress_summary(const std::string& kernel_id, std::int64_t from_ms, std::int64_t to_ms,
+                    const network_settings& settings) {
+    if (!settings.proxy || !settings.proxy->attached(kernel_id)) return nullptr;
+    std::uint64_t allowed = 0, refused = 0, up = 0, down = 0;
+    json hosts = json::array();
+    std::set<std::string> seen;
+    for (const auto& r : settings.proxy->log(kernel_id, 0, 1000)) {
+        if (r.time_ms < from_ms || r.time_ms > to_ms) continue;
+        ++(r.allowed ? allowed : refused);
+        up += r.bytes_up;
+        down += r.bytes_down;
+        const auto key = r.host + ":" + std::to_string(r.port) + (r.allowed ? " allowed" : " refused");
+        if (seen.insert(key).second && hosts.size() < 20)
+            hosts.push_back({{"host", r.host}, {"port", r.port}, {"verdict", r.allowed ? "allowed" : "refused"}});
+    }
+    return {{"connections", allowed + refused}, {"refused", refused}, {"bytes_up", up}, {"bytes_down", down},
+            {"targets", hosts}};
+}
+
 void register_network_api(router& r, services& s, network_settings& settings) {
     if (settings.proxy && settings.store) {
         auto* store = settings.store;
