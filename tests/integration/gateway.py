@@ -74,6 +74,10 @@ def require(suite, why):
 
 class Gateway:
     def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None):
+        # CELLGATE_TEST_NODE_ARGS (e.g. "--cgroup-parent cellgate-b --uid-range-start 300000000")
+        # gives every gateway of this run its own cgroup parent and id range,
+        # so two test runs on one machine never share them.
+        extra_args = (*extra_args, *os.environ.get("CELLGATE_TEST_NODE_ARGS", "").split())
         self.token = token
         self.base_dir = Path("/run") / f"cellgate-gw-{uuid.uuid4().hex[:8]}"
         self.base_dir.mkdir(mode=0o711)
