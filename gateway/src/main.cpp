@@ -285,7 +285,14 @@ int main(int argc, char** argv) {
         network.store = store.get();
         if (cfg.egress) {
             auto options = cfg.egress_proxy;
+            if (cfg.egress_tls_intercept != "off") {
+                // The CA lives with the gateway's state: a restart keeps what sandboxes trust.
+                options.tls_authority = egress::certificate_authority::load_or_create(cfg.launcher.state_dir / "egress-ca");
+                options.upstream_tls = egress::make_upstream_context(options.upstream_ca_files);
+                options.intercept_all_tls = cfg.egress_tls_intercept == "all";
+            }
             egress_proxy.emplace(ioc, std::move(options));
+            network.ca_pem = egress_proxy->ca_certificate_pem();
             network.proxy = &*egress_proxy;
             metrics.add_gauge_source([&egress_proxy](std::string& out) { egress_proxy->render_metrics(out); });
             manager.on_egress([&network](const kernels::kernel& k, const std::filesystem::path& dir) {

@@ -20,6 +20,32 @@ from gateway import Gateway
 
 RUNTIMES = ["runc", "runsc"]
 SECRET = "cellgate-egress-secret-" + uuid.uuid4().hex
+SECRET_TLS = "cellgate-egress-secret-tls-" + uuid.uuid4().hex   # added inside TLS the proxy terminates
+PIP_TOKEN = "cellgate-egress-secret-pip-" + uuid.uuid4().hex    # the private index's bearer token
+TLS_NAMES = ["tls.test", "secure.test", "pypi.test"]             # what the upstream's certificate names
+
+
+def tiny_wheel():
+    """A real wheel (name, bytes) of a one-module package, made here."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+    files = {"cellgate_tiny/__init__.py": b"VALUE = 'from the local index'\n",
+             "cellgate_tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: cellgate-tiny\nVersion: 1.0\n",
+             "cellgate_tiny-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: cellgate-tests\n"
+                                                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\n"
+    record += "cellgate_tiny-1.0.dist-info/RECORD,,\n"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("cellgate_tiny-1.0.dist-info/RECORD", record)
+    return "cellgate_tiny-1.0-py3-none-any.whl", out.getvalue()
 
 
 def free_port():
@@ -36,16 +62,38 @@ class Upstream:
     def __init__(self, tmp):
         self.seen = []
         seen = self.seen
+        wheel_name, wheel = tiny_wheel()
+        import hashlib
+        wheel_sha = hashlib.sha256(wheel).hexdigest()
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                seen.append({"path": self.path, "host": self.headers.get("Host"),
-                             "headers": {k.lower(): v for k, v in self.headers.items()}})
-                body = f"upstream {self.path}".encode()
-                self.send_response(200)
+            def reply(self, status, body, ctype="text/plain"):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_GET(self):
+                seen.append({"path": self.path, "host": self.headers.get("Host"),
+                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                # A private package index: only with its bearer token.
+                if self.path.startswith(("/simple/", "/files/")):
+                    if self.headers.get("Authorization") != f"Bearer {PIP_TOKEN}":
+                        return self.reply(401, b"no token")
+                    if self.path.rstrip("/") == "/simple/cellgate-tiny":
+                        page = f'<html><body><a href="/files/{wheel_name}#sha256={wheel_sha}">{wheel_name}</a></body></html>'
+                        return self.reply(200, page.encode(), "text/html")
+                    if self.path == f"/files/{wheel_name}":
+                        return self.reply(200, wheel, "application/octet-stream")
+                    return self.reply(404, b"not here")
+                self.reply(200, f"upstream {self.path}".encode())
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append({"path": self.path, "host": self.headers.get("Host"), "body": body.decode(errors="replace"),
+                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                self.reply(200, b"posted " + body)
 
             def log_message(self, *a):
                 pass
@@ -56,7 +104,7 @@ class Upstream:
         key = tmp / "tls.key"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
                         "-out", str(self.cert), "-days", "1", "-subj", "/CN=tls.test",
-                        "-addext", "subjectAltName=DNS:tls.test"], check=True, capture_output=True)
+                        "-addext", "subjectAltName=" + ",".join(f"DNS:{n}" for n in TLS_NAMES)], check=True, capture_output=True)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(self.cert), str(key))
         self.https.socket = ctx.wrap_socket(self.https.socket, server_side=True)
@@ -97,13 +145,21 @@ def gw(request, upstream, tmp_path_factory):
     config = d / "config.json"
     config.write_text(json.dumps({
         "kernelspecs": {"python3": {"runtime": runtime}},
-        "egress_secrets": [{"domain": "secret.test", "header": "X-Api-Key", "value": SECRET}],
+        "egress_secrets": [{"domain": "secret.test", "header": "X-Api-Key", "value": SECRET},
+                           {"domain": "secure.test", "header": "X-Api-Key", "value": SECRET_TLS},
+                           {"domain": "badcert.test", "header": "X-Api-Key", "value": SECRET_TLS},
+                           {"domain": "pypi.test", "bearer": PIP_TOKEN}],
     }))
     port = free_port()
     h, s = upstream.http.server_address[1], upstream.https.server_address[1]
     resolve = [f"allowed.test=127.0.0.1:{h}", f"denied.test=127.0.0.1:{h}", f"secret.test=127.0.0.1:{h}",
-               f"other.test=127.0.0.1:{h}", f"tls.test=127.0.0.1:{s}", f"gw.test=127.0.0.1:{port}"]
-    args = ["--config", str(config), "--port", str(port), "--max-kernels", "8"]
+               f"other.test=127.0.0.1:{h}", f"tls.test=127.0.0.1:{s}", f"gw.test=127.0.0.1:{port}",
+               f"secure.test=127.0.0.1:{s}", f"badcert.test=127.0.0.1:{s}", f"pypi.test=127.0.0.1:{s}"]
+    # The operator's mirror: a private index (its CA trusted by the proxy, its
+    # token added by it) behind the python-packages preset.
+    args = ["--config", str(config), "--port", str(port), "--max-kernels", "8",
+            "--egress-upstream-ca", str(upstream.cert), "--egress-preset", "python-packages=pypi.test",
+            "--egress-pip-index-url", "https://pypi.test/simple/"]
     for r in resolve:
         args += ["--egress-resolve", r]
     g = Gateway(*args).start()
@@ -286,6 +342,100 @@ result['pages'] = [result['error_page'].get('body', ''), result['error_page_2'].
     log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
     assert [c["credential_injected"] for c in log if c["host"] == "secret.test" and c["port"] == 80] == [True]
     assert SECRET not in json.dumps(log)
+
+
+def test_https_credentials_are_added_inside_tls_the_proxy_terminates(gw, upstream):
+    """The proxy ends TLS for a domain it adds a credential to (a leaf from
+    the gateway's CA, which the image trusts), checks the Host inside, adds
+    the header, and makes its own TLS upstream with full verification."""
+    sid = session(gw, {"allow": ["secure.test", "tls.test", "badcert.test", "other.test"]})
+    before = len(upstream.seen)
+    res = probe(gw, sid, FETCH + r"""
+import os, socket, ssl, urllib.request
+result = {'get': fetch('https://secure.test/tls-get')}
+req = urllib.request.Request('https://secure.test/tls-post', data=b'{"q": 1}', method='POST',
+                             headers={'X-Api-Key': 'forged-by-the-cell', 'Content-Type': 'application/json'})
+with urllib.request.urlopen(req, timeout=20) as r:
+    result['post'] = {'status': r.status, 'body': r.read().decode()}
+result['badcert'] = fetch('https://badcert.test/never')
+# Who signed what the sandbox saw, and what it trusts.
+ctx = ssl.create_default_context()
+with socket.create_connection(('127.0.0.1', 3128), timeout=10) as raw:
+    raw.sendall(b'CONNECT secure.test:443 HTTP/1.1
+Host: secure.test:443
+
+')
+    assert raw.recv(4096).startswith(b'HTTP/1.1 200')
+    with ctx.wrap_socket(raw, server_hostname='secure.test') as t:
+        result['issuer'] = dict(x[0] for x in t.getpeercert()['issuer'])
+        # Domain fronting: another allowed host named inside the tunnel.
+        t.sendall(b'GET /fronted HTTP/1.1
+Host: other.test
+
+')
+        data = b''
+        while chunk := t.recv(4096):
+            data += chunk
+        result['fronted'] = data.decode(errors='replace').split('
+')[0]
+result['ca_in_sandbox'] = open('/run/egress/ca.pem').read().count('BEGIN CERTIFICATE')
+result['ssl_cert_file'] = os.environ.get('SSL_CERT_FILE')
+""")
+    seen = {s["path"]: s for s in upstream.seen[before:]}
+    assert res["get"] == {"status": 200, "body": "upstream /tls-get"}, res
+    assert seen["/tls-get"]["headers"].get("x-api-key") == SECRET_TLS, seen
+    assert res["post"] == {"status": 200, "body": 'posted {"q": 1}'}, res
+    assert seen["/tls-post"]["headers"].get("x-api-key") == SECRET_TLS, "the cell's own value was replaced"
+    assert seen["/tls-post"]["body"] == '{"q": 1}'
+    assert res["issuer"]["organizationName"] == "cellgate", res
+    assert res["fronted"].startswith("HTTP/1.1 421"), res
+    assert "/fronted" not in seen and "/never" not in seen, seen
+    # The upstream's certificate does not name badcert.test: refused, said why, nothing sent.
+    assert res["badcert"]["status"] == 502 and "TLS was not accepted" in res["badcert"]["body"], res
+    assert SECRET_TLS not in res["badcert"]["body"]
+    assert res["ca_in_sandbox"] == 1 and res["ssl_cert_file"], res
+
+    log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    secure = [c for c in log if c["host"] == "secure.test"]
+    assert secure and all(c["tls_terminated"] for c in secure), secure
+    assert [c["credential_injected"] for c in secure if c["verdict"] == "allowed"][:2] == [True, True], secure
+    bad = [c for c in log if c["host"] == "badcert.test"]
+    assert bad and bad[0]["verdict"] == "refused" and "TLS" in bad[0]["reason"], bad
+    assert SECRET_TLS not in json.dumps(log)
+    # A tunnel to a domain without a credential stays end to end.
+    res = probe(gw, sid, FETCH + f"open('/tmp/up.pem', 'w').write({upstream.cert.read_text()!r})\n"
+                                 "result = fetch('https://tls.test/e2e', cafile='/tmp/up.pem')")
+    assert res == {"status": 200, "body": "upstream /e2e"}, res
+    log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    assert [c["tls_terminated"] for c in log if c["host"] == "tls.test"] == [False], log
+
+
+def test_pip_installs_from_the_operators_index_through_the_preset_and_keeps_it(gw, upstream):
+    sid = session(gw, {"preset": "python-packages"})
+    install = """
+import subprocess, sys
+p = subprocess.run([sys.executable, '-m', 'pip', 'install', 'cellgate-tiny'], capture_output=True, text=True)
+print('rc', p.returncode)
+print(p.stdout[-3000:], p.stderr[-3000:])
+import cellgate_tiny
+print('value:', cellgate_tiny.VALUE, cellgate_tiny.__file__)
+"""
+    r = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": install, "timeout_s": 180}, timeout=240)
+    out = r.json()
+    assert r.status_code == 200 and out["status"] == "ok", out
+    assert "rc 0" in out["stdout"] and "value: from the local index /workspace/.local/" in out["stdout"], out["stdout"]
+    log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    pypi = [c for c in log if c["host"] == "pypi.test" and c["verdict"] == "allowed"]
+    assert pypi and all(c["credential_injected"] and c["tls_terminated"] for c in pypi), log
+    # A kernel restart keeps what was installed (it is in the workspace).
+    assert gw.api("POST", f"/v1/sessions/{sid}/restart", timeout=120).status_code in (200, 204)
+    r = gw.api("POST", f"/v1/sessions/{sid}/execute",
+               json={"code": "import cellgate_tiny; print(cellgate_tiny.VALUE)"}, timeout=120)
+    assert r.json()["stdout"].strip() == "from the local index", r.json()
+    # Without the preset the index is out of reach.
+    other = session(gw, {"allow": ["allowed.test"]})
+    r = gw.api("POST", f"/v1/sessions/{other}/execute", json={"code": install, "timeout_s": 180}, timeout=240)
+    assert "rc 0" not in r.json()["stdout"] and "ModuleNotFoundError" in json.dumps(r.json()), r.json()
 
 
 def test_a_session_without_a_policy_keeps_only_loopback_and_no_proxy(gw):

@@ -414,7 +414,51 @@ for t in targets:
 """
 
 
-def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives(gw, attacker, egress_netns, tmp_path):
+PROXY_PROBE = r"""
+import json, socket
+targets = json.loads(TARGETS)
+result = {}
+def ask(line):
+    try:
+        s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+        s.sendall(line.encode())
+        data = b''
+        while b'\r\n' not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        return data.decode(errors='replace').split('\r\n')[0]
+    except OSError as e:
+        return 'error ' + str(e)
+for t in targets:
+    host = '[' + t['addr'] + ']' if ':' in t['addr'] else t['addr']
+    target = f"{host}:{t['port']}"
+    result['CONNECT ' + t['label']] = ask(f'CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n')
+    result['GET ' + t['label']] = ask(f'GET http://{target}/api HTTP/1.1\r\nHost: {target}\r\n\r\n')
+"""
+
+
+# A session with a network policy (the proxy's socket mounted, the forwarder
+# on 127.0.0.1:3128) has no more network than one without: the same probes
+# reach nothing, and asking the proxy for any of these listeners is refused,
+# although the session names every internal network: only the operator can
+# open one.
+NETWORK_POLICY = {"allow": ["*.example.test", "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                            "::1/128", "fc00::/7", "fe80::/10"]}
+
+
+@pytest.fixture(params=["no network", "a network policy"])
+def net_attacker(request, gw):
+    body = {} if request.param == "no network" else {"network": NETWORK_POLICY}
+    sid = new_session(gw, **body)
+    yield sid, request.param != "no network"
+    api(gw, "DELETE", f"/v1/sessions/{sid}")
+
+
+def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives(gw, net_attacker, egress_netns, tmp_path):
+    attacker, with_policy = net_attacker
     listeners = []  # (label, kind, family, addr, sock)
     for family, addr in host_addresses():
         try:
@@ -496,11 +540,21 @@ def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives
              "port": gw.port},
         ]
         res = probe(gw, attacker, f"TARGETS = {json.dumps(targets)!r}\n" + EGRESS_PROBE)
+        via_proxy = {}
+        if with_policy:
+            tcp_targets = [t for t in targets if t["kind"] == "tcp"]
+            via_proxy = probe(gw, attacker, f"TARGETS = {json.dumps(tcp_targets)!r}\n" + PROXY_PROBE)
         time.sleep(1.0)  # let any datagram that got out arrive
         arrived = drain()
         ns_after = egress_netns.counts()
-        measure(gw, "egress", results=res, arrived=arrived,
-                netns_arrived={k: ns_after[k] - ns_after_control[k] for k in ns_after})
+        measure(gw, "egress" + (" with a network policy" if with_policy else ""), results=res, arrived=arrived,
+                via_proxy=via_proxy, netns_arrived={k: ns_after[k] - ns_after_control[k] for k in ns_after})
+        if with_policy:
+            assert len(via_proxy) == 2 * len(tcp_targets), via_proxy
+            for label, status in via_proxy.items():
+                assert status.startswith("HTTP/1.1 403"), (label, status)
+            log = api(gw, "GET", f"/v1/sessions/{attacker}/network/log").json()["connections"]
+            assert len(log) >= len(via_proxy) and all(c["verdict"] == "refused" for c in log), log
 
         assert all(n == 0 for n in arrived.values()), f"something from the sandbox reached a host listener: {arrived}"
         assert ns_after == ns_after_control, f"something from the sandbox reached the test netns: {ns_after}"

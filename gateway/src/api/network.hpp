@@ -37,6 +37,10 @@ struct network_settings {
     // then each tenant's own.
     std::vector<egress::injected_header> headers;
     std::map<std::string, std::vector<egress::injected_header>> tenant_headers;
+    // What the sandbox gets in /run/egress beside the socket: the CA it
+    // trusts for the TLS the proxy terminates, and pip's index.
+    std::string ca_pem;
+    std::string pip_index_url;
     kernels::state_store* store = nullptr;  // the run-time changes and the log survive a restart here
 };
 

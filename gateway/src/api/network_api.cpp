@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <fstream>
 #include <set>
 
 namespace cellgate::api {
@@ -71,6 +72,7 @@ egress::connection_record record_from(const json& j) {
     r.rule = j.value("rule", "");
     r.reason = j.value("reason", "");
     r.injected = j.value("credential_injected", false);
+    r.tls_terminated = j.value("tls_terminated", false);
     return r;
 }
 
@@ -130,8 +132,30 @@ json current_network(const kernels::kernel& k, const network_settings& settings)
     return *k.policy().network;
 }
 
+namespace {
+
+// A file the sandbox reads (0644, whole or not at all).
+void write_public_file(const std::filesystem::path& p, const std::string& text) {
+    const auto tmp = p.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
+    }
+    std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                          std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+    std::filesystem::rename(tmp, p);
+}
+
+}  // namespace
+
 void attach_egress(const kernels::kernel& k, const std::filesystem::path& dir, network_settings& settings) {
     if (!settings.proxy) throw std::runtime_error("no egress proxy");
+    // Beside the socket: the CA the image trusts (the kernel's entry point
+    // adds it to its bundle) and pip's index, written at every (re)start.
+    if (!settings.ca_pem.empty()) write_public_file(dir / "ca.pem", settings.ca_pem);
+    if (!settings.pip_index_url.empty())
+        write_public_file(dir / "pip.conf", "[global]\nindex-url = " + settings.pip_index_url + "\n");
     if (settings.proxy->attached(k.id())) return;  // a restart of its sandbox: the socket is still there
     std::vector<egress::connection_record> earlier;
     if (settings.store)

@@ -188,6 +188,23 @@ const std::map<std::string, setter>& setters() {
                  throw config_error("--egress-allow-internal wants a CIDR such as 10.1.2.0/24, not '" + v + "'");
              }
          }},
+        // TLS the proxy terminates: "credentials" (for the hosts it adds a
+        // credential to; the default), "all" (every CONNECT: the Host inside is
+        // checked too), "off" (every tunnel end to end; no credentials over HTTPS).
+        {"egress_tls_intercept", [](auto& c, const auto& v) {
+             if (v != "credentials" && v != "all" && v != "off")
+                 throw config_error("--egress-tls-intercept is credentials, all or off, not '" + v + "'");
+             c.egress_tls_intercept = v;
+         }},
+        // Roots the proxy trusts upstream beside the system's (a private mirror's CA).
+        {"egress_upstream_ca", [](auto& c, const auto& v) { c.egress_proxy.upstream_ca_files.push_back(v); }},
+        // The index pip uses in sandboxes with a network (the python-packages preset's mirror).
+        {"egress_pip_index_url", [](auto& c, const auto& v) {
+             if ((v.rfind("https://", 0) != 0 && v.rfind("http://", 0) != 0) ||
+                 v.find_first_of(" \t\r\n") != std::string::npos)
+                 throw config_error("--egress-pip-index-url wants an http(s):// URL, not '" + v + "'");
+             c.network.pip_index_url = v;
+         }},
         // name=entry,entry: a preset a session's network may name.
         {"egress_preset", [](auto& c, const auto& v) {
              const auto eq = v.find('=');
@@ -339,6 +356,14 @@ void apply_file(gateway_config& c, const std::string& path) {
             for (const auto& [name, list] : value.items()) c.network.presets[name] = list.get<std::vector<std::string>>();
             continue;
         }
+        if ((key == "egress_upstream_ca" || key == "egress_resolve" || key == "egress_allow_internal") &&
+            value.is_array()) {
+            for (const auto& v : value) {
+                if (!v.is_string()) throw config_error(key + " must be an array of strings");
+                setters().at(key)(c, v.get<std::string>());
+            }
+            continue;
+        }
         if (key == "allow_origins" && value.is_array()) {
             for (const auto& o : value) c.server.allow_origins.push_back(o.get<std::string>());
             continue;
@@ -419,6 +444,9 @@ std::string usage() {
            "                [--upload-limit BYTES] (the /v1 surface's defaults)\n"
            "                [--jupyter-exec-timeout S] [--jupyter-output-limit BYTES] [--jupyter-result-limit BYTES]\n"
            "                [--cull-idle-timeout S] [--jupyter-lifetime S] [--cell-interrupt-grace S] (the Jupyter surface's)\n"
+           "                [--egress false] [--egress-root D] [--egress-resolve NAME=ADDR[:PORT]]... [--egress-allow-internal CIDR]...\n"
+           "                [--egress-preset NAME=ENTRY,…] [--egress-tls-intercept credentials|all|off] [--egress-upstream-ca FILE]...\n"
+           "                [--egress-pip-index-url URL] (docs/egress.md)\n"
            "The config file is a JSON object with the same names in snake_case, plus \"tokens\": [{token, tenant}]\n"
            "and \"kernelspecs\": {name: {display_name, image, runtime, preload, limits, policy}}; a token entry and a\n"
            "kernelspec may carry \"policy\": {exec_timeout, idle_timeout, lifetime, output_limit, result_limit,\n"

@@ -47,6 +47,7 @@ struct gateway_config {
     // injected credentials sessions' networks live under.
     bool egress = true;  // false: no session may have a network
     egress::proxy_options egress_proxy;
+    std::string egress_tls_intercept = "credentials";  // credentials | all | off
     api::network_settings network;
 };
 

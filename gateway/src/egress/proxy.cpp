@@ -10,10 +10,13 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
@@ -144,7 +147,8 @@ nlohmann::json to_json(const connection_record& r) {
             {"verdict", r.allowed ? "allowed" : "refused"},
             {"rule", r.rule},
             {"reason", r.reason},
-            {"credential_injected", r.injected}};
+            {"credential_injected", r.injected},
+            {"tls_terminated", r.tls_terminated}};
 }
 
 struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
@@ -325,13 +329,21 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
 
     static awaitable<void> refuse(connection& c, connection_record& rec, int status, std::string_view reason,
                                   std::string why) {
+        co_await refuse_on(*c.client, rec, status, reason, std::move(why));
+    }
+
+    // The refusal page on any stream (the client's socket, or the TLS the
+    // proxy terminated): host, port and reason, never a request header.
+    template <class Stream>
+    static awaitable<void> refuse_on(Stream& client, connection_record& rec, int status, std::string_view reason,
+                                     std::string why) {
         rec.allowed = false;
         rec.reason = why;
         std::string body = "cellgate egress: ";
         if (!rec.host.empty()) body += rec.host + ":" + std::to_string(rec.port) + ": ";
         body += why;
         boost::system::error_code ec;
-        co_await asio::async_write(*c.client, asio::buffer(response(status, reason, body)),
+        co_await asio::async_write(client, asio::buffer(response(status, reason, body)),
                                    asio::redirect_error(use_awaitable, ec));
     }
 
@@ -446,6 +458,10 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         rec.allowed = true;
         c.deadline = steady::now() + self.opt.idle_timeout;
         std::string rest = buf.substr(req.head_bytes);
+        if (req.method == "CONNECT" && intercepts(self, rules, req.host, req.port)) {
+            co_await intercept(selfp, cp, rules, rec, req, std::move(rest));
+            co_return;
+        }
         if (req.method == "CONNECT") {
             co_await asio::async_write(*c.client, asio::buffer(std::string_view("HTTP/1.1 200 Connection established\r\n\r\n")),
                                        use_awaitable);
@@ -478,7 +494,126 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
             co_return;
         }
         // A plain request, forwarded once with Connection: close.
-        const auto head = std::string_view(buf).substr(0, req.head_bytes);
+        co_await forward_one(self, c, *c.client, c.upstream, rules, rec, req, std::string_view(buf).substr(0, req.head_bytes),
+                             std::move(rest));
+    }
+
+    // Whether a CONNECT to host:port is terminated here: the operator asked
+    // for all, or a credential is to be added for that host.
+    static bool intercepts(const impl& self, const session_rules& rules, const std::string& host, std::uint16_t port) {
+        if (!self.opt.tls_authority || !self.opt.upstream_tls) return false;
+        if (self.opt.intercept_all_tls) return true;
+        return std::any_of(rules.headers.begin(), rules.headers.end(),
+                           [&](const injected_header& h) { return h.domain.matches(host, std::nullopt, port); });
+    }
+
+    // A CONNECT the proxy terminates: TLS towards the client with a
+    // certificate for the host from the gateway's CA, TLS towards upstream
+    // with full verification of the host's own certificate, and in between
+    // one plain request, whose Host must be the tunnel's, with the
+    // credentials added.
+    static awaitable<void> intercept(std::shared_ptr<impl> selfp, std::shared_ptr<connection> cp, const session_rules& rules,
+                                     connection_record& rec, const proxy_request& req, std::string rest) {
+        impl& self = *selfp;
+        connection& c = *cp;
+        if (!rest.empty()) {
+            rec.allowed = false;
+            rec.reason = "bytes sent before the tunnel was established";
+            co_return;
+        }
+        co_await asio::async_write(*c.client, asio::buffer(std::string_view("HTTP/1.1 200 Connection established\r\n\r\n")),
+                                   use_awaitable);
+        std::shared_ptr<asio::ssl::context> server_ctx;
+        try {
+            server_ctx = self.opt.tls_authority->server_context(req.host);
+        } catch (const std::exception& e) {
+            rec.allowed = false;
+            rec.reason = std::string("no certificate for the host: ") + e.what();
+            co_return;
+        }
+        asio::ssl::stream<local::socket&> client_tls(*c.client, *server_ctx);
+        boost::system::error_code ec;
+        co_await client_tls.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(use_awaitable, ec));
+        if (ec) {
+            rec.reason = "the client's TLS handshake failed (does it trust the gateway's egress CA?): " + ec.message();
+            co_return;
+        }
+        self.touch(c, self.opt.idle_timeout);
+        co_await serve_terminated(self, c, client_tls, rules, rec, req);
+        // close_notify, so the client reads a clean end; at most 2 s for its reply.
+        c.deadline = steady::now() + std::chrono::seconds(2);
+        c.timer.cancel();
+        co_await client_tls.async_shutdown(asio::redirect_error(use_awaitable, ec));
+    }
+
+    // Inside the client's TLS: the upstream's TLS, then one request.
+    static awaitable<void> serve_terminated(impl& self, connection& c, asio::ssl::stream<local::socket&>& client_tls,
+                                            const session_rules& rules, connection_record& rec, const proxy_request& req) {
+        boost::system::error_code ec;
+        if (const char* sni = SSL_get_servername(client_tls.native_handle(), TLSEXT_NAMETYPE_host_name);
+            sni && lower(sni) != req.host) {
+            const auto v = judge(rules, lower(sni), std::nullopt, req.port);
+            if (!v.allowed) {
+                co_await refuse_on(client_tls, rec, 403, "Forbidden", "TLS server name '" + std::string(sni) + "' is not allowed");
+                co_return;
+            }
+        }
+        asio::ssl::stream<tcp::socket&> upstream_tls(c.upstream, *self.opt.upstream_tls);
+        if (!verify_upstream_host(upstream_tls.native_handle(), req.host)) {
+            co_await refuse_on(client_tls, rec, 502, "Bad Gateway", "cannot set up TLS towards the host");
+            co_return;
+        }
+        co_await upstream_tls.async_handshake(asio::ssl::stream_base::client, asio::redirect_error(use_awaitable, ec));
+        if (ec) {
+            const auto result = SSL_get_verify_result(upstream_tls.native_handle());
+            const std::string why = result != X509_V_OK ? X509_verify_cert_error_string(result) : ec.message();
+            co_await refuse_on(client_tls, rec, 502, "Bad Gateway", "the upstream's TLS was not accepted: " + why);
+            co_return;
+        }
+        // The request head, as in handle(), but in origin form.
+        std::string buf;
+        std::vector<char> chunk(buffer_bytes);
+        proxy_request inner;
+        for (;;) {
+            const auto n = co_await client_tls.async_read_some(
+                asio::buffer(chunk.data(), std::min(chunk.size(), max_head - buf.size() + 1)), asio::redirect_error(use_awaitable, ec));
+            if (ec) {
+                rec.reason = "closed before a request";
+                co_return;
+            }
+            buf.append(chunk.data(), n);
+            inner = parse_origin_request(buf, req.port, max_head);
+            if (inner.status == sniff_status::complete) break;
+            if (inner.status == sniff_status::malformed) {
+                co_await refuse_on(client_tls, rec, 400, "Bad Request", "malformed request: " + inner.error);
+                co_return;
+            }
+            if (buf.size() >= max_head) {
+                co_await refuse_on(client_tls, rec, 431, "Request Header Fields Too Large", "request head over 16 KiB");
+                co_return;
+            }
+        }
+        // Domain fronting: the Host inside must be the tunnel's own.
+        if (inner.host != req.host || inner.port != req.port) {
+            co_await refuse_on(client_tls, rec, 421, "Misdirected Request",
+                               "the request names " + inner.host + ":" + std::to_string(inner.port) + " inside a tunnel to " +
+                                   req.host + ":" + std::to_string(req.port));
+            co_return;
+        }
+        rec.method = "CONNECT " + inner.method;
+        rec.tls_terminated = true;
+        co_await forward_one(self, c, client_tls, upstream_tls, rules, rec, inner,
+                             std::string_view(buf).substr(0, inner.head_bytes), buf.substr(inner.head_bytes));
+    }
+
+    // One request (its head already read and judged) forwarded upstream
+    // with Connection: close and the credentials for its host, then the
+    // response back until upstream ends. Chunked bodies are refused, so the
+    // end of the request is known and nothing after it is read.
+    template <class Client, class Upstream>
+    static awaitable<void> forward_one(impl& self, connection& c, Client& client, Upstream& upstream,
+                                       const session_rules& rules, connection_record& rec, const proxy_request& req,
+                                       std::string_view head, std::string rest) {
         const auto headers = header_lines(head);
         std::uint64_t body = 0;
         std::string out = req.method + " " + req.target + " HTTP/1.1\r\n";
@@ -491,13 +626,13 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         for (const auto& [name, value] : headers) {
             const auto n = lower(name);
             if (n == "transfer-encoding") {
-                co_await refuse(c, rec, 411, "Length Required", "chunked request bodies are not forwarded");
+                co_await refuse_on(client, rec, 411, "Length Required", "chunked request bodies are not forwarded");
                 co_return;
             }
             if (n == "content-length") {
                 const auto [end, err] = std::from_chars(value.data(), value.data() + value.size(), body);
                 if (err != std::errc() || end != value.data() + value.size()) {
-                    co_await refuse(c, rec, 400, "Bad Request", "bad Content-Length");
+                    co_await refuse_on(client, rec, 400, "Bad Request", "bad Content-Length");
                     co_return;
                 }
             }
@@ -515,16 +650,25 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         const auto first = std::min<std::uint64_t>(body, rest.size());
         out.append(rest, 0, first);
         c.up += out.size();
-        co_await asio::async_write(c.upstream, asio::buffer(out), use_awaitable);
+        co_await asio::async_write(upstream, asio::buffer(out), use_awaitable);
+        std::vector<char> chunk(buffer_bytes);
         for (std::uint64_t left = body - first; left > 0;) {
-            const auto n = co_await c.client->async_read_some(
-                asio::buffer(chunk.data(), std::min<std::uint64_t>(chunk.size(), left)), use_awaitable);
+            const auto n = co_await client.async_read_some(asio::buffer(chunk.data(), std::min<std::uint64_t>(chunk.size(), left)),
+                                                           use_awaitable);
             left -= n;
             c.up += n;
             self.touch(c, self.opt.idle_timeout);
-            co_await asio::async_write(c.upstream, asio::buffer(chunk.data(), n), use_awaitable);
+            co_await asio::async_write(upstream, asio::buffer(chunk.data(), n), use_awaitable);
         }
-        co_await splice(selfp, cp, false);
+        for (;;) {
+            boost::system::error_code ec;
+            const auto n = co_await upstream.async_read_some(asio::buffer(chunk), asio::redirect_error(use_awaitable, ec));
+            if (ec) break;  // the end (a TLS peer may end without close_notify: the body is framed or ends here too)
+            c.down += n;
+            self.touch(c, self.opt.idle_timeout);
+            co_await asio::async_write(client, asio::buffer(chunk.data(), n), asio::redirect_error(use_awaitable, ec));
+            if (ec) break;
+        }
         rec.reason = "closed";
     }
 
@@ -678,6 +822,10 @@ void proxy::render_metrics(std::string& out) const {
     out += "# HELP cellgate_egress_open_connections Egress proxy connections open now.\n"
            "# TYPE cellgate_egress_open_connections gauge\n";
     out += "cellgate_egress_open_connections " + std::to_string(s.open.load()) + "\n";
+}
+
+std::string proxy::ca_certificate_pem() const {
+    return impl_->opt.tls_authority && impl_->opt.upstream_tls ? impl_->opt.tls_authority->certificate_pem() : std::string();
 }
 
 void proxy::forbid_port(std::uint16_t port) {

@@ -22,6 +22,7 @@
 // Bounds: connections per session and in all, a 16 KiB request head, 64 KiB
 // buffers per direction, timeouts for the head, the connect and idleness.
 
+#include "egress/certificate_authority.hpp"
 #include "egress/policy.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -65,6 +66,13 @@ struct proxy_options {
     std::chrono::milliseconds head_timeout{30000};
     std::chrono::milliseconds connect_timeout{10000};
     std::chrono::milliseconds idle_timeout{300000};
+    // TLS the proxy terminates (certificate_authority.hpp): for the hosts it
+    // adds credentials to, or for every CONNECT when intercept_all_tls.
+    // Null authority: every tunnel stays end to end.
+    std::shared_ptr<certificate_authority> tls_authority;
+    std::shared_ptr<boost::asio::ssl::context> upstream_tls;
+    bool intercept_all_tls = false;
+    std::vector<std::string> upstream_ca_files;  // the operator's extra roots for upstream TLS
 };
 
 struct connection_record {
@@ -80,6 +88,7 @@ struct connection_record {
     std::string rule;              // the entry that decided
     std::string reason;            // why it was refused, or how it ended
     bool injected = false;         // a credential was added
+    bool tls_terminated = false;   // the proxy ended the client's TLS and made its own upstream
 };
 nlohmann::json to_json(const connection_record& r);
 
@@ -117,6 +126,9 @@ public:
     };
     const counters& stats() const noexcept;
     void render_metrics(std::string& out) const;
+
+    // The CA certificate sandboxes trust (PEM), or "" without TLS interception.
+    std::string ca_certificate_pem() const;
 
     // Adds a port never dialled on an internal address (the gateway's own, once bound).
     void forbid_port(std::uint16_t port);

@@ -107,7 +107,10 @@ server_name tls_server_name(std::string_view b) {
     return out;
 }
 
-proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) {
+namespace {
+
+// Both forms share the head's checks; `origin_port` 0 means the proxy form.
+proxy_request parse_request(std::string_view bytes, std::size_t max_head, std::uint16_t origin_port) {
     proxy_request r;
     auto fail = [&r](std::string why) {
         r.status = sniff_status::malformed;
@@ -156,6 +159,16 @@ proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) 
         at = next;
     }
     if (hosts > 1) return fail("more than one Host header");
+    if (origin_port != 0) {
+        // Inside a tunnel the proxy terminated: "GET /path HTTP/1.1" and its Host.
+        if (target.empty() || target.front() != '/') return fail("a request inside the tunnel needs an origin-form target");
+        if (host_header.empty()) return fail("a request without a Host header");
+        if (host_header.find('@') != std::string::npos || !split_authority(host_header, origin_port, r.host, r.port))
+            return fail("the Host header is malformed");
+        r.target = std::string(target);
+        r.status = sniff_status::complete;
+        return r;
+    }
     if (r.method == "CONNECT") {
         if (!split_authority(target, 0, r.host, r.port)) return fail("CONNECT needs host:port");
         r.status = sniff_status::complete;
@@ -177,6 +190,16 @@ proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) 
     }
     r.status = sniff_status::complete;
     return r;
+}
+
+}  // namespace
+
+proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head) {
+    return parse_request(bytes, max_head, 0);
+}
+
+proxy_request parse_origin_request(std::string_view bytes, std::uint16_t default_port, std::size_t max_head) {
+    return parse_request(bytes, max_head, default_port == 0 ? 443 : default_port);
 }
 
 }  // namespace cellgate::egress

@@ -37,5 +37,9 @@ struct proxy_request {
 // HTTP/1.1" or "GET http://h[:p]/path HTTP/1.1" (whose Host must agree).
 // At most `max_head` bytes are looked at.
 proxy_request parse_proxy_request(std::string_view bytes, std::size_t max_head = 16384);
+// The head of a request inside a TLS tunnel the proxy terminated: "GET
+// /path HTTP/1.1" with a Host header, which names host and port (the port
+// defaults to `default_port`); target is the origin-form path.
+proxy_request parse_origin_request(std::string_view bytes, std::uint16_t default_port, std::size_t max_head = 16384);
 
 }  // namespace cellgate::egress

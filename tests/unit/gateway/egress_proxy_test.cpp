@@ -43,7 +43,7 @@ TEST(EgressRecord, JsonSaysTheVerdictAndNothingElseOfTheRequest) {
     EXPECT_EQ(j["verdict"], "refused");
     EXPECT_EQ(j["host"], "pypi.org");
     EXPECT_EQ(j["seq"], 3);
-    EXPECT_EQ(j.size(), 13u) << j.dump();
+    EXPECT_EQ(j.size(), 14u) << j.dump();
 }
 
 }  // namespace

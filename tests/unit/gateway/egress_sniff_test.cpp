@@ -95,5 +95,25 @@ TEST(EgressSniff, ProxyRequestHeads) {
     EXPECT_EQ(parse_proxy_request("GET http://a.com/ HTTP/1.1\r\nX: a\nb\r\n\r\n").status, sniff_status::malformed);
 }
 
+TEST(EgressSniff, OriginRequestsInsideATerminatedTunnel) {
+    auto r = parse_origin_request("POST /v1/chat?x=1 HTTP/1.1\r\nHost: API.example.com\r\nContent-Length: 2\r\n\r\n{}", 443);
+    EXPECT_EQ(r.status, sniff_status::complete);
+    EXPECT_EQ(r.method, "POST");
+    EXPECT_EQ(r.host, "api.example.com");
+    EXPECT_EQ(r.port, 443) << "no port in Host: the tunnel's";
+    EXPECT_EQ(r.target, "/v1/chat?x=1");
+    r = parse_origin_request("GET / HTTP/1.1\r\nHost: api.example.com:8443\r\n\r\n", 8443);
+    EXPECT_EQ(r.port, 8443);
+    EXPECT_EQ(parse_origin_request("GET / HTTP/1.1\r\nHost: a.com\r\n", 443).status, sniff_status::need_more);
+    for (const char* bad : {"GET / HTTP/1.1\r\n\r\n", "GET http://a.com/ HTTP/1.1\r\nHost: a.com\r\n\r\n",
+                            "GET / HTTP/1.1\r\nHost: a.com\r\nHost: b.com\r\n\r\n",
+                            "GET / HTTP/1.1\r\nHost: user@a.com\r\n\r\n", "GET / HTTP/1.1\r\nHost: `.a.com\r\n\r\n",
+                            "OPTIONS * HTTP/1.1\r\nHost: a.com\r\n\r\n"}) {
+        const auto b = parse_origin_request(bad, 443);
+        EXPECT_EQ(b.status, sniff_status::malformed) << bad;
+        EXPECT_FALSE(b.error.empty()) << bad;
+    }
+}
+
 }  // namespace
 }  // namespace cellgate::egress
