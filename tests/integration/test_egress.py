@@ -361,23 +361,16 @@ result['badcert'] = fetch('https://badcert.test/never')
 # Who signed what the sandbox saw, and what it trusts.
 ctx = ssl.create_default_context()
 with socket.create_connection(('127.0.0.1', 3128), timeout=10) as raw:
-    raw.sendall(b'CONNECT secure.test:443 HTTP/1.1
-Host: secure.test:443
-
-')
+    raw.sendall(b'CONNECT secure.test:443 HTTP/1.1\r\nHost: secure.test:443\r\n\r\n')
     assert raw.recv(4096).startswith(b'HTTP/1.1 200')
     with ctx.wrap_socket(raw, server_hostname='secure.test') as t:
         result['issuer'] = dict(x[0] for x in t.getpeercert()['issuer'])
         # Domain fronting: another allowed host named inside the tunnel.
-        t.sendall(b'GET /fronted HTTP/1.1
-Host: other.test
-
-')
+        t.sendall(b'GET /fronted HTTP/1.1\r\nHost: other.test\r\n\r\n')
         data = b''
         while chunk := t.recv(4096):
             data += chunk
-        result['fronted'] = data.decode(errors='replace').split('
-')[0]
+        result['fronted'] = data.decode(errors='replace').split('\r\n')[0]
 result['ca_in_sandbox'] = open('/run/egress/ca.pem').read().count('BEGIN CERTIFICATE')
 result['ssl_cert_file'] = os.environ.get('SSL_CERT_FILE')
 """)

@@ -539,6 +539,7 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
             co_return;
         }
         self.touch(c, self.opt.idle_timeout);
+        rec.tls_terminated = true;
         co_await serve_terminated(self, c, client_tls, rules, rec, req);
         // close_notify, so the client reads a clean end; at most 2 s for its reply.
         c.deadline = steady::now() + std::chrono::seconds(2);
@@ -601,7 +602,6 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
             co_return;
         }
         rec.method = "CONNECT " + inner.method;
-        rec.tls_terminated = true;
         co_await forward_one(self, c, client_tls, upstream_tls, rules, rec, inner,
                              std::string_view(buf).substr(0, inner.head_bytes), buf.substr(inner.head_bytes));
     }
