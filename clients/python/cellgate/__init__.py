@@ -11,7 +11,8 @@ Standard library only; Python 3.9+.
 from .commands import CommandExitError, CommandHandle, CommandResult
 from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, StreamIncomplete,
                      TooManySessions)
-from .models import Execution, ExecutionError, FileInfo, Logs, Result, SessionInfo, Truncated
+from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnection, NetworkPolicy, Result,
+                     SessionInfo, Truncated)
 from .sandbox import Sandbox, run_once
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "run_once",
     "CommandExitError", "CommandHandle", "CommandResult",
-    "Execution", "ExecutionError", "FileInfo", "Logs", "Result", "SessionInfo", "Truncated",
+    "Execution", "ExecutionError", "FileInfo", "Logs", "NetworkConnection", "NetworkPolicy", "Result",
+    "SessionInfo", "Truncated",
     "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "StreamIncomplete", "TooManySessions",
 ]

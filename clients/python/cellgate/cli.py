@@ -1,10 +1,10 @@
 """The ``cellgate`` command line: run scripts and notebooks in a sandbox.
 
-    cellgate run script.py [--upload data.csv[:dest]]… [--download chart.png[:local]]… [--timeout S] [--keep]
+    cellgate run script.py [--upload data.csv[:dest]]… [--download chart.png[:local]]… [--allow HOST]… [--timeout S] [--keep]
     cellgate exec SESSION_ID 'code'
     cellgate sessions
     cellgate rm SESSION_ID…
-    cellgate notebook run NB.ipynb [--upload file[:dest]]… [--output OUT.ipynb] [--allow-errors] [--download-dir D]
+    cellgate notebook run NB.ipynb [--upload file[:dest]]… [--allow HOST]… [--output OUT.ipynb] [--allow-errors] [--download-dir D]
 
 The gateway comes from --url/--token or $CELLGATE_URL/$CELLGATE_TOKEN.
 Exit status: 0 success, 1 the code failed (error, timeout, dead kernel) or a
@@ -98,6 +98,18 @@ def _report(ex):
     return 0 if ex.status == "ok" else 1
 
 
+def _network(args):
+    """The session's network from --allow (None: no network, the default)."""
+    return {"allow": args.allow} if args.allow else None
+
+
+def _report_refused(sb):
+    """Says which connections the sandbox's policy refused (why a fetch failed)."""
+    for c in sb.network_log(limit=1000):
+        if not c.allowed:
+            _err(f"[network: refused {c.host}:{c.port}: {c.reason or 'not allowed'}]")
+
+
 def _run_streaming(sb, code, timeout, printer):
     return sb.run_code(code, timeout=timeout, on_stdout=printer.stdout, on_stderr=printer.stderr,
                        on_result=printer.result)
@@ -117,7 +129,7 @@ def cmd_run(args):
             _err(f"cellgate: no such file to upload: {local}")
             return 2
     prefix = "stdin" if args.script == "-" else Path(args.script).stem
-    sb = Sandbox(args.url, args.token)
+    sb = Sandbox(args.url, args.token, network=_network(args))
     status = 0
     try:
         for local, dest in uploads:
@@ -125,6 +137,8 @@ def cmd_run(args):
             _err(f"[uploaded {local} -> {info.path}]")
         ex = _run_streaming(sb, code, args.timeout, _Printer(args.image_dir, prefix))
         status = _report(ex)
+        if args.allow:
+            _report_refused(sb)
         for remote, local in (_download_spec(s) for s in args.download):
             try:
                 sb.download(remote, local)
@@ -179,7 +193,7 @@ def cmd_notebook_run(args):
     uploads = [_upload_spec(s) for s in args.upload]
     run = run_notebook(args.notebook, args.url, args.token, uploads=uploads, output=args.output,
                        allow_errors=args.allow_errors, download_dir=args.download_dir, timeout=args.timeout,
-                       keep=args.keep, log=lambda m: _err(f"[{m}]"))
+                       keep=args.keep, network=_network(args), log=lambda m: _err(f"[{m}]"))
     for index, err in run.errors:
         _err(f"cell {index} failed:\n{err['traceback_text'].rstrip() or err['ename'] + ': ' + err['evalue']}")
     if run.output_path:
@@ -209,6 +223,8 @@ def build_parser():
                      help="upload a file first (DEST defaults to its base name)")
     run.add_argument("--download", action="append", default=[], metavar="REMOTE[:LOCAL]",
                      help="download a workspace file afterwards (LOCAL defaults to its base name)")
+    run.add_argument("--allow", action="append", default=[], metavar="ENTRY",
+                     help="let the sandbox reach this host, host:port or network (repeatable; default: no network)")
     run.add_argument("--timeout", type=float, default=None, help="execution timeout in seconds")
     run.add_argument("--keep", action="store_true", help="keep the session (prints its id)")
     run.add_argument("--image-dir", default=".", help="where displayed images are saved (default: .)")
@@ -235,6 +251,8 @@ def build_parser():
     nbr.add_argument("notebook")
     nbr.add_argument("--upload", action="append", default=[], metavar="LOCAL[:DEST]",
                      help="upload a file besides the notebook's declared inputs")
+    nbr.add_argument("--allow", action="append", default=[], metavar="ENTRY",
+                     help="let the sandbox reach this host, host:port or network (repeatable; default: no network)")
     nbr.add_argument("--output", default=None, help="executed notebook path (default: NAME.executed.ipynb)")
     nbr.add_argument("--allow-errors", action="store_true", help="run every cell even after an error")
     nbr.add_argument("--download-dir", default=None, help="download the files the cells produced here")

@@ -222,6 +222,61 @@ class Usage:
                 f"wall_ms={self.wall_ms}>")
 
 
+class NetworkPolicy:
+    """A session's network (egress) policy, docs/egress.md. ``enabled`` is
+    False for a session created without one: its sandbox reaches nothing.
+    ``allow``, ``deny`` and ``presets`` are the session's own lists; the
+    kernelspec's and the tenant's layers apply too and are not shown here."""
+
+    def __init__(self, raw):
+        self.raw = raw or {}
+        self.enabled = bool(self.raw.get("enabled"))
+        self.allow = list(self.raw.get("allow") or [])
+        self.deny = list(self.raw.get("deny") or [])
+        self.presets = list(self.raw.get("presets") or [])
+
+    def __repr__(self):
+        if not self.enabled:
+            return "<NetworkPolicy disabled>"
+        return f"<NetworkPolicy allow={self.allow} deny={self.deny} presets={self.presets}>"
+
+
+class NetworkConnection:
+    """One attempt of the session's code to reach the network, from its
+    egress log: ``host`` and ``port`` as the code asked, ``verdict``
+    ('allowed' or 'refused'), the ``rule`` that decided (if one did),
+    ``reason`` (why it was refused, or how it ended), ``address`` the name
+    led to, ``bytes_up`` / ``bytes_down``, ``time_ms`` (Unix ms),
+    ``duration_ms``, ``credential_injected`` and ``tls_terminated`` (the
+    proxy ended the TLS itself, docs/egress.md)."""
+
+    def __init__(self, raw):
+        self.raw = raw or {}
+        r = self.raw
+        self.seq = r.get("seq")
+        self.time_ms = r.get("time_ms")
+        self.duration_ms = r.get("duration_ms")
+        self.method = r.get("method")
+        self.host = r.get("host")
+        self.port = r.get("port")
+        self.address = r.get("address")
+        self.bytes_up = r.get("bytes_up")
+        self.bytes_down = r.get("bytes_down")
+        self.verdict = r.get("verdict")
+        self.rule = r.get("rule")
+        self.reason = r.get("reason")
+        self.credential_injected = bool(r.get("credential_injected"))
+        self.tls_terminated = bool(r.get("tls_terminated"))
+
+    @property
+    def allowed(self):
+        return self.verdict == "allowed"
+
+    def __repr__(self):
+        why = f" ({self.reason})" if self.reason else ""
+        return f"<NetworkConnection #{self.seq} {self.host}:{self.port} {self.verdict}{why}>"
+
+
 class Execution:
     """The outcome of one cell. ``status`` is ok | error | timeout |
     interrupted | kernel_died."""

@@ -104,14 +104,15 @@ def notebook_inputs(nb, nb_dir):
 
 
 def run_notebook(path, url=None, token=None, *, uploads=(), output=None, allow_errors=False, download_dir=None,
-                 timeout=None, sandbox=None, keep=False, log=None):
+                 timeout=None, sandbox=None, keep=False, network=None, log=None):
     """Executes the notebook at ``path`` in a new session (or ``sandbox``).
 
     ``uploads``: extra [(local path, workspace path)]. ``output``: where the
     executed notebook goes (default: ``<name>.executed.ipynb`` beside it;
     False: not saved). Stops at the first failing cell unless
     ``allow_errors``. ``download_dir``: download every file the cells
-    produced there. ``timeout``: per cell. ``log(msg)``: progress messages.
+    produced there. ``timeout``: per cell. ``network``: the new session's
+    network policy (see Sandbox). ``log(msg)``: progress messages.
     Returns a NotebookRun.
     """
     import nbformat
@@ -124,7 +125,7 @@ def run_notebook(path, url=None, token=None, *, uploads=(), output=None, allow_e
     say = log or (lambda msg: None)
 
     own = sandbox is None
-    sb = sandbox if sandbox is not None else Sandbox(url, token)
+    sb = sandbox if sandbox is not None else Sandbox(url, token, network=network)
     run.session_id = sb.id
     try:
         for local, dest in list(notebook_inputs(nb, path.parent)) + list(uploads):

@@ -9,7 +9,7 @@ import uuid
 from ._http import Client, close_response, iter_sse, quote_path
 from .errors import CellgateError, NotFound, SessionNotFound, StreamIncomplete
 from .commands import Commands
-from .models import Execution, ExecutionError, FileInfo, Result, SessionInfo
+from .models import Execution, ExecutionError, FileInfo, NetworkConnection, NetworkPolicy, Result, SessionInfo
 
 DEFAULT_EXEC_TIMEOUT_S = 300
 # Time the gateway may need beyond the execution timeout (interrupt, then a
@@ -22,6 +22,11 @@ def _seconds(value):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def _entries(value):
+    """A list of network entries or preset names; one string is one entry."""
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _read_source(data):
@@ -57,10 +62,13 @@ class Sandbox:
     ``timeout`` is the default per-execution timeout (s), ``idle_timeout`` and
     ``lifetime`` (s) end the session; the gateway caps them at its maxima
     (``sb.limits`` reports what applies). ``env`` takes KERNEL_* names only.
+    ``network`` gives the sandbox a way out (docs/egress.md), e.g.
+    ``{"allow": ["pypi.org", "*.pythonhosted.org"], "deny": [...], "preset":
+    "python-packages"}``; without it the sandbox reaches nothing.
     """
 
     def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
-                 env=None, output_limit=None, request_timeout=60.0, _session=None):
+                 env=None, output_limit=None, network=None, request_timeout=60.0, _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
@@ -69,6 +77,8 @@ class Sandbox:
                                ("lifetime_s", lifetime), ("output_limit_bytes", output_limit), ("env", env)):
                 if value is not None:
                     body[key] = _seconds(value)
+            if network is not None:
+                body["network"] = network
             # Starting a sandbox can take a while on a busy host.
             _session = self._client.request("POST", "/v1/sessions", json_body=body,
                                             timeout=max(request_timeout, 180))
@@ -296,6 +306,31 @@ class Sandbox:
     def remove(self, path):
         """Deletes a file, or a directory recursively."""
         self._file_call(self._request, "DELETE", f"/files/{quote_path(path)}")
+
+    # --- network --------------------------------------------------------------------------
+
+    def network(self):
+        """The session's network policy, a NetworkPolicy (``enabled`` is False
+        when the session was created without one)."""
+        return NetworkPolicy(self._request("GET", "/network"))
+
+    def set_network(self, allow=None, deny=None, presets=None):
+        """Changes the session's policy for new connections: each list given
+        replaces the session's, the others stay. Only a session created with
+        a network can change it (else CellgateError 409: create it with
+        ``network={"allow": []}`` to open it later). Returns the NetworkPolicy."""
+        body = {}
+        for key, value in (("allow", allow), ("deny", deny), ("presets", presets)):
+            if value is not None:
+                body[key] = _entries(value)
+        return NetworkPolicy(self._request("PATCH", "/network", json_body=body))
+
+    def network_log(self, after=0, limit=100):
+        """The session's connection attempts, allowed and refused, oldest
+        first: a list of NetworkConnection records with ``seq`` greater than
+        `after` (page on with the last one's ``seq``)."""
+        body = self._request("GET", f"/network/log?after={int(after)}&limit={int(limit)}") or {}
+        return [NetworkConnection(r) for r in body.get("connections", [])]
 
 
 def run_once(code, files=None, url=None, token=None, timeout=None):
