@@ -51,9 +51,59 @@ export interface SessionOptions {
   outputLimit?: number;
   /** KERNEL_* names only */
   env?: Record<string, string>;
+  /** a way out for the sandbox (docs/egress.md); without it, it reaches nothing */
+  network?: NetworkOptions;
   signal?: AbortSignal;
   /** the API's own snake_case names (timeout_s, …) pass through as given */
   [apiName: string]: unknown;
+}
+
+/**
+ * A session's network at creation: entries such as 'example.com',
+ * 'example.com:8443', '*.example.com', '10.1.2.0/24', '[fd00::/8]:443'.
+ * A connection is allowed when an allow entry matches and no deny entry does.
+ */
+export interface NetworkOptions {
+  allow?: string[];
+  deny?: string[];
+  /** named allow lists the operator configured, e.g. 'python-packages' */
+  preset?: string | string[];
+  presets?: string[];
+}
+
+/** `session.network()`: the session's own lists (the kernelspec's and tenant's layers apply too). */
+export interface NetworkPolicy {
+  /** false: the session was created without a network and reaches nothing */
+  enabled: boolean;
+  allow?: string[];
+  deny?: string[];
+  presets?: string[];
+}
+
+/** One connection attempt in the session's egress log. */
+export interface NetworkConnection {
+  seq: number;
+  /** Unix ms */
+  time_ms: number;
+  duration_ms: number;
+  /** 'CONNECT' for a tunnel, else the HTTP method */
+  method: string;
+  /** as the code asked for it */
+  host: string;
+  port: number;
+  /** the address the name led to ('' when it was not looked up) */
+  address: string;
+  bytes_up: number;
+  bytes_down: number;
+  verdict: 'allowed' | 'refused';
+  /** the entry that decided ('' when none matched) */
+  rule: string;
+  /** why it was refused, or how it ended ('closed') */
+  reason: string;
+  /** the proxy added an operator's credential header */
+  credential_injected: boolean;
+  /** the proxy ended the TLS itself (docs/egress.md) */
+  tls_terminated?: boolean;
 }
 
 export interface OutputResult {
@@ -324,6 +374,12 @@ export declare class Session {
   listFiles(path?: string): Promise<FileInfo[]>;
   executions(opts?: { after?: number; limit?: number }): Promise<{ executions: Usage[]; nextAfter: number | null }>;
   removeFile(path: string): Promise<void>;
+  /** GET …/network */
+  network(): Promise<NetworkPolicy>;
+  /** PATCH …/network: the lists given replace the session's (409 for a session created without a network) */
+  setNetwork(changes: { allow?: string[]; deny?: string[]; presets?: string[] }): Promise<NetworkPolicy>;
+  /** GET …/network/log, oldest first; page on with nextAfter (null on the last page) */
+  networkLog(opts?: { after?: number; limit?: number }): Promise<{ connections: NetworkConnection[]; nextAfter: number | null }>;
   /** the file's URL; it needs the Authorization header (no <img src>, no plain links) */
   fileUrl(path: string, opts?: { download?: boolean }): string;
   close(): Promise<void>;

@@ -428,7 +428,7 @@ export class Cellgate {
     /** @type {Record<string, any>} */
     const body = {};
     const map = { kernel: 'kernel', timeout: 'timeout_s', idleTimeout: 'idle_timeout_s', lifetime: 'lifetime_s',
-      outputLimit: 'output_limit_bytes', env: 'env' };
+      outputLimit: 'output_limit_bytes', env: 'env', network: 'network' };
     for (const [key, value] of Object.entries(opts || {})) {
       if (value === undefined || value === null || key === 'signal') continue;
       const name = /** @type {Record<string,string>} */ (map)[key] || key;  // snake_case names pass through
@@ -696,11 +696,6 @@ export class Session {
   }
 
   /**
-   * The entries of a workspace directory ('' is /workspace).
-   * @param {string} [path]
-   * @returns {Promise<import('./cellgate').FileInfo[]>}
-   */
-  /**
    * The session's ledger, oldest first: records with `seq` greater than
    * `after` (page on with `nextAfter`).
    * @param {{after?: number, limit?: number}} [opts]
@@ -712,6 +707,11 @@ export class Session {
     return { executions: body.executions || [], nextAfter: body.next_after ?? null };
   }
 
+  /**
+   * The entries of a workspace directory ('' is /workspace).
+   * @param {string} [path]
+   * @returns {Promise<import('./cellgate').FileInfo[]>}
+   */
   async listFiles(path = '') {
     const q = path ? `?path=${encodeURIComponent(path)}` : '';
     const body = await this._itemCall(() => this.client.requestJson('GET', this._path(`/files${q}`)));
@@ -725,6 +725,45 @@ export class Session {
    */
   async removeFile(path) {
     await this._itemCall(() => this.client.request('DELETE', this._path(`/files/${quotePath(path)}`)));
+  }
+
+  /**
+   * The session's network policy (docs/egress.md): `enabled` is false when
+   * the session was created without one (its sandbox reaches nothing).
+   * @returns {Promise<import('./cellgate').NetworkPolicy>}
+   */
+  async network() {
+    return this.client.requestJson('GET', this._path('/network'), { notFound: SessionNotFound });
+  }
+
+  /**
+   * Changes the session's policy for new connections: each list given
+   * replaces the session's, the others stay. Only a session created with a
+   * network can change it (else a 409 CellgateError).
+   * @param {{allow?: string[], deny?: string[], presets?: string[]}} changes
+   * @returns {Promise<import('./cellgate').NetworkPolicy>}
+   */
+  async setNetwork(changes) {
+    /** @type {Record<string, string[]>} */
+    const body = {};
+    for (const key of ['allow', 'deny', 'presets']) {
+      const value = /** @type {Record<string, any>} */ (changes || {})[key];
+      if (value !== undefined && value !== null) body[key] = typeof value === 'string' ? [value] : [...value];
+    }
+    return this.client.requestJson('PATCH', this._path('/network'), { json: body, notFound: SessionNotFound });
+  }
+
+  /**
+   * The session's connection attempts, allowed and refused, oldest first:
+   * records with `seq` greater than `after` (page on with `nextAfter`, null
+   * on the last page).
+   * @param {{after?: number, limit?: number}} [opts]
+   * @returns {Promise<{connections: import('./cellgate').NetworkConnection[], nextAfter: number | null}>}
+   */
+  async networkLog({ after = 0, limit = 100 } = {}) {
+    const body = await this.client.requestJson('GET', this._path(`/network/log?after=${after}&limit=${limit}`),
+      { notFound: SessionNotFound });
+    return { connections: body.connections || [], nextAfter: body.next_after ?? null };
   }
 
   /**

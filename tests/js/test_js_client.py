@@ -1,6 +1,8 @@
-"""Runs the JavaScript client's tests (client.test.mjs, Node's built-in test
-runner) against the REAL cellgate gateway: built binary, runc sandboxes, the
-built kernel image.
+"""Runs the JavaScript client's tests (client.test.mjs and network.test.mjs,
+Node's built-in test runner) against the REAL cellgate gateway: built binary,
+runc sandboxes, the built kernel image. The network tests get a gateway
+whose --egress-resolve map leads allowed.test and denied.test to a listener
+on 127.0.0.1, and nowhere else.
 
 The client under test is the one the gateway serves at /static/cellgate.js
 (compiled into the binary), so this tests what ships; a separate check says
@@ -16,6 +18,8 @@ serve clients/web and clients/js from disk instead of its compiled-in copy.
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -39,17 +43,53 @@ def _log_tail(gw, chars=6000):
     return text[-chars:]
 
 
+def _gateway(*args):
+    static = os.environ.get("CELLGATE_WEB_STATIC_DIR")
+    return Gateway(*(["--static-dir", static] if static else []), *args)
+
+
 @pytest.fixture(scope="module")
 def gateway():
     _require()
-    static = os.environ.get("CELLGATE_WEB_STATIC_DIR")
-    gw = Gateway(*(["--static-dir", static] if static else []))
+    gw = _gateway()
     try:
         gw.start()
         yield gw
     finally:
         gw.stop()
         gw.cleanup()
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"upstream {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="module")
+def gateway_egress():
+    """A gateway whose egress proxy leads allowed.test and denied.test to a
+    listener on 127.0.0.1 (answering 'upstream <path>')."""
+    _require()
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    port = upstream.server_address[1]
+    gw = _gateway("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
+                  "--egress-resolve", f"denied.test=127.0.0.1:{port}")
+    try:
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+        upstream.shutdown()
+        upstream.server_close()
 
 
 def test_served_client_matches_the_source(gateway):
@@ -64,7 +104,7 @@ def test_served_client_matches_the_source(gateway):
     assert r.headers["Content-Type"].startswith("text/javascript")
 
 
-def test_js_client(gateway, tmp_path):
+def _run_node(gateway, test_file, tmp_path):
     # Import the client exactly as the gateway serves it.
     served = requests.get(f"{gateway.url}/static/cellgate.js", timeout=30)
     assert served.status_code == 200
@@ -73,14 +113,22 @@ def test_js_client(gateway, tmp_path):
     env = {**os.environ, "CELLGATE_URL": gateway.url, "CELLGATE_TOKEN": gateway.token,
            "CELLGATE_CLIENT_MODULE": str(module), "NODE_NO_WARNINGS": "1"}
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "client.test.mjs"], cwd=HERE, env=env,
+        r = subprocess.run(["node", "--test", "--test-reporter=spec", test_file], cwd=HERE, env=env,
                            capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n{_log_tail(gateway)}")
     print(r.stdout)
-    assert r.returncode == 0, (f"node --test client.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+    assert r.returncode == 0, (f"node --test {test_file} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
                                f"--- gateway log (tail) ---\n{_log_tail(gateway)}")
     assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
     # Every session the suite made is gone again.
     left = gateway.api("GET", "/v1/sessions").json()["sessions"]
     assert left == [], f"sessions left behind: {[s['id'] for s in left]}"
+
+
+def test_js_client(gateway, tmp_path):
+    _run_node(gateway, "client.test.mjs", tmp_path)
+
+
+def test_js_client_network(gateway_egress, tmp_path):
+    _run_node(gateway_egress, "network.test.mjs", tmp_path)
