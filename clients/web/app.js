@@ -1,7 +1,8 @@
 // The cellgate chat page: a transcript of code cells run in one sandboxed
 // session, with their outputs (text, coloured tracebacks, plots, tables,
 // Markdown, JSON), a workspace file panel, uploads by picker or drag and
-// drop, and interrupt / restart / new-session buttons.
+// drop, interrupt / restart / new-session buttons, and the session's network:
+// an allow list for new sessions (none by default) and its connection log.
 //
 // Security model (see README.md here): the token lives in sessionStorage and
 // in this module only, and goes out as an Authorization header; kernel output
@@ -14,6 +15,8 @@ import { el, ansiToNodes, terminalText, renderBundle, listenForFrameHeights } fr
 
 const TOKEN_KEY = 'cellgate.token';
 const SESSION_KEY = 'cellgate.session';
+const NETWORK_KEY = 'cellgate.network';
+const NETWORK_ROWS = 100;
 
 /** @param {string} id @returns {any} */
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -44,6 +47,14 @@ const ui = {
   filesRefresh: $('files-refresh'),
   filesClose: $('files-close'),
   dropzone: $('dropzone'),
+  network: $('network-panel'),
+  networkSummary: $('network-summary'),
+  networkState: $('network-state'),
+  networkAllow: $('network-allow'),
+  networkApply: $('network-apply'),
+  networkRefresh: $('network-refresh'),
+  networkNote: $('network-note'),
+  networkLog: $('network-log'),
   actions: /** @type {HTMLElement} */ (document.querySelector('.actions')),
 };
 
@@ -58,6 +69,10 @@ const state = {
   /** @type {Set<AbortController>} */ controllers: new Set(),
   cwd: '',
   filesSeq: 0,
+  /** @type {import('./cellgate.js').NetworkPolicy|null} the session's, once asked */ network: null,
+  /** @type {import('./cellgate.js').NetworkConnection[]} newest last, at most NETWORK_ROWS */ connections: [],
+  networkAfter: 0,
+  networkSeq: 0,
 };
 
 // ---------------------------------------------------------------- status
@@ -75,6 +90,8 @@ function setStatus() {
   ui.newSession.disabled = !state.client || state.starting;
   ui.restart.disabled = !ready || state.restarting;
   ui.interrupt.disabled = !ready || state.running === 0;
+  ui.networkApply.disabled = !state.client || state.starting;
+  ui.networkApply.textContent = state.network && state.network.enabled ? 'Apply to this session' : 'Start a new session with it';
   ui.sessionId.textContent = state.session ? state.session.id.slice(0, 8) : '';
   ui.sessionId.title = state.session ? `Session ${state.session.id}` : '';
   document.body.classList.toggle('busy', s === 'busy');
@@ -131,6 +148,7 @@ function sessionEnded() {
   note('This session has ended (deleted, idle for too long, or past its lifetime). Start a new session to go on.', 'warn');
   setStatus();
   refreshFiles();
+  refreshNetwork();
 }
 
 /** Handles the errors every action shares; false if it is not one of them. @param {unknown} e */
@@ -175,6 +193,7 @@ async function connect(token) {
       note(`Re-attached to session ${state.session.id}. Variables and files are as you left them; earlier output is not kept across page loads.`);
       setStatus();
       refreshFiles();
+      refreshNetwork();
       return;
     } catch (e) {
       if (!(e instanceof SessionNotFound)) note(`Could not re-attach to the previous session: ${describe(e)}`, 'warn');
@@ -189,11 +208,16 @@ async function startSession() {
   state.starting = true;
   state.ended = false;
   setStatus();
+  const allow = allowEntries();
   try {
-    state.session = await state.client.createSession();
+    state.session = await state.client.createSession(allow.length ? { network: { allow } } : {});
     sessionStorage.setItem(SESSION_KEY, state.session.id);
   } catch (e) {
-    if (!authFailed(e)) note(`Could not start a session: ${describe(e)}`, 'error');
+    if (!authFailed(e)) {
+      const fix = allow.length && e instanceof CellgateError && e.status === 400 ? ' Correct the Network list and start a new session.' : '';
+      note(`Could not start a session: ${describe(e)}${fix}`, 'error');
+      if (fix) ui.network.open = true;
+    }
     state.session = null;
   } finally {
     state.starting = false;
@@ -201,6 +225,7 @@ async function startSession() {
   }
   state.cwd = '';
   refreshFiles();
+  refreshNetwork();
 }
 
 async function newSession() {
@@ -485,6 +510,9 @@ async function runCell(code) {
       state.running = Math.max(0, state.running - 1);
       setStatus();
       refreshFiles();
+      // The proxy logs a connection when it closes, which may be just after the cell.
+      refreshNetworkLog();
+      setTimeout(() => { if (state.session === session) refreshNetworkLog(); }, 1500);
     }
     scrollDown();
   }
@@ -646,6 +674,145 @@ async function uploadFiles(list) {
   refreshFiles();
 }
 
+// ---------------------------------------------------------------- network
+
+/** The allow list in the Network panel: one entry a line, blank lines and # comments dropped. */
+function allowEntries() {
+  return ui.networkAllow.value.split('\n').map((l) => l.replace(/#.*/, '').trim()).filter(Boolean);
+}
+
+/** @param {string} text @param {boolean} [error] */
+function networkNote(text, error = false) {
+  ui.networkNote.textContent = text;
+  ui.networkNote.classList.toggle('error', error);
+}
+
+function renderNetworkState() {
+  const n = state.network;
+  let text = '';
+  let summary = '';
+  if (!state.session) {
+    text = 'No session.';
+  } else if (!n) {
+    text = '';
+  } else if (!n.enabled) {
+    text = 'No network: this session reaches nothing outside its sandbox. To open it, list hosts below and start a new session with them.';
+    summary = 'off';
+  } else {
+    const parts = [`Allowed: ${(n.allow || []).join(', ') || 'nothing'}`];
+    if (n.deny && n.deny.length) parts.push(`denied: ${n.deny.join(', ')}`);
+    if (n.presets && n.presets.length) parts.push(`presets: ${n.presets.join(', ')}`);
+    text = parts.join('; ') + '.';
+    summary = 'on';
+  }
+  ui.networkState.textContent = text;
+  ui.networkSummary.textContent = summary;
+  ui.network.dataset.enabled = String(!!(n && n.enabled));
+  setStatus();
+}
+
+/** Reads the session's network policy, then its connection log from the start. */
+async function refreshNetwork() {
+  const session = state.session;
+  const seq = ++state.networkSeq;
+  state.network = null;
+  state.connections = [];
+  state.networkAfter = 0;
+  renderConnections();
+  renderNetworkState();
+  if (!session) return;
+  let policy;
+  try {
+    policy = await session.network();
+  } catch (e) {
+    if (seq !== state.networkSeq) return;
+    if (!commonFailure(e)) networkNote(`Cannot read the network policy: ${describe(e)}`, true);
+    return;
+  }
+  if (seq !== state.networkSeq || session !== state.session) return;
+  state.network = policy;
+  // A session with a network shows its own list, so Apply edits what it has.
+  if (policy.enabled) ui.networkAllow.value = (policy.allow || []).join('\n');
+  renderNetworkState();
+  await refreshNetworkLog();
+}
+
+/** Fetches the connections logged since the last look. */
+async function refreshNetworkLog() {
+  const session = state.session;
+  if (!session || !state.network || !state.network.enabled) return;
+  const seq = state.networkSeq;
+  try {
+    for (let page = 0; page < 10; page++) {
+      const { connections, nextAfter } = await session.networkLog({ after: state.networkAfter, limit: 200 });
+      if (seq !== state.networkSeq || session !== state.session) return;
+      for (const c of connections) {
+        if (Number(c.seq) <= state.networkAfter) continue;  // a concurrent refresh took it
+        state.connections.push(c);
+        state.networkAfter = Math.max(state.networkAfter, Number(c.seq) || 0);
+      }
+      if (nextAfter === null || !connections.length) break;
+    }
+  } catch (e) {
+    if (!commonFailure(e)) networkNote(`Cannot read the connection log: ${describe(e)}`, true);
+    return;
+  }
+  state.connections = state.connections.slice(-NETWORK_ROWS);
+  renderConnections();
+}
+
+/** @param {number} ms */
+function clock(ms) {
+  const d = new Date(ms);
+  return Number.isFinite(d.getTime()) ? d.toLocaleTimeString([], { hour12: false }) : '';
+}
+
+function renderConnections() {
+  const rows = [...state.connections].reverse().map((c) => {
+    const allowed = c.verdict === 'allowed';
+    const li = el('li', `net-row net-${allowed ? 'allowed' : 'refused'}`);
+    li.dataset.testid = 'network-entry';
+    li.dataset.verdict = String(c.verdict);
+    li.dataset.host = String(c.host);
+    li.dataset.port = String(c.port);
+    const target = `${c.host}:${c.port}`;
+    const name = el('span', 'net-target', target);
+    name.title = `${c.method || ''} ${target}${c.address ? ' → ' + c.address : ''}`.trim();
+    const verdict = el('span', `badge badge-${allowed ? 'ok' : 'error'}`, allowed ? 'allowed' : 'refused');
+    verdict.dataset.testid = 'network-verdict';
+    li.append(el('span', 'net-time', clock(Number(c.time_ms))), name, verdict);
+    const detail = allowed ? `↑ ${formatBytes(Number(c.bytes_up) || 0)} ↓ ${formatBytes(Number(c.bytes_down) || 0)}`
+      : String(c.reason || c.rule || 'not allowed');
+    const d = el('span', 'net-detail', detail);
+    d.dataset.testid = 'network-detail';
+    li.appendChild(d);
+    return li;
+  });
+  if (!rows.length && state.network && state.network.enabled) {
+    rows.push(el('li', 'file-empty', 'No connections yet.'));
+  }
+  ui.networkLog.replaceChildren(...rows);
+}
+
+/** Applies the allow list: to this session if it has a network, else to a new one. */
+async function applyNetwork() {
+  const allow = allowEntries();
+  const session = state.session;
+  if (session && state.network && state.network.enabled) {
+    networkNote('Applying…');
+    try {
+      state.network = await session.setNetwork({ allow });
+      networkNote('Applied: new connections follow it.');
+    } catch (e) {
+      if (!commonFailure(e)) networkNote(`Not applied: ${describe(e)}`, true);
+    }
+    renderNetworkState();
+    return;
+  }
+  networkNote('');
+  await newSession();
+}
+
 // ---------------------------------------------------------------- wiring
 
 function submitCode() {
@@ -680,10 +847,17 @@ ui.newSession.addEventListener('click', () => newSession());
 ui.interrupt.addEventListener('click', () => interruptKernel());
 ui.restart.addEventListener('click', () => restartKernel());
 ui.filesRefresh.addEventListener('click', () => refreshFiles());
+ui.networkAllow.value = sessionStorage.getItem(NETWORK_KEY) || '';
+ui.networkAllow.addEventListener('input', () => sessionStorage.setItem(NETWORK_KEY, ui.networkAllow.value));
+ui.networkApply.addEventListener('click', () => applyNetwork());
+ui.networkRefresh.addEventListener('click', () => refreshNetworkLog());
+ui.network.addEventListener('toggle', () => { if (ui.network.open) refreshNetworkLog(); });
 ui.forget.addEventListener('click', () => {
   abortAll();
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(SESSION_KEY);
+  sessionStorage.removeItem(NETWORK_KEY);
+  ui.networkAllow.value = '';
   clearTranscript();
   showLogin('Signed out. The session keeps running until it is idle for too long.');
 });

@@ -1,7 +1,9 @@
 """Drives the chat page (clients/web, served at / by the gateway) in Debian's
 Chromium with playwright-core, against the REAL cellgate gateway: built
 binary, runc sandboxes, the built kernel image. The checks are in
-chat.test.mjs and xss.test.mjs (Node's built-in test runner).
+chat.test.mjs, xss.test.mjs and network.test.mjs (Node's built-in test
+runner); the network panel's gateway leads allowed.test and denied.test to a
+listener on 127.0.0.1 (--egress-resolve), and nowhere else.
 
 The gateway serves its compiled-in copy of the page, so this tests what
 ships (a separate check says whether that copy still matches clients/).
@@ -21,6 +23,8 @@ from disk instead of the compiled-in copy.
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -90,6 +94,37 @@ def gateway_output_scripts():
     finally:
         gw.stop()
         gw.cleanup()
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"upstream {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="module")
+def gateway_egress():
+    """A gateway whose egress proxy leads allowed.test and denied.test to a
+    listener on 127.0.0.1 (answering 'upstream <path>')."""
+    _require()
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    port = upstream.server_address[1]
+    gw = _start("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
+                "--egress-resolve", f"denied.test=127.0.0.1:{port}")
+    try:
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+        upstream.shutdown()
+        upstream.server_close()
 
 
 def _run_node(gw, test_file, output_scripts=False, screenshots=None, timeout=900):
@@ -162,6 +197,10 @@ def test_hostile_output_with_output_scripts(gateway_output_scripts, node_modules
     r = requests.get(f"{gateway_output_scripts.url}/static-config.json", timeout=30)
     assert r.json() == {"output_scripts": True}
     _run_node(gateway_output_scripts, "xss.test.mjs", output_scripts=True)
+
+
+def test_network_panel(gateway_egress, node_modules):
+    _run_node(gateway_egress, "network.test.mjs")
 
 
 def test_markdown_renderer_in_node():
