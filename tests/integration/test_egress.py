@@ -164,6 +164,7 @@ def gw(request, upstream, tmp_path_factory):
         args += ["--egress-resolve", r]
     g = Gateway(*args).start()
     g.runtime = runtime
+    g.sessions = []
     yield g
     g.stop()
     g.cleanup()
@@ -175,7 +176,18 @@ def session(gw, network=None):
         body["network"] = network
     r = gw.api("POST", "/v1/sessions", json=body, timeout=180)
     assert r.status_code == 201, r.text
+    gw.sessions.append(r.json()["id"])
     return r.json()["id"]
+
+
+@pytest.fixture(autouse=True)
+def sessions_end_with_their_test(request):
+    """Each test's sessions are deleted after it (the gateway's cap is small)."""
+    yield
+    if "gw" in request.fixturenames:
+        gw = request.getfixturevalue("gw")
+        while gw.sessions:
+            gw.api("DELETE", f"/v1/sessions/{gw.sessions.pop()}", timeout=60)
 
 
 def probe(gw, sid, code):
@@ -401,6 +413,25 @@ result['ssl_cert_file'] = os.environ.get('SSL_CERT_FILE')
     assert res == {"status": 200, "body": "upstream /e2e"}, res
     log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
     assert [c["tls_terminated"] for c in log if c["host"] == "tls.test"] == [False], log
+
+
+def test_commands_beside_the_kernel_get_the_same_way_out(gw, upstream):
+    """A command (/v1 commands; E2B commands and terminals use the same
+    process table) finds the proxy and the CA bundle as the kernel does."""
+    sid = session(gw, {"allow": ["allowed.test", "secure.test"]})
+    script = ("import urllib.request\n"
+              "for u in ('http://allowed.test/cmd', 'https://secure.test/cmd-tls'):\n"
+              "    print(urllib.request.urlopen(u, timeout=20).read().decode())\n")
+    r = gw.api("POST", f"/v1/sessions/{sid}/commands", json={"argv": ["/usr/bin/python3", "-c", script]}, timeout=120)
+    assert r.status_code in (200, 201), r.text
+    out = r.json()
+    assert out["exit"]["exit_code"] == 0 and out["stdout"] == "upstream /cmd\nupstream /cmd-tls\n", out
+    seen = {s["path"]: s for s in upstream.seen}
+    assert seen["/cmd-tls"]["headers"].get("x-api-key") == SECRET_TLS
+    # Without a network a command has no proxy to find.
+    plain = session(gw)
+    r = gw.api("POST", f"/v1/sessions/{plain}/commands", json={"cmd": "echo \"[$HTTPS_PROXY]\""}, timeout=120)
+    assert r.json()["stdout"] == "[]\n", r.json()
 
 
 def test_pip_installs_from_the_operators_index_through_the_preset_and_keeps_it(gw, upstream):

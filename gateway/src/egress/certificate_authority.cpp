@@ -191,6 +191,7 @@ certificate_authority::leaf certificate_authority::leaf_for(const std::string& h
                      boost::asio::ssl::context::no_sslv3 | boost::asio::ssl::context::no_tlsv1 |
                      boost::asio::ssl::context::no_tlsv1_1);
     SSL_CTX* native = ctx->native_handle();
+    SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);  // an idle terminated connection keeps no record buffers
     if (SSL_CTX_use_certificate(native, x) != 1 || SSL_CTX_add1_chain_cert(native, keys_->ca_cert.get()) != 1 ||
         SSL_CTX_use_PrivateKey(native, keys_->leaf_key.get()) != 1)
         fail("a server context for " + host);
@@ -217,6 +218,7 @@ std::shared_ptr<boost::asio::ssl::context> make_upstream_context(const std::vect
     ctx->set_options(boost::asio::ssl::context::default_workarounds | boost::asio::ssl::context::no_sslv2 |
                      boost::asio::ssl::context::no_sslv3 | boost::asio::ssl::context::no_tlsv1 |
                      boost::asio::ssl::context::no_tlsv1_1);
+    SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
     ctx->set_verify_mode(boost::asio::ssl::verify_peer);
     ctx->set_default_verify_paths();
     for (const auto& f : extra_ca_files) {

@@ -244,7 +244,32 @@ process_table::process_table(asio::io_context& ioc, launcher::sandbox_launcher& 
 
 process_table::~process_table() { stop(); }
 
+namespace {
+
+// What every command, terminal and context in a sandbox finds in its
+// environment unless the caller set it: pip's user installs into the
+// workspace (as in the kernel: cellgate-kernel), and, in a sandbox with a
+// network, the way out through the egress forwarder and the CA bundle the
+// kernel's entry point made (docs/egress.md).
+void add_sandbox_defaults(const kernels::kernel& k, std::map<std::string, std::string>& env) {
+    const auto set = [&env](const char* name, const std::string& value) { env.try_emplace(name, value); };
+    set("PYTHONUSERBASE", "/workspace/.local");
+    set("PIP_USER", "1");
+    set("PIP_BREAK_SYSTEM_PACKAGES", "1");
+    set("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    if (!k.policy().network) return;
+    for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) set(name, "http://127.0.0.1:3128");
+    for (const char* name : {"NO_PROXY", "no_proxy"}) set(name, "localhost,127.0.0.1,::1");
+    for (const char* name : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT"})
+        set(name, "/tmp/.cellgate-ca-bundle.pem");
+    set("NODE_EXTRA_CA_CERTS", "/run/egress/ca.pem");
+    set("PIP_CONFIG_FILE", "/run/egress/pip.conf");  // pip skips it when the operator named no index
+}
+
+}  // namespace
+
 void process_table::start(const kernels::kernel_ptr& k, command c, started_fn done) {
+    add_sandbox_defaults(*k, c.spec.env);
     const auto sandbox = k->sandbox();
     if (!sandbox || k->state() == kernels::kernel_state::dead)
         return done(nullptr, 409, "The session's sandbox is not running (restarting or dead); try again shortly");
