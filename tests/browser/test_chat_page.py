@@ -23,8 +23,6 @@ from disk instead of the compiled-in copy.
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -34,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from gateway import Gateway, HttpListener, gateway_missing, node_missing, npm_ci, require  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("CELLGATE_CHROMIUM", "/usr/bin/chromium"))
 WEB = REPO / "clients" / "web"
@@ -96,26 +94,13 @@ def gateway_output_scripts():
         gw.cleanup()
 
 
-class _Upstream(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = f"upstream {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
 @pytest.fixture(scope="module")
 def gateway_egress():
     """A gateway whose egress proxy leads allowed.test and denied.test to a
     listener on 127.0.0.1 (answering 'upstream <path>')."""
     _require()
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    port = upstream.server_address[1]
+    upstream = HttpListener()
+    port = upstream.port
     gw = _start("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
                 "--egress-resolve", f"denied.test=127.0.0.1:{port}")
     try:
@@ -123,8 +108,7 @@ def gateway_egress():
     finally:
         gw.stop()
         gw.cleanup()
-        upstream.shutdown()
-        upstream.server_close()
+        upstream.close()
 
 
 def _run_node(gw, test_file, output_scripts=False, screenshots=None, timeout=900):

@@ -14,8 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from gateway import Gateway, HttpListener, gateway_missing, node_missing, npm_ci, require  # noqa: E402
 
 KEY_A = "e2b-tenant-a-" + uuid.uuid4().hex
 KEY_B = "e2b-tenant-b-" + uuid.uuid4().hex
@@ -51,20 +49,8 @@ def gateway(tmp_path_factory):
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": KEY_A, "tenant": "e2b-alpha"}, {"token": KEY_B, "tenant": "e2b-beta"}]))
     # A listener on this machine that sandboxes with network.allowOut reach by name.
-    class Upstream(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = f"upstream {self.path}".encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    port = upstream.server_address[1]
+    upstream = HttpListener()
+    port = upstream.port
     gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16",
                  "--egress-resolve", f"e2b-allowed.test=127.0.0.1:{port}",
                  "--egress-resolve", f"e2b-denied.test=127.0.0.1:{port}").start()
@@ -73,8 +59,7 @@ def gateway(tmp_path_factory):
     finally:
         gw.stop()
         gw.cleanup()
-        upstream.shutdown()
-        upstream.server_close()
+        upstream.close()
 
 
 def _e2b_env(gw, key=KEY_A):

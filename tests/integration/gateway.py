@@ -273,3 +273,35 @@ def answer_input(send, recv, msg_id, value):
             reply = m["content"]
     return prompt, stdout, reply
 
+
+class HttpListener:
+    """An HTTP listener on 127.0.0.1 that answers every GET with
+    'upstream <path>' and records the paths (what egress tests lead names to
+    with --egress-resolve name=127.0.0.1:<port>)."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+        self.paths = []
+        paths = self.paths
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                paths.append(self.path)
+                body = f"upstream {self.path}".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+

@@ -18,8 +18,6 @@ serve clients/web and clients/js from disk instead of its compiled-in copy.
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, require  # noqa: E402
+from gateway import Gateway, HttpListener, gateway_missing, node_missing, require  # noqa: E402
 
 CLIENT_JS = REPO / "clients" / "js"
 
@@ -60,26 +58,13 @@ def gateway():
         gw.cleanup()
 
 
-class _Upstream(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = f"upstream {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
 @pytest.fixture(scope="module")
 def gateway_egress():
     """A gateway whose egress proxy leads allowed.test and denied.test to a
     listener on 127.0.0.1 (answering 'upstream <path>')."""
     _require()
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    port = upstream.server_address[1]
+    upstream = HttpListener()
+    port = upstream.port
     gw = _gateway("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
                   "--egress-resolve", f"denied.test=127.0.0.1:{port}")
     try:
@@ -88,8 +73,7 @@ def gateway_egress():
     finally:
         gw.stop()
         gw.cleanup()
-        upstream.shutdown()
-        upstream.server_close()
+        upstream.close()
 
 
 def test_served_client_matches_the_source(gateway):

@@ -15,7 +15,7 @@ NOTEBOOKS = REPO / "notebooks"
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(SDK))
 
-from gateway import GATEWAY, IMAGE_STORE, Gateway  # noqa: E402,F401
+from gateway import GATEWAY, IMAGE_STORE, Gateway, HttpListener  # noqa: E402,F401
 
 
 def missing_prerequisite():

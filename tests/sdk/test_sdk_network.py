@@ -7,13 +7,11 @@ gateway's egress proxy and its --egress-resolve map (allowed.test and
 denied.test both lead there, so a refusal is the policy's doing). Nothing
 here connects to any other address."""
 import ast
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sdk_support import Gateway, log_tail, require, run_cli
+from sdk_support import Gateway, HttpListener, log_tail, require, run_cli
 from cellgate import CellgateError, NetworkConnection, NetworkPolicy, Sandbox
 
 # The kernel's urllib goes through HTTP_PROXY (the sandbox's NO_PROXY covers loopback names only).
@@ -30,37 +28,9 @@ def fetch(url):
 """
 
 
-class Upstream:
-    """An HTTP listener on 127.0.0.1 that answers 'upstream <path>' and records the paths."""
-
-    def __init__(self):
-        self.paths = []
-        paths = self.paths
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                paths.append(self.path)
-                body = f"upstream {self.path}".encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def upstream():
-    u = Upstream()
+    u = HttpListener()
     yield u
     u.close()
 

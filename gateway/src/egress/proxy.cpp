@@ -413,33 +413,45 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         co_return t;
     }
 
+    // Reads a request head (at most max_head bytes) into `buf` until `parse`
+    // says it is complete; answers 400/431 on the same stream otherwise.
+    // The result's status is complete only when the caller may go on.
+    template <class Stream, class Parse>
+    static awaitable<proxy_request> read_head(Stream& client, std::string& buf, std::vector<char>& chunk,
+                                              connection_record& rec, std::string_view what, Parse parse) {
+        for (;;) {
+            boost::system::error_code ec;
+            const auto n = co_await client.async_read_some(
+                asio::buffer(chunk.data(), std::min(chunk.size(), max_head - buf.size() + 1)), asio::redirect_error(use_awaitable, ec));
+            if (ec) {
+                rec.reason = "closed before a request";
+                co_return proxy_request{};
+            }
+            buf.append(chunk.data(), n);
+            auto req = parse(std::string_view(buf));
+            if (req.status == sniff_status::complete) co_return req;
+            if (req.status == sniff_status::malformed) {
+                co_await refuse_on(client, rec, 400, "Bad Request", std::string(what) + req.error);
+                co_return req;
+            }
+            if (buf.size() >= max_head) {
+                co_await refuse_on(client, rec, 431, "Request Header Fields Too Large", "request head over 16 KiB");
+                proxy_request over;
+                over.status = sniff_status::malformed;
+                co_return over;
+            }
+        }
+    }
+
     static awaitable<void> handle(std::shared_ptr<impl> selfp, std::shared_ptr<connection> cp, const session_rules& rules,
                                   connection_record& rec) {
         impl& self = *selfp;
         connection& c = *cp;
         std::string buf;
         std::vector<char> chunk(buffer_bytes);
-        proxy_request req;
-        for (;;) {
-            boost::system::error_code ec;
-            const auto n = co_await c.client->async_read_some(asio::buffer(chunk.data(), std::min(chunk.size(), max_head - buf.size() + 1)),
-                                                              asio::redirect_error(use_awaitable, ec));
-            if (ec) {
-                rec.reason = "closed before a request";
-                co_return;
-            }
-            buf.append(chunk.data(), n);
-            req = parse_proxy_request(buf, max_head);
-            if (req.status == sniff_status::complete) break;
-            if (req.status == sniff_status::malformed) {
-                co_await refuse(c, rec, 400, "Bad Request", "malformed proxy request: " + req.error);
-                co_return;
-            }
-            if (buf.size() >= max_head) {
-                co_await refuse(c, rec, 431, "Request Header Fields Too Large", "request head over 16 KiB");
-                co_return;
-            }
-        }
+        const auto req = co_await read_head(*c.client, buf, chunk, rec, "malformed proxy request: ",
+                                            [](std::string_view b) { return parse_proxy_request(b, max_head); });
+        if (req.status != sniff_status::complete) co_return;
         rec.method = req.method;
         rec.host = req.host;
         rec.port = req.port;
@@ -583,26 +595,10 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         // The request head, as in handle(), but in origin form.
         std::string buf;
         std::vector<char> chunk(buffer_bytes);
-        proxy_request inner;
-        for (;;) {
-            const auto n = co_await client_tls.async_read_some(
-                asio::buffer(chunk.data(), std::min(chunk.size(), max_head - buf.size() + 1)), asio::redirect_error(use_awaitable, ec));
-            if (ec) {
-                rec.reason = "closed before a request";
-                co_return;
-            }
-            buf.append(chunk.data(), n);
-            inner = parse_origin_request(buf, req.port, max_head);
-            if (inner.status == sniff_status::complete) break;
-            if (inner.status == sniff_status::malformed) {
-                co_await refuse_on(client_tls, rec, 400, "Bad Request", "malformed request: " + inner.error);
-                co_return;
-            }
-            if (buf.size() >= max_head) {
-                co_await refuse_on(client_tls, rec, 431, "Request Header Fields Too Large", "request head over 16 KiB");
-                co_return;
-            }
-        }
+        const auto inner = co_await read_head(client_tls, buf, chunk, rec, "malformed request: ", [&req](std::string_view b) {
+            return parse_origin_request(b, req.port, max_head);
+        });
+        if (inner.status != sniff_status::complete) co_return;
         // Domain fronting: the Host inside must be the tunnel's own.
         if (inner.host != req.host || inner.port != req.port) {
             co_await refuse_on(client_tls, rec, 421, "Misdirected Request",
