@@ -371,6 +371,10 @@ export declare class Session {
   download(path: string, opts: { as: 'blob'; signal?: AbortSignal }): Promise<Blob>;
   download(path: string, opts: { as: 'text'; signal?: AbortSignal }): Promise<string>;
   download(path: string, opts: { as: 'response'; signal?: AbortSignal }): Promise<Response>;
+  /** The workspace (or its directory `path`) as a tar archive; symlinks and special files are left out. */
+  exportWorkspace(opts?: { path?: string; as?: 'arraybuffer'; signal?: AbortSignal }): Promise<ArrayBuffer>;
+  exportWorkspace(opts: { path?: string; as: 'blob'; signal?: AbortSignal }): Promise<Blob>;
+  exportWorkspace(opts: { path?: string; as: 'response'; signal?: AbortSignal }): Promise<Response>;
   listFiles(path?: string): Promise<FileInfo[]>;
   executions(opts?: { after?: number; limit?: number }): Promise<{ executions: Usage[]; nextAfter: number | null }>;
   removeFile(path: string): Promise<void>;

@@ -683,7 +683,23 @@ export class Session {
    * @returns {Promise<any>}
    */
   async download(path, opts = {}) {
-    const res = await this._itemCall(() => this.client.request('GET', this._path(`/files/${quotePath(path)}`), {
+    return this._fetchBody(`/files/${quotePath(path)}`, opts);
+  }
+
+  /**
+   * The workspace (or its directory `opts.path`) as a tar archive, as
+   * download() gives a file (`as`: 'arraybuffer', 'blob' or 'response').
+   * Symlinks and special files are left out.
+   * @param {{path?: string, as?: 'arraybuffer'|'blob'|'response', signal?: AbortSignal}} [opts]
+   * @returns {Promise<any>}
+   */
+  async exportWorkspace(opts = {}) {
+    const query = opts.path ? `?path=${encodeURIComponent(opts.path)}` : '';
+    return this._fetchBody(`/workspace${query}`, opts);
+  }
+
+  async _fetchBody(suffix, opts) {
+    const res = await this._itemCall(() => this.client.request('GET', this._path(suffix), {
       headers: { Accept: '*/*' }, signal: opts.signal,
     }));
     switch (opts.as || 'arraybuffer') {

@@ -282,6 +282,45 @@ def test_file_limits_and_escapes(gw, session):
     assert "pwned" not in Path("/etc/passwd").read_text()
 
 
+def test_the_workspace_exports_as_a_tar_archive(gw, session):
+    import io
+    import tarfile
+    sid = session["id"]
+    long_dir = "d" * 60 + "/" + "e" * 60
+    run(gw, sid, f"""
+import os
+os.makedirs('data/raw', exist_ok=True)
+open('data/raw/a.csv', 'w').write('x,y\\n1,2\\n')
+open('data/blob.bin', 'wb').write(bytes(range(256)) * 1000)
+os.makedirs('{long_dir}', exist_ok=True)
+open('{long_dir}/' + 'f' * 120 + '.txt', 'w').write('long')
+os.symlink('/etc/passwd', 'pw')
+os.mkfifo('fifo')
+""")
+    r = api(gw, "GET", f"/v1/sessions/{sid}/workspace")
+    assert r.status_code == 200 and r.headers["Content-Type"] == "application/x-tar", r.text[:300]
+    assert 'filename="workspace.tar"' in r.headers["Content-Disposition"]
+    assert int(r.headers["X-Cellgate-Skipped"]) >= 2, r.headers  # the symlink and the FIFO
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as t:
+        members = {m.name: m for m in t.getmembers()}
+        assert members["data"].isdir() and members["data/raw/a.csv"].isfile(), sorted(members)
+        assert t.extractfile("data/raw/a.csv").read() == b"x,y\n1,2\n"
+        assert t.extractfile("data/blob.bin").read() == bytes(range(256)) * 1000
+        assert t.extractfile(f"{long_dir}/{'f' * 120}.txt").read() == b"long"
+        assert "pw" not in members and "fifo" not in members
+        assert all(m.isdir() or m.isfile() for m in members.values())
+    # One directory, named relative to it.
+    r = api(gw, "GET", f"/v1/sessions/{sid}/workspace?path=data")
+    assert r.status_code == 200 and 'filename="data.tar"' in r.headers["Content-Disposition"]
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as t:
+        assert sorted(t.getnames()) == ["blob.bin", "raw", "raw/a.csv"]
+    for path, statuses in (("../etc", {400}), ("nope", {404}), ("data/raw/a.csv", {409}), ("pw", {403, 409})):
+        r = api(gw, "GET", f"/v1/sessions/{sid}/workspace", params={"path": path})
+        assert r.status_code in statuses and r.json()["message"], (path, r.status_code, r.text)
+    assert api(gw, "GET", "/v1/sessions/nope/workspace").status_code == 404
+    assert api(gw, "GET", f"/v1/sessions/{sid}/workspace", token=TENANT_B).status_code == 404
+
+
 # --- one-shot ----------------------------------------------------------------------------
 
 def test_one_shot_execute_takes_files_and_returns_produced_files_inline(gw):

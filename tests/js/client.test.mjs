@@ -290,6 +290,19 @@ describe('a session', () => {
     // Replacing a file answers 200 and the new bytes win.
     await s.upload('bin/all.bin', 'short');
     assert.equal(await s.download('bin/all.bin', { as: 'text' }), 'short');
+    // The directory as a tar archive: ustar headers naming each file, its bytes after them.
+    const tar = new Uint8Array(await s.exportWorkspace({ path: 'bin' }));
+    assert.equal(tar.length % 512, 0);
+    const names = [];
+    for (let at = 0; at + 512 <= tar.length && tar[at] !== 0;) {
+      const field = (from, len) => new TextDecoder().decode(tar.subarray(at + from, at + from + len)).replace(/\0.*$/s, '');
+      assert.equal(field(257, 5), 'ustar');
+      names.push(field(0, 100));
+      const size = parseInt(field(124, 12), 8);
+      if (field(0, 100) === 'all.bin') assert.equal(new TextDecoder().decode(tar.subarray(at + 512, at + 512 + size)), 'short');
+      at += 512 + Math.ceil(size / 512) * 512;
+    }
+    assert.deepEqual(names.sort(), ['all.bin', 'big.bin', 'blob.bin', 'buffer.bin', 'view.bin']);
   });
 
   test('a file the kernel wrote downloads byte-identical', async () => {

@@ -261,6 +261,15 @@ def test_produced_files_listed_and_downloaded_byte_identical(sandbox, tmp_path):
     local = sandbox.download(blob, tmp_path / "copy" / "blob.bin")
     assert (tmp_path / "copy" / "blob.bin").read_bytes() == data and str(local).endswith("blob.bin")
     assert sandbox.download("out/chart.png").startswith(PNG_MAGIC)
+    # The workspace, or one directory of it, as a tar archive.
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(sandbox.export_workspace(path="out"))) as t:
+        assert hashlib.sha256(t.extractfile("blob.bin").read()).hexdigest() == digest
+        assert "chart.png" in t.getnames()
+    saved = sandbox.export_workspace(tmp_path / "ws.tar")
+    with tarfile.open(saved) as t:
+        assert {"out", "out/blob.bin", "out/chart.png"} <= set(t.getnames())
 
     # Changing a file again reports it, as changed rather than created (the
     # contract does not name the value).

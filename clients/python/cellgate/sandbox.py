@@ -270,7 +270,17 @@ class Sandbox:
         ``path`` may also be a FileInfo."""
         if isinstance(path, FileInfo):
             path = path.path
-        resp = self._file_call(self._client.open, "GET", self._path(f"/files/{quote_path(path)}"),
+        return self._fetch(f"/files/{quote_path(path)}", local_path)
+
+    def export_workspace(self, local_path=None, path=""):
+        """The workspace (or its directory ``path``) as a tar archive: its
+        bytes, or streamed to ``local_path``. Symlinks and special files are
+        left out; ``tarfile`` reads it."""
+        suffix = "/workspace" + (f"?path={quote_path(path)}" if path else "")
+        return self._fetch(suffix, local_path)
+
+    def _fetch(self, suffix, local_path):
+        resp = self._file_call(self._client.open, "GET", self._path(suffix),
                                headers={"Accept": "*/*"}, timeout=max(self._client.timeout, 600))
         try:
             if local_path is None:

@@ -3,7 +3,9 @@
 #include "agent/agent_service.hpp"
 #include "api/api.hpp"
 #include "api/network.hpp"
+#include "contents/beneath.hpp"
 #include "contents/contents_store.hpp"
+#include "contents/workspace_export.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
 #include "util/every.hpp"
@@ -15,6 +17,8 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
+#include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -369,6 +373,31 @@ void register_file_paths(router& r, services& s) {
         res.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'");
         if (req->query.count("download") != 0 && req->query_value("download") != "0")
             res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
+        reply(std::move(res));
+    }));
+    // The workspace (or ?path= one directory of it) as a tar archive, for
+    // backups and for moving work between gateways. Built in an unnamed
+    // temporary file (at most the workspace's cap) and streamed from there.
+    r.add(bhttp::verb::get, "/v1/sessions/{id}/workspace", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        const auto store = store_of(k);
+        const auto root = guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
+        k->touch();
+        const char* tmp = std::getenv("TMPDIR");
+        const int fd = ::open(tmp && *tmp ? tmp : "/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) throw api_exception(500, "cannot make a temporary file for the archive");
+        contents::beneath::unique_fd guard(fd);
+        constexpr std::uint64_t max_entries = 100000;
+        const auto done = guarded([&] { return contents::export_tar(*store, root, fd, max_entries); });
+        ::lseek(fd, 0, SEEK_SET);
+        response res;
+        res.content_type = "application/x-tar";
+        res.file_fd = guard.release();
+        res.file_size = done.bytes;
+        const auto base = root.empty() ? std::string("workspace") : std::filesystem::path(root).filename().string();
+        res.headers.emplace_back("Content-Disposition", attachment_disposition(base + ".tar"));
+        res.headers.emplace_back("X-Cellgate-Entries", std::to_string(done.entries));
+        res.headers.emplace_back("X-Cellgate-Skipped", std::to_string(done.skipped));
         reply(std::move(res));
     }));
     r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {

@@ -1,0 +1,103 @@
+#include "contents/workspace_export.hpp"
+
+#include "contents/beneath.hpp"
+#include "contents/tar_writer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+namespace cellgate::contents {
+
+namespace {
+
+void write_all(int fd, const char* data, std::size_t n, std::uint64_t& total) {
+    while (n > 0) {
+        const auto w = ::write(fd, data, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw contents_error(error_kind::io, std::string("writing the archive: ") + std::strerror(errno));
+        }
+        data += w;
+        n -= static_cast<std::size_t>(w);
+        total += static_cast<std::uint64_t>(w);
+    }
+}
+
+void write_all(int fd, const std::string& s, std::uint64_t& total) { write_all(fd, s.data(), s.size(), total); }
+
+std::string relative_to(std::string_view root, const std::string& path) {
+    if (root.empty()) return path;
+    return path.substr(root.size() + 1);
+}
+
+}  // namespace
+
+export_result export_tar(const contents_store& store, std::string_view root_in, int fd, std::uint64_t max_entries) {
+    const auto root = contents_store::check_path(root_in);
+    if (store.stat(root).type != entry_type::directory)
+        throw contents_error(error_kind::conflict, "'" + root + "' is not a directory");
+    export_result r;
+    std::deque<std::string> dirs{root};
+    std::vector<char> buf(1 << 16);
+    while (!dirs.empty()) {
+        const auto dir = std::move(dirs.front());
+        dirs.pop_front();
+        const auto budget = max_entries - r.entries - r.skipped;
+        const auto listing = store.list(dir, budget);
+        if (listing.truncated)
+            throw contents_error(error_kind::too_large, "the workspace holds more than " + std::to_string(max_entries) +
+                                                            " entries; export one of its directories (?path=)");
+        for (const auto& e : listing.entries) {
+            tar_entry t;
+            t.path = relative_to(root, e.path);
+            t.mtime_s = e.mtime_ns / 1000000000;
+            if (e.type == entry_type::directory) {
+                t.directory = true;
+                t.mode = 0755;
+                write_all(fd, tar_header(t), r.bytes);
+                dirs.push_back(e.path);
+                ++r.entries;
+                continue;
+            }
+            std::uint64_t size = 0;
+            int in = -1;
+            try {
+                in = store.open_for_read(e.path, size);  // refuses symlinks and special files
+            } catch (const contents_error&) {
+                ++r.skipped;
+                continue;
+            }
+            beneath::unique_fd guard(in);
+            t.size = size;
+            write_all(fd, tar_header(t), r.bytes);
+            // Exactly `size` bytes, as the header says: a file that grows
+            // meanwhile is cut there, one that shrinks is padded with zeros.
+            for (std::uint64_t left = size; left > 0;) {
+                const auto n = ::read(in, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())));
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) {
+                    std::fill(buf.begin(), buf.end(), '\0');
+                    while (left > 0) {
+                        const auto z = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+                        write_all(fd, buf.data(), z, r.bytes);
+                        left -= z;
+                    }
+                    break;
+                }
+                write_all(fd, buf.data(), static_cast<std::size_t>(n), r.bytes);
+                left -= static_cast<std::uint64_t>(n);
+            }
+            write_all(fd, tar_padding(size), r.bytes);
+            ++r.entries;
+        }
+    }
+    write_all(fd, tar_end(), r.bytes);
+    return r;
+}
+
+}  // namespace cellgate::contents
