@@ -343,8 +343,36 @@ def egress_seeds():
     }
 
 
+def tar_seeds():
+    import io
+    import tarfile
+
+    def archive(fmt, entries):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+            for name, data in entries:
+                info = tarfile.TarInfo(name)
+                if data is None:
+                    info.type = tarfile.DIRTYPE
+                    t.addfile(info)
+                else:
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+        return out.getvalue()
+
+    long_name = "d" * 120 + "/" + "n" * 150 + ".txt"
+    return {
+        "ustar_file": archive(tarfile.USTAR_FORMAT, [("data/a.csv", b"x,y\n1,2\n")]),
+        "ustar_dir": archive(tarfile.USTAR_FORMAT, [("data", None)]),
+        "pax_long_name": archive(tarfile.PAX_FORMAT, [(long_name, b"long")]),
+        "gnu_long_name": archive(tarfile.GNU_FORMAT, [(long_name, b"long")]),
+        "pax_records": b"12 path=abc\n11 size=42\n18 mtime=1.500000\n",
+    }
+
+
 def main():
     targets = {
+        "tar_fuzzer": tar_seeds(),
         "egress_fuzzer": egress_seeds(),
         "ws_json_fuzzer": ws_json_seeds(),
         "ws_v1_fuzzer": ws_v1_seeds(),

@@ -7,9 +7,9 @@
 #
 #   seconds-per-target   default 600; 0 only replays the committed corpus
 #                        (a quick regression check, no fuzzing)
-#   target               default: all five (http_request_fuzzer,
+#   target               default: all six (http_request_fuzzer,
 #                        ws_json_fuzzer, ws_v1_fuzzer, zmq_wire_fuzzer,
-#                        egress_fuzzer)
+#                        egress_fuzzer, tar_fuzzer)
 #   --update-corpus      after a clean run, minimise what the fuzzer found
 #                        into fuzz/corpus/<target>/ (libFuzzer's set-cover
 #                        merge over the named seeds of fuzz/make_corpus.py,
@@ -24,7 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 build=${CELLGATE_FUZZ_BUILD_DIR:-$root/build-fuzz}
-all_targets=(http_request_fuzzer ws_json_fuzzer ws_v1_fuzzer zmq_wire_fuzzer egress_fuzzer)
+all_targets=(http_request_fuzzer ws_json_fuzzer ws_v1_fuzzer zmq_wire_fuzzer egress_fuzzer tar_fuzzer)
 
 update_corpus=0
 seconds=600

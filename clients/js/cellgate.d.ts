@@ -375,6 +375,10 @@ export declare class Session {
   exportWorkspace(opts?: { path?: string; as?: 'arraybuffer'; signal?: AbortSignal }): Promise<ArrayBuffer>;
   exportWorkspace(opts: { path?: string; as: 'blob'; signal?: AbortSignal }): Promise<Blob>;
   exportWorkspace(opts: { path?: string; as: 'response'; signal?: AbortSignal }): Promise<Response>;
+  /** Unpacks a tar archive into the workspace (or its directory `path`); links, devices and unsafe paths are skipped. */
+  importWorkspace(archive: Blob | ArrayBuffer | ArrayBufferView, opts?: { path?: string; signal?: AbortSignal }): Promise<{
+    files: number; directories: number; bytes: number; skipped: { path: string; why: string }[]; skipped_count: number;
+  }>;
   listFiles(path?: string): Promise<FileInfo[]>;
   executions(opts?: { after?: number; limit?: number }): Promise<{ executions: Usage[]; nextAfter: number | null }>;
   removeFile(path: string): Promise<void>;

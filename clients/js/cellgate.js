@@ -698,6 +698,21 @@ export class Session {
     return this._fetchBody(`/workspace${query}`, opts);
   }
 
+  /**
+   * Unpacks a tar archive (what exportWorkspace gave, or any tar) into the
+   * workspace or its directory `opts.path`: directories and regular files
+   * only; links, devices and unsafe paths are skipped and reported.
+   * @param {Blob|ArrayBuffer|ArrayBufferView} archive
+   * @param {{path?: string, signal?: AbortSignal}} [opts]
+   * @returns {Promise<{files: number, directories: number, bytes: number, skipped: {path: string, why: string}[], skipped_count: number}>}
+   */
+  async importWorkspace(archive, opts = {}) {
+    const query = opts.path ? `?path=${encodeURIComponent(opts.path)}` : '';
+    return this._itemCall(() => this.client.requestJson('PUT', this._path(`/workspace${query}`), {
+      body: toBody(archive), headers: { 'Content-Type': 'application/x-tar' }, signal: opts.signal,
+    }));
+  }
+
   async _fetchBody(suffix, opts) {
     const res = await this._itemCall(() => this.client.request('GET', this._path(suffix), {
       headers: { Accept: '*/*' }, signal: opts.signal,

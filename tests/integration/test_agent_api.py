@@ -321,6 +321,61 @@ os.mkfifo('fifo')
     assert api(gw, "GET", f"/v1/sessions/{sid}/workspace", token=TENANT_B).status_code == 404
 
 
+def test_a_tar_archive_imports_into_a_workspace_and_nothing_escapes(gw, session):
+    import io
+    import tarfile
+    sid = session["id"]
+    # An export from one session moves into another, into a directory of it.
+    run(gw, sid, "import os\nos.makedirs('src/pkg', exist_ok=True)\n"
+                 "open('src/pkg/mod.py', 'w').write('VALUE = 42\\n')\nopen('src/big.bin', 'wb').write(b'z' * 300000)")
+    archive = api(gw, "GET", f"/v1/sessions/{sid}/workspace?path=src").content
+    r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 30})
+    other = r.json()["id"]
+    try:
+        r = api(gw, "PUT", f"/v1/sessions/{other}/workspace?path=moved", data=archive,
+                headers={"Content-Type": "application/x-tar"})
+        assert r.status_code == 200, r.text
+        assert r.json()["files"] == 2 and r.json()["directories"] == 1 and r.json()["skipped_count"] == 0, r.json()
+        out = run(gw, other, "import sys; sys.path.insert(0, 'moved')\nimport pkg.mod\n"
+                             "print(pkg.mod.VALUE, len(open('moved/big.bin', 'rb').read()))")
+        assert out["stdout"] == "42 300000\n", out
+
+        # A hostile archive: '..', an absolute path, links, a device; only the plain file lands.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            def add(name, data=b"x", kind=tarfile.REGTYPE, link=""):
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
+                t.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+            add("../../escape.txt")
+            add("/etc/cellgate-import-escape")
+            add("pw", kind=tarfile.SYMTYPE, link="/etc/passwd")
+            add("hard", kind=tarfile.LNKTYPE, link="/etc/passwd")
+            add("null", kind=tarfile.CHRTYPE)
+            add("ok.txt", b"fine")
+        r = api(gw, "PUT", f"/v1/sessions/{other}/workspace", data=buf.getvalue())
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["files"] == 1 and body["skipped_count"] == 5, body
+        assert {s["path"] for s in body["skipped"]} >= {"pw", "hard", "null"}, body
+        out = run(gw, other, "import os\nprint(sorted(n for n in os.listdir('.') if not n.startswith('.')), os.path.exists('/escape.txt'),"
+                             " os.path.exists('/etc/cellgate-import-escape'), open('ok.txt').read())")
+        assert out["stdout"].strip() == "['moved', 'ok.txt'] False False fine", out
+        assert not Path("/etc/cellgate-import-escape").exists()
+
+        # Not a tar, a truncated one, over the upload limit: clear errors, the session serves on.
+        r = api(gw, "PUT", f"/v1/sessions/{other}/workspace", data=b"not a tar archive" * 100)
+        assert r.status_code == 400 and "archive" in r.json()["message"], r.text
+        r = api(gw, "PUT", f"/v1/sessions/{other}/workspace", data=archive[:1500])
+        assert r.status_code == 400 and "ends in the middle" in r.json()["message"], r.text
+        r = api(gw, "PUT", f"/v1/sessions/{other}/workspace", data=b"\0" * (5 << 20))
+        assert r.status_code == 413, r.text
+        assert api(gw, "PUT", "/v1/sessions/nope/workspace", data=archive).status_code == 404
+        assert run(gw, other, "1 + 1")["status"] == "ok"
+    finally:
+        api(gw, "DELETE", f"/v1/sessions/{other}")
+
+
 # --- one-shot ----------------------------------------------------------------------------
 
 def test_one_shot_execute_takes_files_and_returns_produced_files_inline(gw):

@@ -303,6 +303,10 @@ describe('a session', () => {
       at += 512 + Math.ceil(size / 512) * 512;
     }
     assert.deepEqual(names.sort(), ['all.bin', 'big.bin', 'blob.bin', 'buffer.bin', 'view.bin']);
+    const report = await s.importWorkspace(tar, { path: 'copy' });
+    assert.equal(report.files, 5);
+    assert.equal(report.skipped_count, 0);
+    assert.equal(await s.download('copy/all.bin', { as: 'text' }), 'short');
   });
 
   test('a file the kernel wrote downloads byte-identical', async () => {

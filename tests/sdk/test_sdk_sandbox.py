@@ -270,6 +270,9 @@ def test_produced_files_listed_and_downloaded_byte_identical(sandbox, tmp_path):
     saved = sandbox.export_workspace(tmp_path / "ws.tar")
     with tarfile.open(saved) as t:
         assert {"out", "out/blob.bin", "out/chart.png"} <= set(t.getnames())
+    report = sandbox.import_workspace(saved, path="restored")
+    assert report["skipped_count"] == 0 and report["files"] >= 2, report
+    assert sandbox.download("restored/out/blob.bin") == data
 
     # Changing a file again reports it, as changed rather than created (the
     # contract does not name the value).

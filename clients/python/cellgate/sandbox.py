@@ -240,6 +240,22 @@ class Sandbox:
                 owned.close()
         return FileInfo.from_json(raw, self._client)
 
+    def import_workspace(self, archive, path=""):
+        """Unpacks a tar archive (bytes, a local file path or a binary file
+        object, e.g. what export_workspace gave) into the workspace, or into
+        its directory ``path``. Directories and regular files only; links,
+        devices and unsafe paths are skipped. Returns the gateway's report:
+        {"files", "directories", "bytes", "skipped": [{"path", "why"}], "skipped_count"}."""
+        body, size, owned = _read_source(archive)
+        suffix = "/workspace" + (f"?path={quote_path(path)}" if path else "")
+        try:
+            return self._file_call(self._request, "PUT", suffix, body=body,
+                                   headers={"Content-Type": "application/x-tar", "Content-Length": str(size)},
+                                   timeout=max(self._client.timeout, 600))
+        finally:
+            if owned is not None:
+                owned.close()
+
     def upload_many(self, files, directory=""):
         """Uploads several files in one multipart request: ``files`` maps each
         file name to bytes, a local path or a file object. Returns FileInfos."""

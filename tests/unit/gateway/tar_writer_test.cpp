@@ -4,8 +4,10 @@
 // skips what is not a regular file. Python's tarfile reads a real export in
 // tests/integration/test_agent_api.py.
 #include "contents/contents_store.hpp"
+#include "contents/tar_reader.hpp"
 #include "contents/tar_writer.hpp"
 #include "contents/workspace_export.hpp"
+#include "contents/workspace_import.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -29,7 +34,7 @@ std::uint64_t field(const std::string& h, std::size_t at, std::size_t width) {
 
 bool checksum_ok(const std::string& h) {
     unsigned sum = 0;
-    for (std::size_t i = 0; i < tar_block; ++i) sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
+    for (std::size_t i = 0; i < tar_block; ++i) sum += (i >= 148 && i < 156) ? 32u : static_cast<unsigned char>(h[i]);
     return field(h, 148, 7) == sum;
 }
 
@@ -121,6 +126,124 @@ TEST(WorkspaceExport, EveryDirectoryAndRegularFileAndNothingElse) {
     EXPECT_THROW(export_tar(store, "../x", fd3, 10), contents_error);
     ::close(fd2);
     ::close(fd3);
+    fs::remove_all(root);
+}
+
+TEST(TarReader, ReadsWhatTheWriterWrites) {
+    auto h = parse_tar_header(tar_header({"dir/data.csv", false, 1234, 1700000000, 0644}));
+    ASSERT_EQ(h.what, tar_header_info::status::entry);
+    EXPECT_EQ(h.kind, tar_kind::file);
+    EXPECT_EQ(h.path, "dir/data.csv");
+    EXPECT_EQ(h.size, 1234u);
+    h = parse_tar_header(tar_header({"dir", true, 0, 0, 0755}));
+    EXPECT_EQ(h.kind, tar_kind::directory);
+    const std::string long_path = std::string(120, 'd') + "/" + std::string(40, 'n');
+    EXPECT_EQ(parse_tar_header(tar_header({long_path, false, 1, 0, 0644})).path, long_path) << "prefix + name";
+    const auto pax = tar_header({"a/" + std::string(300, 'x'), false, 5, 0, 0644});
+    const auto ph = parse_tar_header(pax.substr(0, tar_block));
+    ASSERT_EQ(ph.kind, tar_kind::pax);
+    const auto o = parse_pax(pax.substr(tar_block, ph.size));
+    ASSERT_FALSE(o.malformed) << o.error;
+    EXPECT_EQ(*o.path, "a/" + std::string(300, 'x'));
+    EXPECT_EQ(parse_tar_header(std::string(512, '\0')).what, tar_header_info::status::end);
+}
+
+TEST(TarReader, RefusesWhatIsNotATarHeader) {
+    auto good = tar_header({"f", false, 1, 0, 0644});
+    auto bad = good;
+    bad[0] = 'g';  // the checksum no longer matches
+    EXPECT_EQ(parse_tar_header(bad).what, tar_header_info::status::malformed);
+    EXPECT_EQ(parse_tar_header(std::string(512, 'a')).what, tar_header_info::status::malformed);
+    EXPECT_EQ(parse_tar_header("short").what, tar_header_info::status::malformed);
+    for (const char* rec : {"5 path=x\n", "99 path=x\n", "x path=y\n", "8 pathx\n", "12 size=1a\n", "0 path=\n",
+                            "11 path=a\n", "11 size=4x\n"}) {
+        EXPECT_TRUE(parse_pax(rec).malformed) << rec;
+    }
+    EXPECT_FALSE(parse_pax("12 path=abc\n11 size=42\n18 mtime=1.500000\n").malformed);
+    EXPECT_EQ(*parse_pax("11 size=42\n").size, 42u);
+}
+
+// An archive in a temporary file, as the import reads it.
+int archive_fd(const std::string& bytes) {
+    const int fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    return fd;
+}
+
+std::string entry(const std::string& path, const std::string& data, char type = '0') {
+    auto h = tar_header({path, type == '5', data.size(), 0, 0644});
+    if (type != '0' && type != '5') {
+        // Another type: patch the flag and the checksum.
+        const auto at = h.size() - tar_block;
+        h[at + 156] = type;
+        std::memset(h.data() + at + 148, ' ', 8);
+        unsigned sum = 0;
+        for (std::size_t i = 0; i < tar_block; ++i) sum += static_cast<unsigned char>(h[at + i]);
+        char digits[8];
+        std::snprintf(digits, sizeof digits, "%06o", sum);
+        std::memcpy(h.data() + at + 148, digits, 7);
+    }
+    return h + data + tar_padding(data.size());
+}
+
+TEST(WorkspaceImport, FilesAndDirectoriesInNothingOutsideNoLinks) {
+    char tmpl[] = "/tmp/cellgate-import-test-XXXXXX";
+    const fs::path root = ::mkdtemp(tmpl);
+    fs::create_directories(root / "in");
+    fs::create_symlink("/tmp", root / "in" / "planted");
+    contents_store store(root.string(), ::getuid(), ::getgid());
+    const std::string archive = entry("./proj", "", '5') + entry("./proj/a.txt", "hello") +
+                                entry("proj/deep/er/b.bin", std::string(70000, 'b')) +
+                                entry("../escape.txt", "no") + entry("/etc/cellgate-abs", "no") +
+                                entry("proj/link", "", '2') + entry("planted/through.txt", "no") +
+                                entry(std::string(130, 'p') + "/" + std::string(120, 'q'), "long") + tar_end();
+    const int fd = archive_fd(archive);
+    const auto r = import_tar(store, "in", fd, archive.size(), 1000);
+    ::close(fd);
+    EXPECT_EQ(r.files, 3u);
+    EXPECT_EQ(r.directories, 1u);
+    EXPECT_EQ(r.skipped_count, 4u) << "'..', absolute, a link, through a planted link";
+    std::ifstream a(root / "in" / "proj" / "a.txt");
+    std::string text((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "hello");
+    EXPECT_EQ(fs::file_size(root / "in" / "proj" / "deep" / "er" / "b.bin"), 70000u);
+    EXPECT_TRUE(fs::exists(root / "in" / std::string(130, 'p') / std::string(120, 'q')));
+    EXPECT_FALSE(fs::exists(root / "escape.txt"));
+    EXPECT_FALSE(fs::exists("/etc/cellgate-abs"));
+    EXPECT_FALSE(fs::exists("/tmp/through.txt"));
+
+    // Truncated, damaged, over the entry bound: a clear error.
+    const int fd2 = archive_fd(entry("x.bin", std::string(3000, 'x')).substr(0, 1000));
+    EXPECT_THROW(import_tar(store, "", fd2, 1000, 1000), contents_error);
+    ::close(fd2);
+    std::string damaged = entry("y.txt", "y");
+    damaged[10] = 'Z';
+    const int fd3 = archive_fd(damaged);
+    EXPECT_THROW(import_tar(store, "", fd3, damaged.size(), 1000), contents_error);
+    ::close(fd3);
+    const int fd4 = archive_fd(archive);
+    EXPECT_THROW(import_tar(store, "again", fd4, archive.size(), 2), contents_error);
+    ::close(fd4);
+    fs::remove_all(root);
+}
+
+TEST(WorkspaceImport, AnExportImportsBackTheSame) {
+    char tmpl[] = "/tmp/cellgate-roundtrip-test-XXXXXX";
+    const fs::path root = ::mkdtemp(tmpl);
+    fs::create_directories(root / "src" / "a" / "b");
+    std::ofstream(root / "src" / "a" / "b" / "f.txt") << "round trip";
+    std::ofstream(root / "src" / (std::string(150, 'n') + ".txt")) << "long name";
+    contents_store store(root.string(), ::getuid(), ::getgid());
+    const int fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    const auto out = export_tar(store, "src", fd, 1000);
+    const auto in = import_tar(store, "dst", fd, out.bytes, 1000);
+    ::close(fd);
+    EXPECT_EQ(in.files + in.directories, out.entries);
+    EXPECT_EQ(in.skipped_count, 0u);
+    std::ifstream f(root / "dst" / "a" / "b" / "f.txt");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "round trip");
+    EXPECT_TRUE(fs::exists(root / "dst" / (std::string(150, 'n') + ".txt")));
     fs::remove_all(root);
 }
 
