@@ -34,7 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
 
+import bench  # noqa: E402  (its timer)
 from gateway import Gateway  # noqa: E402
 
 SECRET = "bench-secret"
@@ -88,13 +90,7 @@ def via_unix(path, host, port):
 
 
 def timed(fn, count, warmup=5):
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(count):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
+    samples = bench.timed(fn, count, warmup)
     return {"median_ms": statistics.median(samples) * 1000, "p90_ms": sorted(samples)[int(len(samples) * 0.9)] * 1000,
             "n": count}
 

@@ -100,9 +100,7 @@ def gateway_egress():
     listener on 127.0.0.1 (answering 'upstream <path>')."""
     _require()
     upstream = HttpListener()
-    port = upstream.port
-    gw = _start("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
-                "--egress-resolve", f"denied.test=127.0.0.1:{port}")
+    gw = _start(*upstream.resolve_args("allowed.test", "denied.test"))
     try:
         yield gw
     finally:

@@ -50,10 +50,8 @@ def gateway(tmp_path_factory):
     tokens.write_text(json.dumps([{"token": KEY_A, "tenant": "e2b-alpha"}, {"token": KEY_B, "tenant": "e2b-beta"}]))
     # A listener on this machine that sandboxes with network.allowOut reach by name.
     upstream = HttpListener()
-    port = upstream.port
     gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16",
-                 "--egress-resolve", f"e2b-allowed.test=127.0.0.1:{port}",
-                 "--egress-resolve", f"e2b-denied.test=127.0.0.1:{port}").start()
+                 *upstream.resolve_args("e2b-allowed.test", "e2b-denied.test")).start()
     try:
         yield gw
     finally:

@@ -301,6 +301,10 @@ class HttpListener:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def resolve_args(self, *names):
+        """The gateway options that lead each name to this listener."""
+        return [arg for name in names for arg in ("--egress-resolve", f"{name}=127.0.0.1:{self.port}")]
+
     def close(self):
         self.server.shutdown()
         self.server.server_close()

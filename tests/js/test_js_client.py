@@ -64,9 +64,7 @@ def gateway_egress():
     listener on 127.0.0.1 (answering 'upstream <path>')."""
     _require()
     upstream = HttpListener()
-    port = upstream.port
-    gw = _gateway("--egress-resolve", f"allowed.test=127.0.0.1:{port}",
-                  "--egress-resolve", f"denied.test=127.0.0.1:{port}")
+    gw = _gateway(*upstream.resolve_args("allowed.test", "denied.test"))
     try:
         gw.start()
         yield gw

@@ -38,8 +38,7 @@ def upstream():
 @pytest.fixture(scope="module")
 def egress_gateway(upstream):
     require()
-    gw = Gateway("--egress-resolve", f"allowed.test=127.0.0.1:{upstream.port}",
-                 "--egress-resolve", f"denied.test=127.0.0.1:{upstream.port}")
+    gw = Gateway(*upstream.resolve_args("allowed.test", "denied.test"))
     try:
         gw.start()
         yield gw

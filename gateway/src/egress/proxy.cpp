@@ -510,7 +510,7 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
             std::vector<char>().swap(chunk);
             std::string().swap(buf);
             std::string().swap(rest);
-            co_await splice(selfp, cp, true);
+            co_await splice(selfp, cp);
             rec.reason = "closed";
             co_return;
         }
@@ -677,12 +677,13 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         rec.reason = "closed";
     }
 
-    // Upstream to client until upstream ends; and, for a tunnel, client to
-    // upstream at the same time (on the connection's strand).
-    static awaitable<void> splice(std::shared_ptr<impl> selfp, std::shared_ptr<connection> cp, bool both_ways) {
+    // A tunnel: upstream to client until upstream ends, and client to
+    // upstream at the same time (on the connection's strand). Plain requests
+    // go through forward_one instead.
+    static awaitable<void> splice(std::shared_ptr<impl> selfp, std::shared_ptr<connection> cp) {
         impl& self = *selfp;
         connection& c = *cp;
-        if (both_ways) asio::co_spawn(c.upstream.get_executor(), pump_up(selfp, cp), asio::detached);
+        asio::co_spawn(c.upstream.get_executor(), pump_up(selfp, cp), asio::detached);
         std::vector<char> chunk(buffer_bytes);
         for (;;) {
             boost::system::error_code ec;
