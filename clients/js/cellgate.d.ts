@@ -36,6 +36,20 @@ export interface SessionModel {
   last_activity: string;
   expires_at: string | null;
   limits: SessionLimits;
+  lifecycle?: { on_idle: 'delete' | 'pause'; auto_resume: boolean };
+  pause?: SessionPause;
+}
+
+export interface SessionPause {
+  paused: boolean;
+  /** what the pause kept: the kernel's memory and files, or its files only */
+  mode: 'memory' | 'files' | null;
+  since: string | null;
+  image_bytes: number;
+  /** the last resume: the same kernel ("memory"), a new one on the files ("files"), or a restart */
+  resumed_from: 'memory' | 'files' | 'restart' | null;
+  pauses: number;
+  resume_failed?: string;
 }
 
 export interface SessionOptions {
@@ -47,6 +61,8 @@ export interface SessionOptions {
   idleTimeout?: number;
   /** the session ends this many seconds after it started */
   lifetime?: number;
+  /** { on_idle: 'pause' } pauses an idle session instead of ending it; auto_resume (default true) */
+  lifecycle?: { on_idle?: 'delete' | 'pause'; auto_resume?: boolean };
   /** stdout + stderr kept per execution, bytes */
   outputLimit?: number;
   /** KERNEL_* names only */
@@ -365,6 +381,8 @@ export declare class Session {
   execute(code: string, opts?: ExecuteOptions): Promise<Execution>;
   interrupt(): Promise<void>;
   restart(): Promise<SessionModel>;
+  pause(): Promise<SessionModel>;
+  resume(): Promise<SessionModel>;
   upload(path: string, data: UploadData, opts?: { signal?: AbortSignal }): Promise<FileInfo>;
   uploadMany(files: Record<string, UploadData> | File[], opts?: { path?: string; signal?: AbortSignal }): Promise<FileInfo[]>;
   download(path: string, opts?: { as?: 'arraybuffer'; signal?: AbortSignal }): Promise<ArrayBuffer>;

@@ -641,6 +641,27 @@ export class Session {
   }
 
   /**
+   * Pauses the session: its sandbox stops (no CPU, no memory held), its files
+   * stay, and under gVisor its kernel's memory too (`model.pause.mode` says
+   * "memory" or "files").
+   * @returns {Promise<import('./cellgate').SessionModel>}
+   */
+  async pause() {
+    this.model = await this.client.requestJson('POST', this._path('/pause'), { notFound: SessionNotFound });
+    return this.model;
+  }
+
+  /**
+   * Resumes a paused session (a no-op when it runs): the same kernel when its
+   * memory was kept, else a new kernel on its files (`model.pause.resumed_from`).
+   * @returns {Promise<import('./cellgate').SessionModel>}
+   */
+  async resume() {
+    this.model = await this.client.requestJson('POST', this._path('/resume'), { notFound: SessionNotFound });
+    return this.model;
+  }
+
+  /**
    * Writes data to `path` in the workspace (parents are created).
    * @param {string} path
    * @param {Blob|ArrayBuffer|ArrayBufferView|string} data strings are sent as UTF-8

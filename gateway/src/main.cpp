@@ -86,9 +86,10 @@ recovered recover(kernels::state_store& store, launcher::sandbox_launcher& l, co
     for (auto& row : store.kernels()) {
         std::string why;
         if (specs.find(row.spec_name) == nullptr) why = "its kernelspec '" + row.spec_name + "' is gone";
-        else if (row.policy.lifetime.count() > 0 && now - row.created > row.policy.lifetime)
+        else if (row.policy.lifetime.count() > 0 && now - row.created > row.policy.lifetime && !row.policy.pause_at_end)
             why = "its lifetime ran out while the gateway was down";
-        else if (row.policy.idle_timeout.count() > 0 && now - row.last_activity > row.policy.idle_timeout)
+        else if (row.paused.empty() && row.policy.idle_timeout.count() > 0 &&
+                 now - row.last_activity > row.policy.idle_timeout)
             why = "it was idle past its limit while the gateway was down";
         if (!why.empty()) {
             spdlog::info("kernel {}: not taken back: {}", row.id, why);
@@ -96,6 +97,11 @@ recovered recover(kernels::state_store& store, launcher::sandbox_launcher& l, co
             continue;
         }
         std::optional<launcher::sandbox_info> running;
+        if (!row.paused.empty()) {  // taken back paused: nothing runs
+            out.ids.insert(row.id);
+            out.kernels.emplace_back(std::move(row), std::nullopt);
+            continue;
+        }
         try {
             const auto status = l.status(row.id);
             if (status.state == launcher::sandbox_state::running && status.info) running = status.info;
@@ -171,7 +177,10 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
                kernels::session_registry& sessions) {
     manager.persist_to(&store);
     sessions.persist_to(&store);
-    for (const auto& [row, running] : taken_back.kernels) manager.adopt(row, running);
+    for (const auto& [row, running] : taken_back.kernels) {
+        if (!row.paused.empty()) manager.adopt_paused(row);
+        else manager.adopt(row, running);
+    }
     for (const auto& s : store.sessions()) {
         if (taken_back.ids.count(s.kernel_id) != 0) sessions.restore(s);
         else store.remove_session(s.id);

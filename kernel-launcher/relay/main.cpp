@@ -1,5 +1,5 @@
 // cellgate-relay: the host half of a gVisor sandbox's kernel relay.
-//   cellgate-relay --socket-dir DIR --lock FILE --pid-file FILE [--uid N --gid N]
+//   cellgate-relay --socket-dir DIR --lock FILE --pid-file FILE [--uid N --gid N] [--resumed 1]
 // Descriptor 3 reads the sandbox's stdout, descriptor 4 writes its stdin;
 // stdout and stderr are its log. It takes the lock, daemonises (the parent
 // writes the child's pid and exits 0 once the child holds everything it
@@ -49,6 +49,7 @@ int fail(const std::string& what, int err = 0) {
 struct options {
     std::string socket_dir, lock, pid_file;
     std::optional<std::uint32_t> uid, gid;
+    bool resumed = false;  // the sandbox was restored from a checkpoint
 };
 
 std::optional<options> parse(int argc, char** argv) {
@@ -63,6 +64,7 @@ std::optional<options> parse(int argc, char** argv) {
             else if (a == "--pid-file") o.pid_file = v;
             else if (a == "--uid") o.uid = static_cast<std::uint32_t>(std::stoul(v));
             else if (a == "--gid") o.gid = static_cast<std::uint32_t>(std::stoul(v));
+            else if (a == "--resumed") o.resumed = v == "1";
             else return std::nullopt;
         } catch (...) {
             return std::nullopt;
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
     const auto o = parse(argc, argv);
     if (!o) {
         std::fprintf(stderr,
-                     "usage: cellgate-relay --socket-dir DIR --lock FILE --pid-file FILE [--uid N --gid N]\n"
+                     "usage: cellgate-relay --socket-dir DIR --lock FILE --pid-file FILE [--uid N --gid N] [--resumed 1]\n"
                      "  (fd 3: the sandbox's stdout, fd 4: its stdin; started by the launcher)\n");
         return 1;
     }
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
     ro.socket_dir = o->socket_dir;
     ro.from_sandbox = from_sandbox_fd;
     ro.to_sandbox = to_sandbox_fd;
+    ro.resumed = o->resumed;
     ro.log = log_line;
     log_line("relaying for " + o->socket_dir);
     const auto r = cellgate::launcher::relay::run_host_relay(ro);

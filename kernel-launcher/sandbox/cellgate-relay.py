@@ -23,7 +23,7 @@ import struct
 import sys
 
 HEADER = struct.Struct(">BII")  # type, stream, payload length
-HELLO, READY, OPEN, DATA, CREDIT, CLOSE = 1, 2, 3, 4, 5, 6
+HELLO, READY, OPEN, DATA, CREDIT, CLOSE, RESET = 1, 2, 3, 4, 5, 6, 7
 HELLO_PAYLOAD = b"cellgate-relay/1"
 MAX_DATA = 64 * 1024
 WINDOW = 256 * 1024
@@ -104,6 +104,9 @@ class Relay:
         del self.inbuf[:pos]
 
     def on_frame(self, kind, sid, payload):
+        if kind == RESET and sid == 0 and not payload:
+            self.reset()
+            return
         if sid == 0:
             raise ProtocolError("frame type %d on stream 0" % kind)
         if kind == OPEN:
@@ -136,6 +139,18 @@ class Relay:
             s.closing = True
             if not s.out:
                 self.drop(sid, tell_host=False)
+
+    def reset(self):
+        """The host side is new: this sandbox was restored from a checkpoint
+        onto new pipes. What belonged to the old host side goes: every stream
+        (the kernel's ZeroMQ sees its peers leave and takes new ones), what was
+        not yet written, the stream ids. Then hello and ready, as at start."""
+        for sid in list(self.streams):
+            self.drop(sid, tell_host=False)
+        self.highest_id = 0
+        del self.outbuf[:]
+        self.ready = False
+        self.send(HELLO, 0, HELLO_PAYLOAD)
 
     # -- the kernel's sockets ----------------------------------------------
     def open(self, sid, path):

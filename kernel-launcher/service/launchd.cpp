@@ -75,6 +75,21 @@ public:
             }
             return to_persisted_json(info);
         }
+        case op::checkpoint: {
+            // The workspace's view stays: a paused session's files are still read and written.
+            const auto c = launcher_.checkpoint(r.id);
+            return json{{"memory", c.memory}, {"image_bytes", c.image_bytes}, {"ms", c.ms}};
+        }
+        case op::restore: {
+            auto info = launcher_.restore(r.id);
+            try {
+                open_to_client(info);
+            } catch (...) {
+                launcher_.remove(info.id, {.keep_workspace = true});
+                throw;
+            }
+            return to_persisted_json(info);
+        }
         case op::validate: launcher_.validate(r.spec); return nullptr;
         case op::signal: launcher_.signal(r.id, r.signal); return nullptr;
         case op::status: return service::status_to_json(as_seen(launcher_.status(r.id)));

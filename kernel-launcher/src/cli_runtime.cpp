@@ -38,6 +38,14 @@ runtime_container parse(const nlohmann::json& j, const std::string& fallback_id)
 
 }  // namespace
 
+void oci_runtime::checkpoint(const std::string&, const fs::path&) {
+    throw launch_error("checkpoint", std::string(name()) + " cannot checkpoint a running sandbox", ENOTSUP);
+}
+
+std::int64_t oci_runtime::restore(const std::string&, const fs::path&, const fs::path&, const container_stdio&) {
+    throw launch_error("runtime-run", std::string(name()) + " cannot restore a sandbox from a checkpoint", ENOTSUP);
+}
+
 std::vector<std::string> cli_runtime::argv(std::vector<std::string> args) const {
     std::vector<std::string> out = {program_, "--root", root_.string()};
     out.insert(out.end(), args.begin(), args.end());
@@ -46,23 +54,26 @@ std::vector<std::string> cli_runtime::argv(std::vector<std::string> args) const 
 
 std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bundle, const container_stdio& io,
                                        const std::vector<std::string>& flags, const fs::path& why_log,
-                                       std::size_t why_bytes) {
+                                       std::size_t why_bytes, const std::string& verb,
+                                       const std::vector<std::string>& verb_flags) {
     const auto pid_file = bundle / "init.pid";
     std::vector<std::string> args = flags;
-    for (const auto& a : {std::string("run"), std::string("--detach"), std::string("--bundle"), bundle.string(),
-                          std::string("--pid-file"), pid_file.string(), id})
+    for (const auto& a : {verb, std::string("--detach"), std::string("--bundle"), bundle.string(),
+                          std::string("--pid-file"), pid_file.string()})
         args.push_back(a);
+    args.insert(args.end(), verb_flags.begin(), verb_flags.end());
+    args.push_back(id);
     command_fds fds;
     fds.stdin_fd = io.stdin_fd;
     fds.stdout_fd = io.stdout_fd;
     fds.stderr_fd = io.log_fd;
     const auto r = run_command(argv(std::move(args)), runtime_timeout, fds);
     const std::string who(name());
-    if (r.timed_out) throw launch_error("runtime-run", who + " run timed out", ETIMEDOUT);
+    if (r.timed_out) throw launch_error("runtime-run", who + " " + verb + " timed out", ETIMEDOUT);
     if (r.exit_code != 0) {
         std::string why = read_tail(why_log, why_bytes);
         if (why_log != bundle / "kernel.log") why += read_tail(bundle / "kernel.log", why_bytes);
-        throw launch_error("runtime-run", who + " run exited " + std::to_string(r.exit_code) + ": " + why);
+        throw launch_error("runtime-run", who + " " + verb + " exited " + std::to_string(r.exit_code) + ": " + why);
     }
     try {
         return std::stoll(read_file(pid_file, 32));
@@ -89,6 +100,18 @@ exec_command cli_runtime::detached_exec(const std::string& id, const exec_files&
     args.push_back(id);
     c.start = argv(std::move(args));
     return c;
+}
+
+void cli_runtime::run_verb(const char* step, const std::vector<std::string>& args) {
+    const auto r = run_command(argv(args), runtime_timeout);
+    if (r.timed_out) throw launch_error(step, std::string(name()) + " " + step + " timed out", ETIMEDOUT);
+    if (r.exit_code != 0) {
+        // A Go panic says why in its first line, before a long stack.
+        const auto panic = r.output.find("panic:");
+        const auto from = panic != std::string::npos ? panic : 0;
+        throw launch_error(step, std::string(name()) + " " + step + " exited " + std::to_string(r.exit_code) + ": " +
+                                     r.output.substr(from, 1500));
+    }
 }
 
 void cli_runtime::kill(const std::string& id, int signal, bool all_processes) {

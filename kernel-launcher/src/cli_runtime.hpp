@@ -30,12 +30,17 @@ protected:
     cli_runtime(std::string program, std::filesystem::path root)
         : program_(std::move(program)), root_(std::move(root)) {}
 
-    // `<program> --root <root> <flags…> run --detach --bundle … --pid-file … <id>`;
-    // returns the pid the runtime wrote. On failure the launch_error quotes
-    // `why` (the tail of the logs that say what went wrong).
+    // `<program> --root <root> <flags…> <verb> --detach --bundle … --pid-file …
+    // <verb_flags…> <id>` (verb run, or restore); returns the pid the runtime
+    // wrote. On failure the launch_error quotes `why` (the tail of the logs
+    // that say what went wrong).
     std::int64_t run_detached(const std::string& id, const std::filesystem::path& bundle, const container_stdio& io,
                               const std::vector<std::string>& flags, const std::filesystem::path& why_log,
-                              std::size_t why_bytes);
+                              std::size_t why_bytes, const std::string& verb = "run",
+                              const std::vector<std::string>& verb_flags = {});
+    // `<program> --root <root> <flags…> <args…>`, within the runtime's time
+    // limit; throws launch_error(step) quoting its output when it fails.
+    void run_verb(const char* step, const std::vector<std::string>& args);
 
     const std::string& program() const noexcept { return program_; }
     const std::filesystem::path& root() const noexcept { return root_; }

@@ -195,7 +195,8 @@ struct launcher::impl {
     }
 
     std::optional<sandbox_spec> read_spec(const std::string& id) const {
-        const auto text = read_file(run_dir(id) / "spec.json");
+        auto text = read_file(run_dir(id) / "spec.json");
+        if (text.empty()) text = read_file(paused_dir(id) / "spec.json");  // a paused sandbox's
         if (text.empty()) return std::nullopt;
         try {
             return json::parse(text).get<sandbox_spec>();
@@ -260,6 +261,12 @@ struct launcher::impl {
 
     exec_process exec(const std::string& id, const exec_spec& spec);
     fs::path make_exec_dir() const;
+
+    // Pause: what a stopped sandbox keeps in <state dir>/paused/<id>/ (its
+    // records, and the memory image under image/ when the runtime saved one).
+    fs::path paused_dir(const std::string& id) const { return cfg.state_dir / "paused" / id; }
+    checkpoint_info checkpoint(const std::string& id);
+    sandbox_info restore(const std::string& id);
 
     // The launch sequence, in the order launch() runs it.
     sandbox_info launch(const sandbox_spec& spec);
@@ -483,6 +490,136 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
 
     write_file("record-sandbox", dir / "info.json", to_persisted_json(info).dump(2), 0600);
     guard.dismiss();
+    // A paused sandbox started fresh (its runtime saved no memory, or its
+    // owner chose a new kernel): what the pause kept is over.
+    std::error_code ec;
+    fs::remove_all(paused_dir(info.id), ec);
+    return info;
+}
+
+namespace {
+
+std::uint64_t tree_bytes(const fs::path& dir) {
+    std::uint64_t total = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+        if (it->is_regular_file(ec)) total += it->file_size(ec);
+    return total;
+}
+
+}  // namespace
+
+checkpoint_info launcher::impl::checkpoint(const std::string& id) {
+    const auto t0 = clock_type::now();
+    const auto info = read_info(id);
+    if (!info) throw launch_error("checkpoint", "no sandbox '" + id + "'", ESRCH);
+    oci_runtime& rt = runtime(info->runtime);
+    if (rt.state(id).status != "running") throw launch_error("checkpoint", "sandbox '" + id + "' is not running", ESRCH);
+    const fs::path pdir = paused_dir(id);
+    std::error_code ec;
+    fs::remove_all(pdir, ec);
+    make_dir("checkpoint", cfg.state_dir / "paused", 0700);
+    make_dir("checkpoint", pdir, 0700, /*must_not_exist=*/true);
+    const fs::path dir = run_dir(id);
+    for (const char* name : {"spec.json", "info.json", "config.json"})
+        write_file("checkpoint", pdir / name, read_file(dir / name), 0600);
+    // What runs beside the kernel (commands, terminals) is not carried over:
+    // its host side (the exec shim, the caller's pipes) cannot be.
+    for (const auto& e : execs.live(id)) e->send_signal(SIGKILL);
+    checkpoint_info out;
+    std::exception_ptr failed;
+    if (rt.can_checkpoint()) {
+        try {
+            make_dir("checkpoint", pdir / "image", 0700);
+            rt.checkpoint(id, pdir / "image");
+            out.memory = true;
+            out.image_bytes = tree_bytes(pdir / "image");
+        } catch (...) {
+            failed = std::current_exception();
+            fs::remove_all(pdir, ec);
+        }
+    }
+    // The sandbox is stopped (checkpointed) or is stopped now; its files stay.
+    destroy(id, info->runtime, std::nullopt);
+    if (failed) std::rethrow_exception(failed);
+    out.ms = ms_since(t0);
+    write_file("checkpoint", pdir / "paused.json",
+               json{{"memory", out.memory}, {"image_bytes", out.image_bytes}, {"paused_unix_ms", unix_ms_now()}}.dump(),
+               0600);
+    return out;
+}
+
+sandbox_info launcher::impl::restore(const std::string& id) {
+    const auto t0 = clock_type::now();
+    const fs::path pdir = paused_dir(id);
+    const auto meta = json::parse(read_file(pdir / "paused.json"), nullptr, false);
+    if (!meta.is_object() || !meta.value("memory", false))
+        throw launch_error("restore", "sandbox '" + id + "' has no saved memory to restore", ENOENT);
+    sandbox_info info;
+    try {
+        info = sandbox_info_from_json(json::parse(read_file(pdir / "info.json")));
+    } catch (const std::exception& e) {
+        throw launch_error("restore", "the records of paused sandbox '" + id + "' are unreadable: " + e.what(), EIO);
+    }
+    const sandbox_spec& spec = info.spec;
+    oci_runtime& rt = runtime(info.runtime);
+    if (!rt.can_checkpoint()) throw launch_error("restore", "runtime " + info.runtime + " cannot restore", ENOTSUP);
+    info.step_ms.clear();
+    step_timer steps(info);
+    const auto deadline = t0 + spec.start_timeout;
+    const fs::path dir = make_run_dir(info);
+    bool runtime_started = false;
+    teardown_guard guard;
+    guard.add([&] {
+        // The workspace is the session's: never removed by a failed restore.
+        if (!runtime_started) {
+            for (const auto& m : mounts_under(dir)) unmount("teardown", m);
+            ::rmdir(dir.c_str());
+        } else {
+            destroy(info.id, info.runtime, std::nullopt);
+        }
+    });
+    mount_tmpfs("prepare-run-dir", dir, cfg.run_dir_bytes, 0711);
+    write_file("prepare-run-dir", dir / "spec.json", json(spec).dump(2), 0600);
+    write_file("prepare-run-dir", dir / "config.json", read_file(pdir / "config.json"), 0600);
+    const auto ws = workspaces.ensure(info.workspace_dir, spec.limits.workspace_bytes, spec.uid, spec.gid);
+    if (ws.host_id_base != info.host_uid_base)
+        throw launch_error("restore", "the workspace's host uid range moved since the pause", EINVAL);
+    steps.done("workspace");
+    // The kernel's dir as at launch, with the key the kernel still holds.
+    const auto uid = ws.host_id_base + spec.uid, gid = ws.host_id_base + spec.gid;
+    const fs::path kernel_dir = dir / "kernel";
+    make_dir("prepare-run-dir", kernel_dir, 0700);
+    write_file("prepare-run-dir", kernel_dir / "connection.json",
+               connection_json("/run/kernel/k", info.endpoints.key).dump(), 0400, uid, gid);
+    change_owner("prepare-run-dir", kernel_dir, 0, 0, 0755);
+    const fs::path socket_dir = relay_paths_of(dir).socket_dir;
+    write_file("prepare-run-dir", info.endpoints.connection_file,
+               connection_json((socket_dir / "k").string(), info.endpoints.key).dump(2), 0600);
+    if (!spec.egress_dir.empty()) {
+        struct stat st{};
+        if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
+    }
+    relay_pipes pipes;
+    runtime_started = true;
+    start_relay(find_relay_binary(cfg.relay_path), dir, uid, gid, pipes, /*resumed=*/true);
+    steps.done("relay");
+    const int log_fd = ::open((dir / "kernel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
+    struct fd_closer {
+        int fd;
+        ~fd_closer() { ::close(fd); }
+    } log_closer{log_fd};
+    info.pid = rt.restore(id, dir, pdir / "image", container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
+    steps.done("runtime_restore");
+    wait_until_serving(info, socket_dir, /*relayed=*/true, deadline, steps);
+    info.step_ms["total"] = ms_since(t0);
+    write_file("record-sandbox", dir / "info.json", to_persisted_json(info).dump(2), 0600);
+    guard.dismiss();
+    std::error_code ec;
+    fs::remove_all(pdir, ec);
     return info;
 }
 
@@ -605,6 +742,16 @@ sandbox_info launcher::launch(const sandbox_spec& spec) {
     return impl_->launch(spec);
 }
 
+checkpoint_info launcher::checkpoint(const std::string& id) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    return impl_->checkpoint(id);
+}
+
+sandbox_info launcher::restore(const std::string& id) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    return impl_->restore(id);
+}
+
 exec_process launcher::exec(const std::string& id, const exec_spec& spec) {
     if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
     validate_exec_spec(spec);
@@ -711,6 +858,8 @@ void launcher::remove(const std::string& id, remove_options options) {
     }
     const std::string runtime_name = spec ? spec->runtime : "runc";
     impl_->destroy(id, runtime_name, ws);
+    std::error_code ec;
+    fs::remove_all(impl_->paused_dir(id), ec);
 }
 
 std::vector<std::string> launcher::reap_orphans(const std::set<std::string>& keep,
@@ -747,6 +896,16 @@ std::vector<std::string> launcher::reap_orphans(const std::set<std::string>& kee
         } catch (...) {
         }
     }
+    // Paused sandboxes nobody keeps: their image and workspace go.
+    for (const auto& e : fs::directory_iterator(config_.state_dir / "paused", ec)) {
+        const auto id = e.path().filename().string();
+        if (keep.count(id) != 0 || !is_valid_sandbox_id(id) || with_run_dir.count(id) != 0) continue;
+        try {
+            remove(id);
+            removed.push_back("paused:" + id);
+        } catch (...) {
+        }
+    }
     // Cgroups nobody owns any more.
     for (const auto& id : cgroup_children(cgroup_parent_of(config_))) {
         // Only sandbox-shaped names: a nested instance's parent is never ours.
@@ -759,6 +918,9 @@ std::vector<std::string> launcher::reap_orphans(const std::set<std::string>& kee
         // Workspaces that no remaining sandbox mounts and nobody asked to keep.
         std::set<std::string> in_use;
         for (const auto& e : fs::directory_iterator(impl_->sandboxes_dir(), ec))
+            if (const auto spec = impl_->read_spec(e.path().filename().string()))
+                in_use.insert(fs::path(spec->workspace_dir).filename().string());
+        for (const auto& e : fs::directory_iterator(config_.state_dir / "paused", ec))
             if (const auto spec = impl_->read_spec(e.path().filename().string()))
                 in_use.insert(fs::path(spec->workspace_dir).filename().string());
         std::set<std::string> names;

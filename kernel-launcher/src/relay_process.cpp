@@ -42,7 +42,7 @@ relay_pipes::~relay_pipes() {
 }
 
 void start_relay(const std::string& relay_binary, const fs::path& run_dir, std::uint32_t uid, std::uint32_t gid,
-                 relay_pipes& pipes) {
+                 relay_pipes& pipes, bool resumed) {
     const auto p = relay_paths_of(run_dir);
     make_dir("start-relay", p.script_dir, 0755);
     write_file("start-relay", p.script_dir / "cellgate-relay.py", std::string(sandbox_relay_source()), 0444);
@@ -63,10 +63,14 @@ void start_relay(const std::string& relay_binary, const fs::path& run_dir, std::
     fds.stdout_fd = log.fd;
     fds.stderr_fd = log.fd;
     fds.extra_fds = {from_sandbox[0], to_sandbox[1]};  // 3 and 4 in the relay
-    const auto r = run_command({relay_binary, "--socket-dir", p.socket_dir.string(), "--lock", p.lock.string(),
-                                "--pid-file", p.pid_file.string(), "--uid", std::to_string(uid), "--gid",
-                                std::to_string(gid)},
-                               relay_start_timeout, fds);
+    std::vector<std::string> argv = {relay_binary, "--socket-dir", p.socket_dir.string(), "--lock", p.lock.string(),
+                                     "--pid-file", p.pid_file.string(), "--uid", std::to_string(uid), "--gid",
+                                     std::to_string(gid)};
+    if (resumed) {
+        argv.push_back("--resumed");
+        argv.push_back("1");
+    }
+    const auto r = run_command(argv, relay_start_timeout, fds);
     if (r.timed_out) throw launch_error("start-relay", "cellgate-relay did not start in time", ETIMEDOUT);
     if (r.exit_code != 0)
         throw launch_error("start-relay", "cellgate-relay exited " + std::to_string(r.exit_code) + ": " +

@@ -44,9 +44,10 @@ struct relay_pipes {
 
 // Writes the sandbox side into the run dir and starts cellgate-relay (it
 // daemonises and drops to host uid/gid `uid`/`gid`). Throws
-// launch_error("start-relay").
+// launch_error("start-relay"). `resumed`: for a sandbox restored from a
+// checkpoint (the relay begins with reset; see relay_protocol.hpp).
 void start_relay(const std::string& relay_binary, const std::filesystem::path& run_dir, std::uint32_t uid,
-                 std::uint32_t gid, relay_pipes& pipes);
+                 std::uint32_t gid, relay_pipes& pipes, bool resumed = false);
 
 // True while the sandbox's relay runs.
 bool relay_running(const std::filesystem::path& run_dir);

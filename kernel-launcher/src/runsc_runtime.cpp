@@ -56,19 +56,20 @@ public:
     }
 
     std::int64_t run(const std::string& id, const fs::path& bundle, const container_stdio& io) override {
-        // runsc's own log goes to a file: by default it would go to stdout,
-        // which here is the relay's pipe.
-        const auto log = bundle / "runsc.log";
-        auto flags = sandbox_flags();
-        // A sandbox with an egress path may connect to the host sockets
-        // among its mounts (only the proxy's: nothing else mounted holds a
-        // host socket); it may never create one.
-        if (has_egress_mount(bundle))
-            for (auto& f : flags)
-                if (f == "--host-uds=none") f = "--host-uds=open";
-        flags.push_back("--log");
-        flags.push_back(log.string());
-        return run_detached(id, bundle, io, flags, log, 1024);
+        return start(id, bundle, io, "run", {});
+    }
+
+    bool can_checkpoint() const override { return true; }
+
+    // The sandbox stops once its state is written (no --leave-running).
+    void checkpoint(const std::string& id, const fs::path& image_dir) override {
+        run_verb("checkpoint", {"--log", (image_dir.parent_path() / "runsc-checkpoint.log").string(), "checkpoint",
+                                "--image-path", image_dir.string(), id});
+    }
+
+    std::int64_t restore(const std::string& id, const fs::path& bundle, const fs::path& image_dir,
+                         const container_stdio& io) override {
+        return start(id, bundle, io, "restore", {"--image-path", image_dir.string()});
     }
 
     exec_command exec_command_for(const std::string& id, const exec_files& files) const override {
@@ -81,6 +82,23 @@ public:
     }
 
 private:
+    std::int64_t start(const std::string& id, const fs::path& bundle, const container_stdio& io,
+                       const std::string& verb, const std::vector<std::string>& verb_flags) {
+        // runsc's own log goes to a file: by default it would go to stdout,
+        // which here is the relay's pipe.
+        const auto log = bundle / "runsc.log";
+        auto flags = sandbox_flags();
+        // A sandbox with an egress path may connect to the host sockets
+        // among its mounts (only the proxy's: nothing else mounted holds a
+        // host socket); it may never create one.
+        if (has_egress_mount(bundle))
+            for (auto& f : flags)
+                if (f == "--host-uds=none") f = "--host-uds=open";
+        flags.push_back("--log");
+        flags.push_back(log.string());
+        return run_detached(id, bundle, io, flags, log, 1024, verb, verb_flags);
+    }
+
     static bool has_egress_mount(const fs::path& bundle) {
         std::ifstream in(bundle / "config.json");
         const auto config = nlohmann::json::parse(in, nullptr, false);

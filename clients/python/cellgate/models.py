@@ -326,6 +326,14 @@ class SessionInfo:
         self.last_activity = raw.get("last_activity")
         self.expires_at = raw.get("expires_at")
         self.limits = raw.get("limits") or {}
+        # {"on_idle": "delete"|"pause", "auto_resume": bool}
+        self.lifecycle = raw.get("lifecycle") or {}
+        # {"paused", "mode" ("memory"|"files"), "since", "image_bytes", "resumed_from", "pauses"}
+        self.pause = raw.get("pause") or {}
+
+    @property
+    def paused(self):
+        return self.state == "paused"
 
     def __repr__(self):
         return f"<SessionInfo {self.id} {self.kernel} {self.state} expires {self.expires_at}>"

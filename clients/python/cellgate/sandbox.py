@@ -65,10 +65,14 @@ class Sandbox:
     ``network`` gives the sandbox a way out (docs/egress.md), e.g.
     ``{"allow": ["pypi.org", "*.pythonhosted.org"], "deny": [...], "preset":
     "python-packages"}``; without it the sandbox reaches nothing.
+    ``on_idle="pause"`` pauses the session after ``idle_timeout`` instead of
+    deleting it; ``auto_resume`` (default True) lets the next cell resume a
+    paused session by itself.
     """
 
     def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
-                 env=None, output_limit=None, network=None, request_timeout=60.0, _session=None):
+                 env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, request_timeout=60.0,
+                 _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
@@ -79,6 +83,9 @@ class Sandbox:
                     body[key] = _seconds(value)
             if network is not None:
                 body["network"] = network
+            lifecycle = {k: v for k, v in (("on_idle", on_idle), ("auto_resume", auto_resume)) if v is not None}
+            if lifecycle:
+                body["lifecycle"] = lifecycle
             # Starting a sandbox can take a while on a busy host.
             _session = self._client.request("POST", "/v1/sessions", json_body=body,
                                             timeout=max(request_timeout, 180))
@@ -152,6 +159,20 @@ class Sandbox:
         self._closed = True
 
     kill = close
+
+    def pause(self):
+        """Pauses the session: its sandbox stops (no CPU, no memory held) and
+        its files stay; under gVisor its kernel's memory is kept too
+        (``info().pause["mode"]`` says "memory" or "files"). Returns SessionInfo."""
+        self._set_model(self._request("POST", "/pause", timeout=max(self._client.timeout, 180)))
+        return self._info
+
+    def resume(self):
+        """Resumes a paused session (a no-op when it runs): the same kernel
+        when its memory was kept, else a new kernel on its files
+        (``pause["resumed_from"]``). Returns SessionInfo."""
+        self._set_model(self._request("POST", "/resume", timeout=max(self._client.timeout, 180)))
+        return self._info
 
     def __enter__(self):
         return self

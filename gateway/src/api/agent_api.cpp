@@ -162,9 +162,31 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
                     : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
         });
     });
+    // Pause and resume: 200 with the session's model once done.
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/pause", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        s.kernels.pause(k, [&s, k, reply](std::optional<kernels::failure> e) {
+            reply(e ? failure_response(*e)
+                    : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
+        });
+    });
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/resume", [&s](const request_ptr& req, reply_fn reply) {
+        const auto k = kernel_or_404(s, req, req->param("id"));
+        s.kernels.resume(k, [&s, k, reply](std::optional<kernels::failure> e) {
+            reply(e ? failure_response(*e)
+                    : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
+        });
+    });
     r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto body = req->json_body(false);
+        if (k->state() == kernels::kernel_state::paused) {
+            if (!k->policy().auto_resume)
+                throw api_exception(409, "The session is paused and resumes only when asked: "
+                                         "POST /v1/sessions/{id}/resume first.");
+            // The cell waits in the kernel's queue while it resumes.
+            s.kernels.resume(k, [](std::optional<kernels::failure>) {});
+        }
         if (k->state() == kernels::kernel_state::dead) {
             // Its restart failed (or is spent): say so now rather than let the
             // cell wait out its timeout, and try the restart again.
@@ -533,7 +555,9 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"created", kernels::iso8601(k.created())},
             {"last_activity", model["last_activity"]},
             {"expires_at", p.lifetime.count() > 0 ? json(kernels::iso8601(k.created() + p.lifetime)) : json(nullptr)},
-            {"limits", limits}};
+            {"limits", limits},
+            {"lifecycle", {{"on_idle", p.pause_on_idle ? "pause" : "delete"}, {"auto_resume", p.auto_resume}}},
+            {"pause", k.pause_model()}};
 }
 
 std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {

@@ -195,6 +195,23 @@ kernels::kernel_policy policy_from(const json& body, const kernels::kernel_polic
     p.output_limit_bytes = requested<std::size_t>(
         body, "output_limit_bytes", base.output_limit_bytes,
         base.output_limit_bytes == 0 ? l.maxima.output_limit_bytes : std::max(base.output_limit_bytes, l.maxima.output_limit_bytes));
+    // {"lifecycle": {"on_idle": "pause" | "delete", "auto_resume": bool}}
+    if (const auto it = body.find("lifecycle"); it != body.end() && !it->is_null()) {
+        if (!it->is_object()) throw api_exception(400, "'lifecycle' must be an object");
+        for (const auto& [key, v] : it->items()) {
+            if (key == "on_idle") {
+                if (!v.is_string() || (v != "pause" && v != "delete"))
+                    throw api_exception(400, "'lifecycle.on_idle' must be \"pause\" or \"delete\"");
+                p.pause_on_idle = v == "pause";
+            } else if (key == "auto_resume") {
+                if (!v.is_boolean()) throw api_exception(400, "'lifecycle.auto_resume' must be true or false");
+                p.auto_resume = v.get<bool>();
+            } else {
+                throw api_exception(400, "Unknown member '" + key.substr(0, 64) +
+                                             "' in 'lifecycle' (on_idle, auto_resume)");
+            }
+        }
+    }
     return p;
 }
 

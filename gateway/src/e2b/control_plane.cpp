@@ -103,7 +103,7 @@ json detail_json(const surface& e, const sandbox_record& r, const kernels::kerne
               {"clientID", r.client_id},
               {"startedAt", kernels::iso8601(r.started)},
               {"endAt", kernels::iso8601(r.end_at)},
-              {"state", "running"},
+              {"state", k.state() == kernels::kernel_state::paused ? "paused" : "running"},
               {"envdVersion", e.options.envd_version},
               {"metadata", r.metadata}};
     d.update(limits_of(e, k));
@@ -164,6 +164,12 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     auto policy = e.services.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant);
     policy.idle_timeout = std::chrono::seconds(0);
     policy.lifetime = timeout;
+    // autoPause: the timeout pauses the sandbox instead of killing it; a
+    // connect resumes it (autoResume, or E2B's default of resuming on connect).
+    if (const auto it = body.is_object() ? body.find("autoPause") : body.end(); it != body.end() && !it->is_null()) {
+        if (!it->is_boolean()) throw api_exception(400, "'autoPause' must be true or false");
+        policy.pause_at_end = it->get<bool>();
+    }
     if (auto n = e2b_network(body)) {
         static const api::network_settings none;
         policy.network = api::normalize_network(*n, e.services.network ? *e.services.network : none);
@@ -194,15 +200,33 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
         policy);
 }
 
+// Connect (and the older resume): a paused sandbox is resumed first, with its
+// timeout counted again from now, and answers 201 as E2B's resume does.
 void connect(surface& e, const request_ptr& req, reply_fn reply) {
     auto [r, k] = owned(e, req);
     const auto body = req->json_body();
-    if (const auto t = body.is_object() ? timeout_of(body, e.agents.limits()) : std::nullopt) {
-        r.end_at = std::max(r.end_at, sys_clock::now() + *t);  // connecting never shortens a sandbox's life
+    const bool paused = k->state() == kernels::kernel_state::paused;
+    auto t = body.is_object() ? timeout_of(body, e.agents.limits()) : std::nullopt;
+    if (paused && !t) t = e.options.default_timeout;
+    if (t) {
+        // Connecting never shortens a sandbox's life; resuming starts its clock again.
+        r.end_at = paused ? sys_clock::now() + *t : std::max(r.end_at, sys_clock::now() + *t);
         apply_end(k, r.end_at);
         e.book.put(r);
     }
-    reply(json_response(200, sandbox_json(e, r)));
+    if (!paused) return reply(json_response(200, sandbox_json(e, r)));
+    e.services.kernels.resume(k, [&e, r, reply](std::optional<kernels::failure> f) {
+        reply(f ? api::failure_response(*f) : json_response(201, sandbox_json(e, r)));
+    });
+}
+
+void pause(surface& e, const request_ptr& req, reply_fn reply) {
+    auto [r, k] = owned(e, req);
+    if (k->state() == kernels::kernel_state::paused)
+        throw api_exception(409, "Sandbox '" + r.id + "' is already paused");
+    e.services.kernels.pause(k, [reply](std::optional<kernels::failure> f) {
+        reply(f ? api::failure_response(*f) : empty_response(204));
+    });
 }
 
 void set_timeout(surface& e, const request_ptr& req, reply_fn reply) {
@@ -243,9 +267,12 @@ bool matches(const sandbox_record& r, const std::map<std::string, std::string>& 
 // the last id seen (X-Next-Token).
 void list(surface& e, const request_ptr& req, reply_fn reply, bool paged) {
     const auto filter = metadata_filter(*req);
-    if (const auto state = req->query_value("state"); state && !state->empty() &&
-                                                       state->find("running") == std::string::npos)
-        return reply(json_response(200, json::array()));  // nothing is paused in cellgate (yet)
+    // ?state=running,paused (either or both; neither named: both).
+    bool want_running = true, want_paused = true;
+    if (const auto state = req->query_value("state"); state && !state->empty()) {
+        want_running = state->find("running") != std::string::npos;
+        want_paused = state->find("paused") != std::string::npos;
+    }
     auto records = e.book.list(req->who.tenant);
     std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
         return a.started != b.started ? a.started < b.started : a.id < b.id;
@@ -271,6 +298,7 @@ void list(surface& e, const request_ptr& req, reply_fn reply, bool paged) {
         if (!matches(r, filter)) continue;
         const auto k = e.services.kernels.find(req->who.tenant, r.id);
         if (!k) continue;
+        if (!(k->state() == kernels::kernel_state::paused ? want_paused : want_running)) continue;
         if (paged && out.size() == limit) {
             more = true;
             break;
@@ -295,6 +323,9 @@ void register_control_plane(router& r, surface& e) {
     auto connected = [&e](const request_ptr& req, reply_fn reply) { connect(e, req, std::move(reply)); };
     add(bhttp::verb::post, "/sandboxes/{id}/connect", connected);
     add(bhttp::verb::post, "/v2/sandboxes/{id}/connect", connected);
+    add(bhttp::verb::post, "/sandboxes/{id}/resume", connected);
+    add(bhttp::verb::post, "/sandboxes/{id}/pause",
+        [&e](const request_ptr& req, reply_fn reply) { pause(e, req, std::move(reply)); });
     add(bhttp::verb::post, "/sandboxes/{id}/timeout",
         [&e](const request_ptr& req, reply_fn reply) { set_timeout(e, req, std::move(reply)); });
     add(bhttp::verb::delete_, "/sandboxes/{id}", [&e](const request_ptr& req, reply_fn reply) { kill(e, req, std::move(reply)); });

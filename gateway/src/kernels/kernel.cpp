@@ -33,6 +33,7 @@ std::string_view to_string(kernel_state s) noexcept {
     case kernel_state::restarting: return "restarting";
     case kernel_state::dead: return "dead";
     case kernel_state::terminating: return "terminating";
+    case kernel_state::paused: return "paused";
     }
     return "unknown";
 }
@@ -124,7 +125,9 @@ void kernel::set_state(kernel_state s) {
     state_ = s;
     // From here until the next connect() client messages wait in the queue:
     // the old sandbox is going and the new one has other keys.
-    if (s == kernel_state::restarting || s == kernel_state::dead || s == kernel_state::terminating) ready_ = false;
+    if (s == kernel_state::restarting || s == kernel_state::dead || s == kernel_state::terminating ||
+        s == kernel_state::paused)
+        ready_ = false;
 }
 
 kernel_state kernel::state() const {
@@ -314,18 +317,60 @@ void kernel::expire_sessions(steady::time_point now) {
 }
 
 bool kernel::client_send(std::uint64_t set_id, jupyter::client_message msg) {
-    std::lock_guard lock(mutex_);
-    if (closed_) return false;
-    if (!ready_) {
+    std::function<void()> wake;
+    {
+        std::lock_guard lock(mutex_);
+        if (closed_) return false;
+        if (ready_) {
+            send_locked(set_id, std::move(msg));
+            return true;
+        }
         const auto bytes = client_bytes(msg);
         if (pending_.size() >= settings_.pending_messages || pending_bytes_ + bytes > settings_.pending_bytes)
             return false;
         pending_bytes_ += bytes;
         pending_.push_back({set_id, std::move(msg)});
-        return true;
+        if (state_ == kernel_state::paused) wake = wanted_;
     }
-    send_locked(set_id, std::move(msg));
+    if (wake) wake();
     return true;
+}
+
+kernel::pause_state kernel::pause_info() const {
+    std::lock_guard lock(mutex_);
+    return pause_;
+}
+
+void kernel::set_pause_info(pause_state p) {
+    std::lock_guard lock(mutex_);
+    pause_ = std::move(p);
+}
+
+nlohmann::json kernel::pause_model() const {
+    std::lock_guard lock(mutex_);
+    return pause_json_locked();
+}
+
+nlohmann::json kernel::pause_json_locked() const {
+    nlohmann::json m = {{"paused", !pause_.mode.empty()},
+                        {"mode", pause_.mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(pause_.mode)},
+                        {"since", pause_.mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(iso8601(pause_.since))},
+                        {"image_bytes", pause_.image_bytes},
+                        {"resumed_from", pause_.resumed_from.empty() ? nlohmann::json(nullptr)
+                                                                     : nlohmann::json(pause_.resumed_from)},
+                        {"pauses", pause_.pauses}};
+    if (!pause_.failed.empty()) m["resume_failed"] = pause_.failed;
+    return m;
+}
+
+bool kernel::has_waiting_messages() const {
+    std::lock_guard lock(mutex_);
+    return !pending_.empty();
+}
+
+void kernel::on_wanted(std::function<void()> f) {
+    std::lock_guard lock(mutex_);
+    wanted_ = std::move(f);
 }
 
 void kernel::send_locked(std::uint64_t set_id, jupyter::client_message msg) {
@@ -489,7 +534,7 @@ nlohmann::json kernel::model() const {
             {"connections", connections},
             // Not in Jupyter's model (clients ignore unknown members): the
             // limits this session runs under, as the config resolved them.
-            {"cellgate", {{"limits", to_json(policy_)}}}};
+            {"cellgate", {{"limits", to_json(policy_)}, {"pause", pause_json_locked()}}}};
 }
 
 void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,

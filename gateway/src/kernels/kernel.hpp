@@ -21,7 +21,7 @@
 
 namespace cellgate::kernels {
 
-enum class kernel_state { starting, idle, busy, restarting, dead, terminating };
+enum class kernel_state { starting, idle, busy, restarting, dead, terminating, paused };
 std::string_view to_string(kernel_state s) noexcept;
 
 struct kernel_settings {
@@ -152,6 +152,26 @@ public:
     void gateway_send(jupyter::channel chan, protocol::message msg);
 
     nlohmann::json model() const;
+
+    // --- pause and resume (kernel_manager_pause.cpp)
+    // What the last pause kept and the last resume brought back, for the
+    // session model ("cellgate" → "pause" in the kernel model).
+    struct pause_state {
+        std::string mode;          // "memory" (its memory is saved) or "files"; empty: not paused
+        std::chrono::system_clock::time_point since{};
+        std::uint64_t image_bytes = 0;
+        std::string resumed_from;  // the last resume: "memory" (the same kernel), "files" (a new one)
+        std::string failed;        // the last resume failed: why (the session stays paused)
+        std::uint64_t pauses = 0;
+    };
+    pause_state pause_info() const;
+    void set_pause_info(pause_state p);
+    nlohmann::json pause_model() const;
+    // Called (outside the lock) whenever a client's message waits on a paused
+    // kernel: the manager resumes it when its policy says so.
+    void on_wanted(std::function<void()> f);
+    // Client messages wait for the kernel (it is not ready).
+    bool has_waiting_messages() const;
     // What a client did last (requests, file operations), for idle culling;
     // what the kernel sends does not count (review L13).
     steady::time_point last_activity() const;
@@ -225,6 +245,9 @@ private:
     bool limiting_ = false;
     bool closed_ = false;
     std::uint64_t next_seq_ = 1;
+    pause_state pause_;
+    std::function<void()> wanted_;
+    nlohmann::json pause_json_locked() const;
 };
 
 using kernel_ptr = std::shared_ptr<kernel>;

@@ -315,6 +315,14 @@ void kernel_manager::do_restart(const kernel_ptr& k, done callback, bool automat
         it->second.busy_lifecycle = true;
         env = it->second.env;
     }
+    if (k->state() == kernel_state::paused) {
+        // A restart of a paused kernel is a new kernel on its files: the pause is over.
+        auto p = k->pause_info();
+        p.mode.clear();
+        p.resumed_from = "restart";
+        k->set_pause_info(p);
+        if (store_) store_->set_paused(k->id(), "", {}, 0);
+    }
     ++metrics_.kernel_restarts;
     k->set_state(kernel_state::restarting);
     reactor_.suspend_kernel(k->id());
@@ -450,7 +458,10 @@ void kernel_manager::shutdown_all() {
     {
         std::lock_guard lock(mutex_);
         shutting_down_ = true;
-        for (auto& [id, r] : kernels_) all.push_back(r.k);
+        // Paused kernels outlive the gateway: their images, files and rows
+        // stay for the next start to take back.
+        for (auto& [id, r] : kernels_)
+            if (r.k->state() != kernel_state::paused) all.push_back(r.k);
         warm = pool_.drain();
     }
     // Warm kernels belong to nobody: they are registered for a moment so the

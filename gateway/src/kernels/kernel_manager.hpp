@@ -87,6 +87,9 @@ public:
     // gone, it is restarted in its kept workspace as after a crash. Counted at
     // admission like any other kernel. Call before start().
     void adopt(const persisted_kernel& row, const std::optional<launcher::sandbox_info>& running);
+    // A kernel that was paused when the earlier gateway stopped: taken back
+    // paused, to resume when asked (counted at admission like the others).
+    void adopt_paused(const persisted_kernel& row);
 
     // `env` holds only KERNEL_* names (others are refused with 400 by the caller).
     void start_kernel(const std::string& tenant, const std::string& spec_name,
@@ -119,6 +122,21 @@ public:
     // threads. Returns whether one was started.
     bool revive(const kernel_ptr& k);
     void shutdown(const kernel_ptr& k, done callback, const std::string& reason = "kernel shut down");
+
+    // Pause (kernel_manager_pause.cpp): the sandbox stops and its CPU and
+    // memory are given back; the kernel keeps its id, its files and — where
+    // the runtime checkpoints (runsc) — its memory, on disk under the
+    // launcher's state dir. A paused kernel survives a gateway restart.
+    // Pausing a paused kernel is a no-op; `busy` while a restart, pause or
+    // resume is under way.
+    void pause(const kernel_ptr& k, done callback);
+    // Starts a paused kernel again: from its memory image (the same kernel,
+    // its variables intact), or, when only its files were kept, as a new
+    // kernel on them (kernel model: cellgate.pause.resumed_from). Calls back
+    // once it answers; resuming a running kernel is a no-op. A resume that
+    // fails (a corrupt image, say) leaves the kernel dead with the reason in
+    // its model, and touches nothing else.
+    void resume(const kernel_ptr& k, done callback);
     // Stops every kernel; blocks until all are gone.
     void shutdown_all();
 
@@ -143,7 +161,12 @@ private:
             bool oom;
         };
         std::optional<death> died_while_busy;
+        bool resuming = false;
+        std::vector<done> resume_waiters;  // everyone who asked while it resumes
     };
+    void finish_pause(const kernel_ptr& k, launcher::checkpoint_info c, const std::string& note);
+    void finish_resume(const kernel_ptr& k, const std::string& from, std::optional<failure> f);
+    void resume_on_demand(const kernel_ptr& k);
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
     restart_budget new_budget() const { return {config_.restart_limit, config_.restart_window}; }
     std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,

@@ -57,6 +57,7 @@ void kernel_manager::tick() {
     const auto now = steady::now();
     std::vector<std::pair<kernel_ptr, std::int64_t>> silent;
     std::vector<std::pair<kernel_ptr, std::string>> cull;
+    std::vector<kernel_ptr> pause_now;
     {
         std::lock_guard lock(mutex_);
         for (auto& [id, r] : kernels_) {
@@ -64,14 +65,19 @@ void kernel_manager::tick() {
             r.k->expire_sessions(now);
             const auto& p = r.k->policy();
             if (p.lifetime.count() > 0 && now - r.k->created_steady() > p.lifetime) {
-                cull.emplace_back(r.k, "session expired: its lifetime of " + std::to_string(p.lifetime.count()) + " s is over");
+                if (!p.pause_at_end)
+                    cull.emplace_back(r.k, "session expired: its lifetime of " + std::to_string(p.lifetime.count()) + " s is over");
+                else if (state != kernel_state::paused && !r.busy_lifecycle)
+                    pause_now.push_back(r.k);
                 continue;
             }
             // A kernel running a cell someone asked for is working, not idle;
             // reconnects, pings and what the kernel does by itself never count.
-            if (p.idle_timeout.count() > 0 && !r.k->serving_request() && !r.busy_lifecycle &&
-                now - r.k->last_activity() > p.idle_timeout) {
-                cull.emplace_back(r.k, "session culled: idle for " + std::to_string(p.idle_timeout.count()) + " s");
+            // A paused one is past idling: it waits, costing only disk.
+            if (p.idle_timeout.count() > 0 && state != kernel_state::paused && !r.k->serving_request() &&
+                !r.busy_lifecycle && now - r.k->last_activity() > p.idle_timeout) {
+                if (p.pause_on_idle) pause_now.push_back(r.k);
+                else cull.emplace_back(r.k, "session culled: idle for " + std::to_string(p.idle_timeout.count()) + " s");
                 continue;
             }
             if (state == kernel_state::restarting || state == kernel_state::terminating ||
@@ -112,6 +118,12 @@ void kernel_manager::tick() {
     for (auto& [k, reason] : cull) {
         spdlog::info("kernel {}: {}", k->id(), reason);
         shutdown(k, [](std::optional<failure>) {}, reason);
+    }
+    for (auto& k : pause_now) {
+        spdlog::info("kernel {}: idle for {} s; pausing it", k->id(), k->policy().idle_timeout.count());
+        pause(k, [id = k->id()](std::optional<failure> f) {
+            if (f) spdlog::warn("kernel {}: pausing it when idle failed: {}", id, f->message);
+        });
     }
     tick_timer_.expires_after(config_.heartbeat_interval);
     tick_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -168,7 +180,8 @@ void kernel_manager::confirm_death(const kernel_ptr& k, std::int64_t pid, const 
             return;
         }
         const auto state = k->state();
-        if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting)
+        if (state == kernel_state::dead || state == kernel_state::terminating || state == kernel_state::restarting ||
+            state == kernel_state::paused)
             return;
         if (oom) {
             const auto* ks = specs_.find(k->spec_name());

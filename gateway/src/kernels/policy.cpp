@@ -15,6 +15,17 @@ policy_overrides overrides_from(const nlohmann::json& j, const std::string& wher
     policy_overrides o;
     for (const auto& [key, v] : j.items()) {
         if (nested && (key == "jupyter" || key == "agent")) continue;
+        if (key == "on_idle") {
+            if (!v.is_string() || (v != "delete" && v != "pause"))
+                throw policy_error(where + ".on_idle must be \"delete\" or \"pause\"");
+            o.pause_on_idle = v == "pause";
+            continue;
+        }
+        if (key == "auto_resume") {
+            if (!v.is_boolean()) throw policy_error(where + ".auto_resume must be true or false");
+            o.auto_resume = v.get<bool>();
+            continue;
+        }
         const auto n = [&] { return whole(v, key, where); };
         if (key == "exec_timeout") o.exec_timeout = std::chrono::seconds(n());
         else if (key == "idle_timeout") o.idle_timeout = std::chrono::seconds(n());
@@ -24,7 +35,7 @@ policy_overrides overrides_from(const nlohmann::json& j, const std::string& wher
         else if (key == "upload_limit") o.upload_limit_bytes = n();
         else
             throw policy_error("unknown key '" + key + "' in " + where +
-                               " (exec_timeout, idle_timeout, lifetime, output_limit, result_limit, upload_limit" +
+                                " (exec_timeout, idle_timeout, lifetime, output_limit, result_limit, upload_limit, on_idle, auto_resume" +
                                (nested ? ", jupyter, agent)" : ")"));
     }
     return o;
@@ -39,6 +50,8 @@ void policy_overrides::apply_to(kernel_policy& p) const {
     if (output_limit_bytes) p.output_limit_bytes = *output_limit_bytes;
     if (result_limit_bytes) p.result_limit_bytes = *result_limit_bytes;
     if (upload_limit_bytes) p.upload_limit_bytes = *upload_limit_bytes;
+    if (pause_on_idle) p.pause_on_idle = *pause_on_idle;
+    if (auto_resume) p.auto_resume = *auto_resume;
 }
 
 void policy_layer::apply_to(kernel_policy& p, surface s) const {
@@ -70,7 +83,8 @@ kernel_policy policy_book::resolve(surface s, const std::string& spec_name, cons
 nlohmann::json to_json(const kernel_policy& p) {
     return {{"exec_timeout", p.exec_timeout.count()},   {"idle_timeout", p.idle_timeout.count()},
             {"lifetime", p.lifetime.count()},           {"output_limit", p.output_limit_bytes},
-            {"result_limit", p.result_limit_bytes},     {"upload_limit", p.upload_limit_bytes}};
+            {"result_limit", p.result_limit_bytes},     {"upload_limit", p.upload_limit_bytes},
+            {"on_idle", p.pause_on_idle ? "pause" : "delete"}, {"auto_resume", p.auto_resume}};
 }
 
 }  // namespace cellgate::kernels

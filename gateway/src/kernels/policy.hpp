@@ -35,6 +35,14 @@ struct kernel_policy {
     // checked by the API before it gets here). Present: the sandbox has a path
     // to the egress proxy; absent: loopback only, for its whole life.
     std::optional<nlohmann::json> network;
+    // What idle_timeout does: delete the session (false), or pause it (true:
+    // its files, and its memory where the runtime checkpoints, are kept).
+    bool pause_on_idle = false;
+    // A paused session resumes by itself when a request needs its kernel.
+    bool auto_resume = true;
+    // What the end of its lifetime does: delete it (false), or pause it (the
+    // E2B surface's autoPause; a later connect resumes it with a new end).
+    bool pause_at_end = false;
 };
 
 enum class surface { jupyter, agent };
@@ -44,6 +52,7 @@ struct policy_overrides {
     std::optional<std::chrono::seconds> exec_timeout, idle_timeout, lifetime;
     std::optional<std::size_t> output_limit_bytes, result_limit_bytes;
     std::optional<std::uint64_t> upload_limit_bytes;
+    std::optional<bool> pause_on_idle, auto_resume;
 
     void apply_to(kernel_policy& p) const;
 };
@@ -60,7 +69,8 @@ public:
 };
 
 // {"exec_timeout": s, "idle_timeout": s, "lifetime": s, "output_limit": bytes,
-//  "result_limit": bytes, "upload_limit": bytes, "jupyter": {…}, "agent": {…}}.
+//  "result_limit": bytes, "upload_limit": bytes, "on_idle": "delete"|"pause",
+//  "auto_resume": bool, "jupyter": {…}, "agent": {…}}.
 // Throws policy_error naming the bad key (`where` says which layer).
 policy_layer policy_layer_from_json(const nlohmann::json& j, const std::string& where);
 

@@ -72,7 +72,9 @@ nlohmann::json policy_to_json(const kernel_policy& p) {
     return {{"exec_timeout", p.exec_timeout.count()},   {"idle_timeout", p.idle_timeout.count()},
             {"lifetime", p.lifetime.count()},           {"output_limit_bytes", p.output_limit_bytes},
             {"result_limit_bytes", p.result_limit_bytes}, {"upload_limit_bytes", p.upload_limit_bytes},
-            {"network", p.network ? *p.network : nlohmann::json()}};
+            {"network", p.network ? *p.network : nlohmann::json()},
+            {"pause_on_idle", p.pause_on_idle},         {"auto_resume", p.auto_resume},
+            {"pause_at_end", p.pause_at_end}};
 }
 
 kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fallback) {
@@ -85,6 +87,9 @@ kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fal
     p.result_limit_bytes = j.value("result_limit_bytes", p.result_limit_bytes);
     p.upload_limit_bytes = j.value("upload_limit_bytes", p.upload_limit_bytes);
     if (const auto it = j.find("network"); it != j.end() && it->is_object()) p.network = *it;
+    p.pause_on_idle = j.value("pause_on_idle", p.pause_on_idle);
+    p.auto_resume = j.value("auto_resume", p.auto_resume);
+    p.pause_at_end = j.value("pause_at_end", p.pause_at_end);
     return p;
 }
 
@@ -109,6 +114,10 @@ state_store::state_store(const std::filesystem::path& file) : file_(file) {
     exec("CREATE TABLE IF NOT EXISTS sessions ("
          " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, path TEXT NOT NULL, name TEXT NOT NULL,"
          " type TEXT NOT NULL, kernel_id TEXT NOT NULL)");
+    // A paused kernel's row: what its pause kept ("memory" or "files") and
+    // since when; the pause itself (image, workspace) is the launcher's.
+    exec("CREATE TABLE IF NOT EXISTS paused_kernels ("
+         " id TEXT PRIMARY KEY, mode TEXT NOT NULL, since_ms INTEGER NOT NULL, image_bytes INTEGER NOT NULL)");
     exec("CREATE TABLE IF NOT EXISTS surface_records ("
          " kind TEXT NOT NULL, id TEXT NOT NULL, kernel_id TEXT NOT NULL, body TEXT NOT NULL,"
          " PRIMARY KEY (kind, id))");
@@ -137,6 +146,20 @@ void state_store::put_kernel(const persisted_kernel& k) {
     });
 }
 
+void state_store::set_paused(const std::string& id, const std::string& mode, sys_clock::time_point since,
+                             std::uint64_t image_bytes) {
+    std::lock_guard lock(mutex_);
+    logged("saving a pause", [&] {
+        if (mode.empty()) {
+            statement(db_, "DELETE FROM paused_kernels WHERE id = ?1").bind(1, id).step();
+            return;
+        }
+        statement s(db_, "INSERT OR REPLACE INTO paused_kernels (id, mode, since_ms, image_bytes) VALUES (?1, ?2, ?3, ?4)");
+        s.bind(1, id).bind(2, mode).bind(3, to_ms(since)).bind(4, static_cast<std::int64_t>(image_bytes));
+        s.step();
+    });
+}
+
 void state_store::remove_kernel(const std::string& id) {
     std::lock_guard lock(mutex_);
     logged("forgetting a kernel", [&] {
@@ -145,6 +168,7 @@ void state_store::remove_kernel(const std::string& id) {
             statement(db_, "DELETE FROM sessions WHERE kernel_id = ?1").bind(1, id).step();
             statement(db_, "DELETE FROM surface_records WHERE kernel_id = ?1").bind(1, id).step();
             statement(db_, "DELETE FROM kernels WHERE id = ?1").bind(1, id).step();
+            statement(db_, "DELETE FROM paused_kernels WHERE id = ?1").bind(1, id).step();
             exec("COMMIT");
         } catch (...) {
             exec("ROLLBACK");
@@ -177,7 +201,9 @@ std::vector<persisted_kernel> state_store::kernels() {
     std::lock_guard lock(mutex_);
     std::vector<persisted_kernel> out;
     logged("reading kernels", [&] {
-        statement s(db_, "SELECT id, tenant, spec_name, env, policy, created_ms, last_activity_ms FROM kernels");
+        statement s(db_,
+                    "SELECT k.id, k.tenant, k.spec_name, k.env, k.policy, k.created_ms, k.last_activity_ms,"
+                    " p.mode, p.since_ms, p.image_bytes FROM kernels k LEFT JOIN paused_kernels p ON p.id = k.id");
         while (s.step()) {
             persisted_kernel k;
             k.id = s.text(0);
@@ -190,6 +216,9 @@ std::vector<persisted_kernel> state_store::kernels() {
             k.policy = policy_from_json(nlohmann::json::parse(s.text(4), nullptr, false), kernel_policy{});
             k.created = from_ms(s.integer(5));
             k.last_activity = from_ms(s.integer(6));
+            k.paused = s.text(7);
+            k.paused_since = from_ms(s.integer(8));
+            k.paused_image_bytes = static_cast<std::uint64_t>(s.integer(9));
             out.push_back(std::move(k));
         }
     });

@@ -22,6 +22,10 @@ struct persisted_kernel {
     std::map<std::string, std::string> env;
     kernel_policy policy;
     std::chrono::system_clock::time_point created, last_activity;
+    // Paused: what the pause kept ("memory" or "files"); empty while it runs.
+    std::string paused;
+    std::chrono::system_clock::time_point paused_since{};
+    std::uint64_t paused_image_bytes = 0;
 };
 
 // The session registry's durable half: an embedded SQLite database (WAL,
@@ -40,6 +44,9 @@ public:
 
     void put_kernel(const persisted_kernel& k);
     void remove_kernel(const std::string& id);  // and its sessions
+    // Marks a kernel paused (mode "memory" or "files") or, with mode "", running.
+    void set_paused(const std::string& id, const std::string& mode, std::chrono::system_clock::time_point since,
+                    std::uint64_t image_bytes);
     // Last activity of many kernels in one transaction (written periodically).
     void touch_kernels(const std::vector<std::pair<std::string, std::chrono::system_clock::time_point>>& seen);
     std::vector<persisted_kernel> kernels();

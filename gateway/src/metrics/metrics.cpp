@@ -89,6 +89,8 @@ std::string registry::render() const {
     counter(out, "cellgate_sandbox_starts_total", "sandboxes started", sandbox_starts);
     counter(out, "cellgate_sandbox_start_failures_total", "sandbox starts that failed", sandbox_start_failures);
     counter(out, "cellgate_kernel_restarts_total", "kernel restarts (requested or automatic)", kernel_restarts);
+    counter(out, "cellgate_kernel_pauses_total", "kernels paused (requested or when idle)", kernel_pauses);
+    counter(out, "cellgate_kernel_resumes_total", "paused kernels resumed", kernel_resumes);
     counter(out, "cellgate_kernel_deaths_total", "kernels that died unexpectedly", kernel_deaths);
     counter(out, "cellgate_kernel_messages_dropped_total",
             "kernel messages dropped as malformed, unsigned or oversized", kernel_messages_dropped);

@@ -37,6 +37,8 @@ public:
     std::atomic<std::uint64_t> sandbox_starts{0};
     std::atomic<std::uint64_t> sandbox_start_failures{0};
     std::atomic<std::uint64_t> kernel_restarts{0};
+    std::atomic<std::uint64_t> kernel_pauses{0};
+    std::atomic<std::uint64_t> kernel_resumes{0};
     std::atomic<std::uint64_t> kernel_deaths{0};
     std::atomic<std::uint64_t> kernel_messages_dropped{0};
     std::atomic<std::uint64_t> iopub_rate_limited{0};

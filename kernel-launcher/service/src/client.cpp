@@ -177,6 +177,25 @@ std::vector<sandbox_status> client::list() {
     return out;
 }
 
+checkpoint_info client::checkpoint(const std::string& id) {
+    request r;
+    r.op = op::checkpoint;
+    r.id = id;
+    const auto j = call(r);
+    checkpoint_info out;
+    out.memory = j.at("memory").get<bool>();
+    out.image_bytes = j.at("image_bytes").get<std::uint64_t>();
+    out.ms = j.at("ms").get<double>();
+    return out;
+}
+
+sandbox_info client::restore(const std::string& id) {
+    request r;
+    r.op = op::restore;
+    r.id = id;
+    return sandbox_info_from_json(call(r));
+}
+
 void client::remove(const std::string& id, remove_options options) {
     request r;
     r.op = op::remove;

@@ -14,7 +14,7 @@ const std::map<std::string, op>& ops() {
         {"create", op::create}, {"validate", op::validate}, {"signal", op::signal},
         {"status", op::status}, {"list", op::list},         {"remove", op::remove},
         {"set_cpu_shares", op::set_cpu_shares},             {"usage", op::usage},         {"reap", op::reap},
-        {"exec", op::exec}};
+        {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore}};
     return table;
 }
 
@@ -30,7 +30,9 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::set_cpu_shares, {"id", "shares"}},
         {op::usage, {"id", "reset_peak"}},
         {op::reap, {"keep", "unused_workspaces"}},
-        {op::exec, {"id", "process"}}};
+        {op::exec, {"id", "process"}},
+        {op::checkpoint, {"id"}},
+        {op::restore, {"id"}}};
     return table;
 }
 
@@ -102,6 +104,8 @@ request parse_request(std::string_view line) {
         break;
     }
     case op::status:
+    case op::checkpoint:
+    case op::restore:
         r.id = read_id(j, "id");
         break;
     case op::remove:
@@ -154,7 +158,9 @@ json to_json(const request& r) {
         j["id"] = r.id;
         break;
     }
-    case op::status: j["id"] = r.id; break;
+    case op::status:
+    case op::checkpoint:
+    case op::restore: j["id"] = r.id; break;
     case op::remove:
         j["id"] = r.id;
         j["keep_workspace"] = r.keep_workspace;

@@ -24,7 +24,7 @@ std::string errno_text(const char* what) { return std::string(what) + ": " + std
 
 class loop {
 public:
-    explicit loop(const host_relay_options& o) : o_(o), mux_(o.limits) {}
+    explicit loop(const host_relay_options& o) : o_(o), mux_(o.limits, o.resumed) {}
 
     ~loop() {
         for (auto& [id, c] : clients_) ::close(c.fd);

@@ -13,6 +13,7 @@ struct host_relay_options {
     int from_sandbox = -1;             // read end of the sandbox's stdout
     int to_sandbox = -1;               // write end of the sandbox's stdin
     mux_limits limits;
+    bool resumed = false;              // the sandbox was restored: see relay_mux
     std::function<void(const std::string&)> log;  // a few lines per sandbox, never per message
 };
 

@@ -5,7 +5,24 @@
 
 namespace cellgate::launcher::relay {
 
-relay_mux::relay_mux(mux_limits limits) : limits_(limits) {}
+relay_mux::relay_mux(mux_limits limits, bool resumed) : limits_(limits), resyncing_(resumed) {
+    if (resumed) append(frame_type::reset, 0);
+}
+
+bool relay_mux::skip_to_hello() {
+    std::string hello;
+    append_frame(hello, frame_type::hello, 0, hello_payload);
+    const auto at = in_.find(hello);
+    if (at == std::string::npos) {
+        // Keep only what could still be the start of a hello; what came
+        // before it is bounded by the old pipe's capacity, never held.
+        if (in_.size() >= hello.size()) in_.erase(0, in_.size() - (hello.size() - 1));
+        return false;
+    }
+    in_.erase(0, at);
+    resyncing_ = false;
+    return true;
+}
 
 bool relay_mux::fail(std::string why) {
     if (error_.empty()) error_ = std::move(why);
@@ -22,6 +39,7 @@ void relay_mux::append(frame_type t, std::uint32_t id, std::string_view payload)
 bool relay_mux::feed(std::string_view bytes) {
     if (failed()) return false;
     in_.append(bytes);
+    if (resyncing_ && !skip_to_hello()) return true;
     std::size_t pos = 0;
     while (in_.size() - pos >= header_bytes) {
         frame_header h;

@@ -30,7 +30,11 @@ struct mux_limits {
 // receiving the right to send.
 class relay_mux {
 public:
-    explicit relay_mux(mux_limits limits = {});
+    // `resumed`: the sandbox was restored from a checkpoint and this is its
+    // new host side. The mux begins by sending reset, and skips what arrives
+    // before the sandbox's next hello (the tail of what it was writing to the
+    // old pipe when it was checkpointed).
+    explicit relay_mux(mux_limits limits = {}, bool resumed = false);
 
     // Bytes read from the sandbox. False on a protocol violation; error() says
     // what, and the relay must end: nothing from this side is trusted after it.
@@ -74,6 +78,8 @@ private:
     };
 
     bool fail(std::string why);
+    // Drops input up to the hello frame (resumed); false while none is seen.
+    bool skip_to_hello();
     bool on_frame(const frame_header& h, std::string_view payload);
     void grant_credit();
     void append(frame_type t, std::uint32_t id, std::string_view payload = {});
@@ -85,6 +91,7 @@ private:
     std::string out_;            // frames for the sandbox
     std::size_t out_offset_ = 0;
     bool hello_ = false;
+    bool resyncing_ = false;     // resumed: skipping input until a hello
     bool ready_ = false;
     std::vector<std::uint32_t> finished_;
     std::string error_;

@@ -37,6 +37,7 @@ std::optional<std::string> parse_header(std::string_view bytes, frame_header& ou
     const auto type = static_cast<unsigned char>(bytes[0]);
     out.stream = read_u32(bytes.substr(1));
     out.length = read_u32(bytes.substr(5));
+    // reset (7) only ever goes to the sandbox: from it, it is unknown.
     if (type < 1 || type > 6) return "unknown frame type " + std::to_string(type);
     out.type = static_cast<frame_type>(type);
     const bool stream_zero = out.type == frame_type::hello || out.type == frame_type::ready;
@@ -50,7 +51,8 @@ std::optional<std::string> parse_header(std::string_view bytes, frame_header& ou
     case frame_type::open: min = max = 1; break;
     case frame_type::data: min = 1; max = max_data_bytes; break;
     case frame_type::credit: min = max = 4; break;
-    case frame_type::close: break;
+    case frame_type::close:
+    case frame_type::reset: break;
     }
     if (out.length < min || out.length > max)
         return std::string(to_string(out.type)) + " frame of " + std::to_string(out.length) + " bytes";
@@ -65,6 +67,7 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::data: return "data";
     case frame_type::credit: return "credit";
     case frame_type::close: return "close";
+    case frame_type::reset: return "reset";
     }
     return "unknown";
 }

@@ -28,13 +28,19 @@
 // credit  both ways, payload u32 BE > 0: that many more bytes were delivered,
 //         so the peer may send that many more on the stream
 // close   both ways, empty: the stream is over; later frames for it are dropped
+// reset   host → sandbox, stream 0, empty: the host side is new (the sandbox
+//         was restored from a checkpoint, on new pipes): the sandbox drops
+//         every stream and what it had not yet written, forgets stream ids,
+//         and begins again with hello (and ready). The new host side skips
+//         whatever reaches it before that hello (bytes of the old pipe's
+//         last frames).
 // Each direction of each stream starts with a window of window_bytes, so no
 // stream can hold up another and every buffer has a bound. The sandbox side is
 // untrusted: anything else from it ends that sandbox's relay (and so the
 // sandbox), never anything more.
 namespace cellgate::launcher::relay {
 
-enum class frame_type : std::uint8_t { hello = 1, ready = 2, open = 3, data = 4, credit = 5, close = 6 };
+enum class frame_type : std::uint8_t { hello = 1, ready = 2, open = 3, data = 4, credit = 5, close = 6, reset = 7 };
 
 inline constexpr std::size_t header_bytes = 9;
 inline constexpr std::size_t max_data_bytes = 64 << 10;

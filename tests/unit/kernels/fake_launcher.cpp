@@ -203,6 +203,20 @@ std::size_t fake_launcher::sandboxes() const {
     return sandboxes_.size();
 }
 
+launcher::checkpoint_info fake_launcher::checkpoint(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(id, "checkpoint");
+    if (sandboxes_.count(id) == 0) throw launcher::launch_error("checkpoint", "no sandbox '" + id + "'", ESRCH);
+    remove_locked(id);
+    return {};
+}
+
+launcher::sandbox_info fake_launcher::restore(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(id, "restore");
+    throw launcher::launch_error("restore", "sandbox '" + id + "' has no saved memory to restore", ENOENT);
+}
+
 launcher::exec_process fake_launcher::exec(const std::string& id, const launcher::exec_spec&) {
     std::lock_guard lock(mutex_);
     calls_.emplace_back(id, "exec");

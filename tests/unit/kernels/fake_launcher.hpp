@@ -35,6 +35,10 @@ public:
     void validate(const launcher::sandbox_spec& spec) const override;
     // Not supported: throws launch_error (the fake has no sandbox to run it in).
     launcher::exec_process exec(const std::string& id, const launcher::exec_spec& spec) override;
+    // As runc: the sandbox stops and only its files stay (memory = false);
+    // restore() finds no image (launch_error ENOENT).
+    launcher::checkpoint_info checkpoint(const std::string& id) override;
+    launcher::sandbox_info restore(const std::string& id) override;
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

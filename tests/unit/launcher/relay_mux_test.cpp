@@ -123,6 +123,36 @@ TEST(relay_mux, anything_but_hello_first_ends_the_relay) {
     EXPECT_FALSE(garbage.feed(hello())) << "a failed mux stays failed";
 }
 
+TEST(relay_mux, a_resumed_relay_sends_reset_first_and_skips_to_the_next_hello) {
+    // A sandbox restored from a checkpoint: the new host side begins with
+    // reset, and what the sandbox was still writing to the old pipe (the
+    // tail of a data frame, whole frames of old streams) comes before its
+    // new hello and is skipped, however it is split.
+    relay_mux m({}, /*resumed=*/true);
+    const std::string queued(m.to_sandbox());
+    ASSERT_EQ(queued.size(), header_bytes);
+    EXPECT_EQ(static_cast<frame_type>(queued[0]), frame_type::reset);
+    EXPECT_EQ(read_u32(queued.substr(1)), 0u);
+    EXPECT_EQ(read_u32(queued.substr(5)), 0u);
+    const std::string stale = std::string("tail of a frame\x01\x00") + frame(frame_type::data, 7, "old bytes") +
+                              frame(frame_type::close, 7);
+    const auto bytes = stale + hello() + ready();
+    for (char c : bytes) ASSERT_TRUE(m.feed(std::string_view(&c, 1))) << m.error();
+    EXPECT_TRUE(m.ready());
+    EXPECT_EQ(m.stream_count(), 0u);
+    EXPECT_EQ(m.open(1), 1u) << "stream ids start again at 1";
+    // After the hello the rules are the usual ones: a second hello ends it.
+    EXPECT_FALSE(m.feed(hello()));
+}
+
+TEST(relay_mux, a_resumed_relay_holds_no_more_than_a_hello_of_what_it_skips) {
+    relay_mux m({}, /*resumed=*/true);
+    for (int i = 0; i < 1000; ++i) ASSERT_TRUE(m.feed(std::string(4096, 'x')));
+    EXPECT_FALSE(m.ready());
+    ASSERT_TRUE(m.feed(hello() + ready()));
+    EXPECT_TRUE(m.ready());
+}
+
 TEST(relay_mux, a_stream_opens_on_the_channel_it_was_accepted_on) {
     auto m = started();
     const auto id = m.open(2);

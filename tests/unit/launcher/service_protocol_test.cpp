@@ -43,6 +43,15 @@ TEST(service_protocol, every_request_round_trips) {
     r.keep_workspace = true;
     back = parse_request(service::to_json(r).dump());
     EXPECT_TRUE(back.keep_workspace);
+
+    for (const auto o : {op::checkpoint, op::restore}) {
+        r = {};
+        r.op = o;
+        r.id = "paused-1";
+        back = parse_request(service::to_json(r).dump());
+        EXPECT_EQ(back.op, o);
+        EXPECT_EQ(back.id, "paused-1");
+    }
 }
 
 TEST(service_protocol, anything_outside_the_schema_is_refused) {
@@ -55,6 +64,10 @@ TEST(service_protocol, anything_outside_the_schema_is_refused) {
         R"({"op": "set_cpu_shares", "id": "a", "shares": -5})", R"({"op": "set_cpu_shares", "id": "a", "shares": 1e9})",
         R"({"op": "reap", "keep": "a"})", R"({"op": "reap", "keep": ["a/../b"]})", R"({"op": "create"})",
         R"({"op": "create", "spec": []})",
+        // checkpoint and restore take a sandbox id and nothing else: never a path.
+        R"({"op": "checkpoint"})", R"({"op": "checkpoint", "id": "../etc"})",
+        R"({"op": "checkpoint", "id": "a", "image_path": "/tmp/x"})", R"({"op": "restore", "id": "a", "spec": {}})",
+        R"({"op": "restore", "id": ""})",
     };
     for (const char* line : bad) EXPECT_THROW(parse_request(line), bad_request) << line;
 }

@@ -40,8 +40,8 @@ public:
     sandbox_usage usage(const std::string& id, bool reset_peak) override;
     std::vector<sandbox_status> list() override;
 
-    // Kills the kernel and removes the container, its cgroups, its run dir and
-    // (unless kept) its workspace. Idempotent.
+    // Kills the kernel and removes the container, its cgroups, its run dir,
+    // its checkpoint if paused, and (unless kept) its workspace. Idempotent.
     void remove(const std::string& id, remove_options options = {}) override;
 
     // Removes what belongs to no live sandbox: containers without a run dir,
@@ -59,6 +59,9 @@ public:
     // by a cellgate-exec-shim. At most config().max_execs_per_sandbox per
     // sandbox and config().max_execs in all run through one launcher.
     exec_process exec(const std::string& id, const exec_spec& spec) override;
+
+    checkpoint_info checkpoint(const std::string& id) override;
+    sandbox_info restore(const std::string& id) override;
 
     const launcher_config& config() const noexcept { return config_; }
 

@@ -83,6 +83,17 @@ public:
     // Empty status when the runtime does not know the container.
     virtual runtime_container state(const std::string& id) = 0;
     virtual std::vector<runtime_container> list() = 0;
+    // Whether the runtime can save a running container's memory to disk and
+    // start it again from there (gVisor can; runc would need CRIU).
+    virtual bool can_checkpoint() const { return false; }
+    // Saves container `id` (every process, its memory, its in-sandbox file
+    // systems) into `image_dir` and stops it. Throws launch_error("checkpoint").
+    virtual void checkpoint(const std::string& id, const std::filesystem::path& image_dir);
+    // Starts container `id` again from `bundle` (the config.json it ran with)
+    // and the state in `image_dir`, as run() starts one, on new stdio; returns
+    // what run() returns. Throws launch_error("runtime-run").
+    virtual std::int64_t restore(const std::string& id, const std::filesystem::path& bundle,
+                                 const std::filesystem::path& image_dir, const container_stdio& io);
     // The commands that run `files.process_json` in running container `id`.
     virtual exec_command exec_command_for(const std::string& id, const exec_files& files) const = 0;
 };

@@ -16,6 +16,13 @@ struct remove_options {
     bool keep_workspace = false;  // a restart keeps the session's files
 };
 
+// What checkpoint() left on disk for restore().
+struct checkpoint_info {
+    bool memory = false;            // the kernel's memory was saved (the runtime checkpoints)
+    std::uint64_t image_bytes = 0;  // the memory image's size on disk (besides the workspace)
+    double ms = 0;                  // how long the checkpoint took
+};
+
 // What starts and stops sandboxes, as its users see it: the launcher in the
 // caller's process (launcher.hpp, which needs root) and the client of the
 // privileged launcher service (service.hpp, over a unix socket) both are one.
@@ -51,6 +58,20 @@ public:
     // (ESRCH), too many processes already (step "exec-limit", EAGAIN), or the
     // runtime could not start it (argv[0] not found, no such cwd, …).
     virtual exec_process exec(const std::string& id, const exec_spec& spec) = 0;
+    // Stops running sandbox `id` and keeps what a later start needs: its
+    // workspace (mounted, as after remove with keep_workspace) and, where the
+    // runtime can checkpoint (runsc), its memory and every process in it, in
+    // <state dir>/paused/<id>/ with its records. Processes run through exec()
+    // are ended first. launch_error: no such running sandbox (ESRCH), or the
+    // runtime failed to checkpoint (the sandbox is then removed, its
+    // workspace kept).
+    virtual checkpoint_info checkpoint(const std::string& id) = 0;
+    // Starts sandbox `id` again from its memory image (checkpoint() with
+    // memory): the same kernel, key and endpoints, continuing where it was,
+    // on new pipes and a new host relay. The image is removed once it runs.
+    // launch_error: no image for `id` (ENOENT), or the runtime refused it
+    // (a corrupt image: the image stays for inspection until remove()).
+    virtual sandbox_info restore(const std::string& id) = 0;
 };
 
 }  // namespace cellgate::launcher

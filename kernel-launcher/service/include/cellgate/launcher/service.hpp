@@ -37,12 +37,12 @@ namespace cellgate::launcher::service {
 constexpr std::size_t max_request_bytes = 1u << 20;
 constexpr std::size_t max_reply_bytes = 64u << 20;
 
-enum class op { create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec };
+enum class op { create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore };
 
 struct request {
     service::op op = op::list;
     sandbox_spec spec;                 // create, validate
-    std::string id;                    // signal, status, remove, set_cpu_shares, exec
+    std::string id;                    // signal, status, remove, set_cpu_shares, exec, checkpoint, restore
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
@@ -88,6 +88,8 @@ public:
     // The descriptors arrive over the socket, so an unprivileged client reads
     // and writes them itself; the connection stays open as the handle.
     exec_process exec(const std::string& id, const exec_spec& spec) override;
+    checkpoint_info checkpoint(const std::string& id) override;
+    sandbox_info restore(const std::string& id) override;
 
 private:
     nlohmann::json call(const request& r) const;
