@@ -21,6 +21,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 
 HEADER = struct.Struct(">BII")  # type, stream, payload length
 HELLO, READY, OPEN, DATA, CREDIT, CLOSE, RESET = 1, 2, 3, 4, 5, 6, 7
@@ -50,9 +51,10 @@ class Stream:
 
 
 class Relay:
-    def __init__(self, kernel_pid, wakeup_fd):
+    def __init__(self, kernel_pid, wakeup_fd, input_fd):
         self.kernel_pid = kernel_pid
         self.wakeup_fd = wakeup_fd
+        self.input_fd = input_fd
         self.sel = selectors.DefaultSelector()
         self.streams = {}
         self.highest_id = 0
@@ -61,9 +63,8 @@ class Relay:
         self.out_events = 0
         self.ready = False
         self.exit_code = None
-        os.set_blocking(0, False)
-        os.set_blocking(1, False)
-        self.sel.register(0, selectors.EVENT_READ, "in")
+        os.set_blocking(input_fd, False)
+        self.sel.register(input_fd, selectors.EVENT_READ, "in")
         self.sel.register(wakeup_fd, selectors.EVENT_READ, "wakeup")
         self.send(HELLO, 0, HELLO_PAYLOAD)
 
@@ -84,7 +85,7 @@ class Relay:
     # -- frames from the host ----------------------------------------------
     def on_input(self):
         try:
-            chunk = os.read(0, 1 << 18)
+            chunk = os.read(self.input_fd, 1 << 18)
         except BlockingIOError:
             return
         if not chunk:
@@ -220,13 +221,6 @@ class Relay:
                 else:
                     self.sel.modify(s.sock, events, sid)
                 s.events = events
-        events = selectors.EVENT_WRITE if self.outbuf else 0
-        if events != self.out_events:
-            if events:
-                self.sel.register(1, events, "out")
-            else:
-                self.sel.unregister(1)
-            self.out_events = events
 
     def check_ready(self):
         if not self.ready and all(os.path.exists(p) for p in SOCKETS):
@@ -246,13 +240,17 @@ class Relay:
             self.exit_code = os.waitstatus_to_exitcode(status)
 
     def write_out(self):
-        try:
-            n = os.write(1, self.outbuf)
-        except BlockingIOError:
-            return
-        except BrokenPipeError:
-            raise SystemExit("cellgate-relay: the host side is gone; stopping the kernel")
-        del self.outbuf[:n]
+        # Blocking: the host relay always reads (its windows bound what it
+        # holds), and gVisor does not re-arm readiness events on a host pipe
+        # after a restore, so nothing here waits for one.
+        while self.outbuf:
+            try:
+                n = os.write(1, self.outbuf)
+            except InterruptedError:
+                continue
+            except BrokenPipeError:
+                raise SystemExit("cellgate-relay: the host side is gone; stopping the kernel")
+            del self.outbuf[:n]
 
     def run(self):
         while self.exit_code is None:
@@ -267,17 +265,43 @@ class Relay:
                     self.on_input()
                 elif key.data == "wakeup":
                     self.reap()
-                elif key.data == "out":
-                    self.write_out()
                 elif key.data in self.streams:
                     self.on_socket(key.data, mask)
         # The kernel is gone: pass on what it said last, then end the sandbox.
-        os.set_blocking(1, True)
         try:
             os.write(1, self.outbuf)
         except OSError:
             pass
         return self.exit_code
+
+
+def pump_input():
+    """Copies the host's stdin pipe into a pipe of the sandbox's own, from a
+    thread doing blocking reads: after a restore from a checkpoint, gVisor
+    does not re-arm readiness events on a host pipe (a select on it sleeps
+    through new bytes), while a blocking read and an internal pipe work."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+
+    def pump():
+        while True:
+            try:
+                chunk = os.read(0, 1 << 18)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                os.close(w)  # the host side closed: the loop sees EOF
+                return
+            view = memoryview(chunk)
+            while view:
+                try:
+                    view = view[os.write(w, view):]
+                except InterruptedError:
+                    continue
+
+    threading.Thread(target=pump, name="cellgate-relay-input", daemon=True).start()
+    return r
 
 
 def spawn_kernel(argv):
@@ -309,7 +333,7 @@ def main():
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     kernel_pid = spawn_kernel(argv)
-    relay = Relay(kernel_pid, r)
+    relay = Relay(kernel_pid, r, pump_input())
     try:
         code = relay.run()
     except ProtocolError as e:

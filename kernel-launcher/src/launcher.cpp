@@ -499,6 +499,19 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
 
 namespace {
 
+// Runs every step, even after one failed; rethrows the first failure.
+void attempt_all(std::initializer_list<std::function<void()>> steps) {
+    std::exception_ptr first;
+    for (const auto& step : steps) {
+        try {
+            step();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
 std::uint64_t tree_bytes(const fs::path& dir) {
     std::uint64_t total = 0;
     std::error_code ec;
@@ -540,8 +553,15 @@ checkpoint_info launcher::impl::checkpoint(const std::string& id) {
             fs::remove_all(pdir, ec);
         }
     }
-    // The sandbox is stopped (checkpointed) or is stopped now; its files stay.
-    destroy(id, info->runtime, std::nullopt);
+    if (out.memory) {
+        // The container, its relay and its cgroup go; its run dir stays as it
+        // is: gVisor restores its mounts from the same host files (a new
+        // directory, even with the same contents, is refused with EINVAL).
+        attempt_all({[&] { rt.remove(id); }, [&] { stop_relay(dir, std::chrono::seconds(1)); },
+                     [&] { remove_cgroup(cgroup_path_of(cfg, id), /*kill_busy=*/true); }});
+    } else {
+        destroy(id, info->runtime, std::nullopt);  // stopped; its files stay
+    }
     if (failed) std::rethrow_exception(failed);
     out.ms = ms_since(t0);
     write_file("checkpoint", pdir / "paused.json",
@@ -553,9 +573,14 @@ checkpoint_info launcher::impl::checkpoint(const std::string& id) {
 sandbox_info launcher::impl::restore(const std::string& id) {
     const auto t0 = clock_type::now();
     const fs::path pdir = paused_dir(id);
+    const fs::path dir = run_dir(id);
     const auto meta = json::parse(read_file(pdir / "paused.json"), nullptr, false);
     if (!meta.is_object() || !meta.value("memory", false))
         throw launch_error("restore", "sandbox '" + id + "' has no saved memory to restore", ENOENT);
+    std::error_code ec;
+    if (!fs::exists(dir / "config.json", ec))
+        throw launch_error("restore", "the run dir of paused sandbox '" + id +
+                                          "' is gone (the host restarted?): its memory cannot be restored", ENOENT);
     sandbox_info info;
     try {
         info = sandbox_info_from_json(json::parse(read_file(pdir / "info.json")));
@@ -568,43 +593,26 @@ sandbox_info launcher::impl::restore(const std::string& id) {
     info.step_ms.clear();
     step_timer steps(info);
     const auto deadline = t0 + spec.start_timeout;
-    const fs::path dir = make_run_dir(info);
-    bool runtime_started = false;
     teardown_guard guard;
-    guard.add([&] {
-        // The workspace is the session's: never removed by a failed restore.
-        if (!runtime_started) {
-            for (const auto& m : mounts_under(dir)) unmount("teardown", m);
-            ::rmdir(dir.c_str());
-        } else {
-            destroy(info.id, info.runtime, std::nullopt);
-        }
-    });
-    mount_tmpfs("prepare-run-dir", dir, cfg.run_dir_bytes, 0711);
-    write_file("prepare-run-dir", dir / "spec.json", json(spec).dump(2), 0600);
-    write_file("prepare-run-dir", dir / "config.json", read_file(pdir / "config.json"), 0600);
+    // A failed restore ends the sandbox (its image stays until remove()); the
+    // workspace is the session's and stays.
+    guard.add([&] { destroy(info.id, info.runtime, std::nullopt); });
     const auto ws = workspaces.ensure(info.workspace_dir, spec.limits.workspace_bytes, spec.uid, spec.gid);
     if (ws.host_id_base != info.host_uid_base)
         throw launch_error("restore", "the workspace's host uid range moved since the pause", EINVAL);
     steps.done("workspace");
-    // The kernel's dir as at launch, with the key the kernel still holds.
-    const auto uid = ws.host_id_base + spec.uid, gid = ws.host_id_base + spec.gid;
-    const fs::path kernel_dir = dir / "kernel";
-    make_dir("prepare-run-dir", kernel_dir, 0700);
-    write_file("prepare-run-dir", kernel_dir / "connection.json",
-               connection_json("/run/kernel/k", info.endpoints.key).dump(), 0400, uid, gid);
-    change_owner("prepare-run-dir", kernel_dir, 0, 0, 0755);
-    const fs::path socket_dir = relay_paths_of(dir).socket_dir;
-    write_file("prepare-run-dir", info.endpoints.connection_file,
-               connection_json((socket_dir / "k").string(), info.endpoints.key).dump(2), 0600);
+    const auto relay = relay_paths_of(dir);
+    // What the last relay and runtime left; the directories themselves stay (see checkpoint).
+    for (const auto& stale : {relay.pid_file, relay.lock, dir / "init.pid"})
+        fs::remove(stale, ec);
     if (!spec.egress_dir.empty()) {
         struct stat st{};
         if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
             throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
     }
     relay_pipes pipes;
-    runtime_started = true;
-    start_relay(find_relay_binary(cfg.relay_path), dir, uid, gid, pipes, /*resumed=*/true);
+    start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, pipes,
+                /*resumed=*/true);
     steps.done("relay");
     const int log_fd = ::open((dir / "kernel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
@@ -614,11 +622,18 @@ sandbox_info launcher::impl::restore(const std::string& id) {
     } log_closer{log_fd};
     info.pid = rt.restore(id, dir, pdir / "image", container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
     steps.done("runtime_restore");
-    wait_until_serving(info, socket_dir, /*relayed=*/true, deadline, steps);
+    try {
+        wait_until_serving(info, relay.socket_dir, /*relayed=*/true, deadline, steps);
+    } catch (const launch_error& e) {
+        // What the sandbox and its relay said is the only clue to a bad image.
+        throw launch_error(e.step(), std::string(e.what()) + "; sandbox log: " + read_tail(dir / "kernel.log", 600) +
+                                         "; relay log: " + read_tail(relay.log, 600),
+                           e.error_number());
+    }
     info.step_ms["total"] = ms_since(t0);
+    fs::remove(dir / "info.json", ec);  // the record of its start before the pause
     write_file("record-sandbox", dir / "info.json", to_persisted_json(info).dump(2), 0600);
     guard.dismiss();
-    std::error_code ec;
     fs::remove_all(pdir, ec);
     return info;
 }

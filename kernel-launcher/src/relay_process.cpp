@@ -45,7 +45,9 @@ void start_relay(const std::string& relay_binary, const fs::path& run_dir, std::
                  relay_pipes& pipes, bool resumed) {
     const auto p = relay_paths_of(run_dir);
     make_dir("start-relay", p.script_dir, 0755);
-    write_file("start-relay", p.script_dir / "cellgate-relay.py", std::string(sandbox_relay_source()), 0444);
+    // A restored sandbox still has the script it started with open, and gVisor
+    // restores its mounts only onto the very same files: it stays as it is.
+    if (!resumed) write_file("start-relay", p.script_dir / "cellgate-relay.py", std::string(sandbox_relay_source()), 0444);
     make_dir("start-relay", p.socket_dir, 0750);
     change_owner("start-relay", p.socket_dir, uid, gid, 0750);
     write_file("start-relay", p.lock, "", 0600);

@@ -93,10 +93,11 @@ def test_pause_gives_back_the_sandbox_and_resume_brings_back_state(gw):
     sid = s["id"]
     try:
         run(gw, sid, STATE)
-        assert sid in launcher_ps(gw)
+        assert launcher_ps(gw)[sid]["state"] == "running"
         m = pause(gw, sid)
-        # No sandbox while paused: no process, no cgroup memory.
-        assert sid not in launcher_ps(gw)
+        # No sandbox running while paused: no process, no cgroup memory.
+        paused = launcher_ps(gw).get(sid, {})
+        assert paused.get("state") != "running" and not paused.get("pids") and not paused.get("memory_bytes"), paused
         if gw.memory:
             assert m["pause"]["image_bytes"] > 1 << 20, m["pause"]
             assert (gw.state_dir / "paused" / sid / "image").is_dir()
@@ -105,7 +106,7 @@ def test_pause_gives_back_the_sandbox_and_resume_brings_back_state(gw):
         assert r.status_code == 200 and r.text == "files stay", (r.status_code, r.text)
         assert gw.api("GET", f"/v1/sessions/{sid}").json()["state"] == "paused"
         resume(gw, sid)
-        assert sid in launcher_ps(gw)
+        assert launcher_ps(gw)[sid]["state"] == "running"
         out = run(gw, sid, "print(open('/workspace/kept.txt').read())")
         assert out["stdout"].strip() == "files stay"
         if gw.memory:

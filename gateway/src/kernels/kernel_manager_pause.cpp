@@ -8,6 +8,8 @@
 // paused, and the kernel keeps its id, its owner and its clients' sessions.
 #include "kernels/kernel_manager.hpp"
 
+#include "cellgate/launcher/launch_error.hpp"
+
 #include "util/log_safe.hpp"
 
 #include <boost/asio/post.hpp>
@@ -129,13 +131,28 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
     launches_.submit(k->tenant(), [this, k, mode, spec] {
         const auto t0 = steady::now();
         launcher::sandbox_info info;
+        std::string from = mode;
         try {
             prepare_egress(*k, spec);
-            info = mode == "memory" ? launcher_.restore(k->id()) : launcher_.launch(spec);
+            if (mode == "memory") {
+                try {
+                    info = launcher_.restore(k->id());
+                } catch (const cellgate::launcher::launch_error& e) {
+                    // No image or run dir left (the host restarted): the files are all there is.
+                    if (e.error_number() != ENOENT) throw;
+                    spdlog::warn("kernel {}: its memory cannot be restored ({}); resuming on its files",
+                                 k->id(), util::log_safe(e.what()));
+                    from = "files";
+                }
+            }
+            if (from == "files") {
+                launcher_.remove(k->id(), {.keep_workspace = true});
+                info = launcher_.launch(spec);
+            }
         } catch (const std::exception& e) {
             const std::string why = e.what();
-            return asio::post(ioc_, [this, k, mode, why] {
-                finish_resume(k, mode, failure{failure_kind::start_failed, "The session could not be resumed: " + why});
+            return asio::post(ioc_, [this, k, from, why] {
+                finish_resume(k, from, failure{failure_kind::start_failed, "The session could not be resumed: " + why});
             });
         }
         ++metrics_.sandbox_starts;
@@ -145,12 +162,12 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
             } catch (const std::exception& e) {
                 spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
             }
-            return finish_resume(k, mode, failure{failure_kind::no_such_kernel, "The kernel was shut down"});
+            return finish_resume(k, from, failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         }
-        bring_up(k, std::move(info), [this, k, mode, t0](bool ok) {
-            spdlog::info("kernel {}: resumed from its {} in {} ms", k->id(), mode == "memory" ? "memory image" : "files",
+        bring_up(k, std::move(info), [this, k, from, t0](bool ok) {
+            spdlog::info("kernel {}: resumed from its {} in {} ms", k->id(), from == "memory" ? "memory image" : "files",
                          std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
-            finish_resume(k, mode,
+            finish_resume(k, from,
                           ok ? std::nullopt
                              : std::optional<failure>(failure{failure_kind::start_failed,
                                                               "The session could not be resumed: its kernel did not "
