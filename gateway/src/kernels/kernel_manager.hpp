@@ -162,7 +162,8 @@ private:
         };
         std::optional<death> died_while_busy;
         bool resuming = false;
-        std::vector<done> resume_waiters;  // everyone who asked while it resumes
+        std::vector<done> resume_waiters;      // everyone who asked while it resumes
+        std::vector<done> pause_after_resume;  // pauses asked for while it resumed
     };
     void finish_pause(const kernel_ptr& k, launcher::checkpoint_info c, const std::string& note);
     void finish_resume(const kernel_ptr& k, const std::string& from, std::optional<failure> f);

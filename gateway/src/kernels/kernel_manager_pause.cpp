@@ -24,8 +24,13 @@ void kernel_manager::pause(const kernel_ptr& k, done callback) {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
         if (it == kernels_.end()) return callback(failure{failure_kind::no_such_kernel, "No such kernel"});
+        if (it->second.resuming) {
+            // A cell resumed it a moment ago: it pauses again once it is up.
+            it->second.pause_after_resume.push_back(std::move(callback));
+            return;
+        }
         if (it->second.busy_lifecycle)
-            return callback(failure{failure_kind::busy, "The kernel is restarting, pausing or resuming"});
+            return callback(failure{failure_kind::busy, "The kernel is restarting or pausing"});
         if (k->state() == kernel_state::paused) return callback(std::nullopt);
         it->second.busy_lifecycle = true;
     }
@@ -164,6 +169,14 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
             }
             return finish_resume(k, from, failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         }
+        // Its model says so from here: the queued cells may well be answered
+        // before the readiness check below has seen the kernel ready.
+        auto p = k->pause_info();
+        p.mode.clear();
+        p.resumed_from = from;
+        p.failed.clear();
+        k->set_pause_info(p);
+        if (store_) store_->set_paused(k->id(), "", {}, 0);
         bring_up(k, std::move(info), [this, k, from, t0](bool ok) {
             spdlog::info("kernel {}: resumed from its {} in {} ms", k->id(), from == "memory" ? "memory image" : "files",
                          std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
@@ -177,7 +190,7 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
 }
 
 void kernel_manager::finish_resume(const kernel_ptr& k, const std::string& from, std::optional<failure> f) {
-    std::vector<done> waiters;
+    std::vector<done> waiters, pauses;
     {
         std::lock_guard lock(mutex_);
         if (auto it = kernels_.find(k->id()); it != kernels_.end()) {
@@ -185,6 +198,7 @@ void kernel_manager::finish_resume(const kernel_ptr& k, const std::string& from,
             it->second.resuming = false;
             it->second.died_while_busy.reset();
             waiters = std::exchange(it->second.resume_waiters, {});
+            pauses = std::exchange(it->second.pause_after_resume, {});
         }
     }
     auto p = k->pause_info();
@@ -207,6 +221,15 @@ void kernel_manager::finish_resume(const kernel_ptr& k, const std::string& from,
     if (store_ && f.value_or(failure{failure_kind::invalid, ""}).kind != failure_kind::no_such_kernel)
         store_->set_paused(k->id(), "", {}, 0);
     for (auto& w : waiters) w(f);
+    if (pauses.empty()) return;
+    if (f) {
+        for (auto& p : pauses) p(f);
+        return;
+    }
+    auto all = std::make_shared<std::vector<done>>(std::move(pauses));
+    pause(k, [all](std::optional<failure> pf) {
+        for (auto& p : *all) p(pf);
+    });
 }
 
 void kernel_manager::adopt_paused(const persisted_kernel& row) {
