@@ -220,6 +220,35 @@ def test_a_gvisor_session_runs_through_the_service(split):
     wait_for(lambda: sid not in split.sandboxes(), what="the sandbox to go")
 
 
+@pytest.mark.parametrize("kernel", ["python3", "python3-gvisor"])
+def test_pause_and_resume_go_through_the_service(split, kernel):
+    """checkpoint and restore are launchd ops: the unprivileged gateway pauses
+    a session, reads and writes its files while it is paused (the workspace
+    view stays), and resumes it (under runsc with the kernel's memory)."""
+    if kernel == "python3-gvisor" and not shutil.which("runsc"):
+        pytest.skip("gVisor's runsc is not installed")
+    r = split.api("POST", "/v1/sessions", json={"kernel": kernel})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        r = split.api("POST", f"/v1/sessions/{sid}/execute",
+                      json={"code": "kept = 6 * 7\nopen('p.txt', 'w').write('before')"}).json()
+        assert r["status"] == "ok", r
+        m = split.api("POST", f"/v1/sessions/{sid}/pause", timeout=180).json()
+        memory = kernel == "python3-gvisor"
+        assert m["state"] == "paused" and m["pause"]["mode"] == ("memory" if memory else "files"), m
+        assert split.api("GET", f"/v1/sessions/{sid}/files/p.txt").content == b"before"
+        assert split.api("PUT", f"/v1/sessions/{sid}/files/q.txt", data=b"while paused").status_code in (200, 201)
+        m = split.api("POST", f"/v1/sessions/{sid}/resume", timeout=180).json()
+        assert m["pause"]["resumed_from"] == ("memory" if memory else "files"), m
+        r = split.api("POST", f"/v1/sessions/{sid}/execute",
+                      json={"code": "print(open('q.txt').read(), globals().get('kept'))"}).json()
+        assert r["stdout"] == f"while paused {42 if memory else None}\n", r
+    finally:
+        assert split.api("DELETE", f"/v1/sessions/{sid}").status_code == 204
+    wait_for(lambda: sid not in split.sandboxes(), what="the sandbox to go")
+
+
 @pytest.mark.parametrize("payload, expect", [
     (b'{"op":"spawn","cmd":"id"}\n', "unknown op"),
     (b'{"op":"exec","cmd":"id"}\n', "takes no field"),
