@@ -555,8 +555,9 @@ checkpoint_info launcher::impl::checkpoint(const std::string& id) {
     }
     if (out.memory) {
         // The container, its relay and its cgroup go; its run dir stays as it
-        // is: gVisor restores its mounts from the same host files (a new
-        // directory, even with the same contents, is refused with EINVAL).
+        // is: a restore re-validates the host files the sandbox had looked
+        // up, and a re-made run dir (a new tmpfs, a rewritten relay script)
+        // had it refuse every mount with EINVAL.
         attempt_all({[&] { rt.remove(id); }, [&] { stop_relay(dir, std::chrono::seconds(1)); },
                      [&] { remove_cgroup(cgroup_path_of(cfg, id), /*kill_busy=*/true); }});
     } else {

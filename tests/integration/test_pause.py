@@ -190,6 +190,9 @@ def test_a_paused_session_survives_a_gateway_sigkill(gw):
         gw.kill_and_restart()
         m = gw.api("GET", f"/v1/sessions/{sid}").json()
         assert m["state"] == "paused" and m["pause"]["mode"] == ("memory" if gw.memory else "files"), m
+        # Its files come back with the resume; until then they are not served.
+        r = gw.api("GET", f"/v1/sessions/{sid}/files/kept.txt")
+        assert r.status_code == 409 and "paused" in r.json()["message"], r.text
         resume(gw, sid)
         out = run(gw, sid, "print(open('/workspace/kept.txt').read())")
         assert out["stdout"].strip() == "files stay"

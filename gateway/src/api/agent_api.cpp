@@ -563,6 +563,10 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
 std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {
     const auto sb = k->sandbox();
     // Between the two sandboxes of a restart.
+    if (!sb && k->state() == kernels::kernel_state::paused)
+        // Taken back paused by a restarted gateway: its sandbox's record comes with the resume.
+        throw api_exception(409, "The session is paused; its files are kept and come back with it: "
+                                 "POST /v1/sessions/{id}/resume (or send it a cell) first");
     if (!sb) throw api_exception(restarting_status, "The session's workspace is not ready (its kernel is restarting); try again in a moment");
     return guarded([&] {
         return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
