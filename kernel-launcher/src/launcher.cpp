@@ -273,8 +273,11 @@ struct launcher::impl {
     sandbox_info describe(const sandbox_spec& spec) const;
     fs::path make_run_dir(sandbox_info& info);
     fs::path prepare_kernel_dir(sandbox_info& info, const fs::path& dir, const workspace& ws, bool relayed);
+    // From `image` (a checkpoint) when given: the relay then begins with reset.
     std::int64_t start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws, oci_runtime& rt,
-                                 bool& runtime_started, step_timer& steps);
+                                 bool& runtime_started, step_timer& steps, const fs::path* image = nullptr);
+    // A link there would have the runtime mount whatever it points to.
+    static void check_egress_dir(const sandbox_spec& spec);
     void wait_until_serving(sandbox_info& info, const fs::path& socket_dir, bool relayed,
                             clock_type::time_point deadline, step_timer& steps);
 
@@ -389,12 +392,13 @@ fs::path launcher::impl::prepare_kernel_dir(sandbox_info& info, const fs::path& 
 // `runtime_started` tells the caller's teardown that there is now a
 // container or relay to stop.
 std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws,
-                                             oci_runtime& rt, bool& runtime_started, step_timer& steps) {
+                                             oci_runtime& rt, bool& runtime_started, step_timer& steps,
+                                             const fs::path* image) {
     relay_pipes pipes;
     if (rt.traits().relays_kernel_sockets) {
         runtime_started = true;  // from here a teardown must stop the relay
         start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + info.spec.uid,
-                    ws.host_id_base + info.spec.gid, pipes);
+                    ws.host_id_base + info.spec.gid, pipes, /*resumed=*/image != nullptr);
         steps.done("relay");
     }
     const int log_fd = ::open((dir / "kernel.log").c_str(),
@@ -405,7 +409,15 @@ std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs:
         int fd;
         ~fd_closer() { ::close(fd); }
     } log_closer{log_fd};
-    return rt.run(info.id, dir, container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
+    const container_stdio io{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd};
+    return image != nullptr ? rt.restore(info.id, dir, *image, io) : rt.run(info.id, dir, io);
+}
+
+void launcher::impl::check_egress_dir(const sandbox_spec& spec) {
+    if (spec.egress_dir.empty()) return;
+    struct stat st{};
+    if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
 }
 
 // Waits for the kernel's sockets, locks its dir, and asks it kernel_info.
@@ -471,12 +483,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     const auto in = oci_inputs_for(info, spec, dir / "kernel", ws.host_id_base, rt);
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     steps.done("config");
-    if (!spec.egress_dir.empty()) {
-        // A link here would have the runtime mount whatever it points to.
-        struct stat st{};
-        if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-            throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
-    }
+    check_egress_dir(spec);
     if (in.gvisor) {
         for (const auto& p : {fs::path(info.image), ws_dir, dir / "kernel", relay_paths_of(dir).script_dir})
             require_searchable_by_others("runtime-run", p);
@@ -606,22 +613,10 @@ sandbox_info launcher::impl::restore(const std::string& id) {
     // What the last relay and runtime left; the directories themselves stay (see checkpoint).
     for (const auto& stale : {relay.pid_file, relay.lock, dir / "init.pid"})
         fs::remove(stale, ec);
-    if (!spec.egress_dir.empty()) {
-        struct stat st{};
-        if (::lstat(spec.egress_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-            throw launch_error("prepare-egress", "egress_dir " + spec.egress_dir + " is not a directory", errno);
-    }
-    relay_pipes pipes;
-    start_relay(find_relay_binary(cfg.relay_path), dir, ws.host_id_base + spec.uid, ws.host_id_base + spec.gid, pipes,
-                /*resumed=*/true);
-    steps.done("relay");
-    const int log_fd = ::open((dir / "kernel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
-    struct fd_closer {
-        int fd;
-        ~fd_closer() { ::close(fd); }
-    } log_closer{log_fd};
-    info.pid = rt.restore(id, dir, pdir / "image", container_stdio{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd});
+    check_egress_dir(spec);
+    bool runtime_started = false;  // the teardown destroys whatever there is anyway
+    const auto image = pdir / "image";
+    info.pid = start_container(info, dir, ws, rt, runtime_started, steps, &image);
     steps.done("runtime_restore");
     try {
         wait_until_serving(info, relay.socket_dir, /*relayed=*/true, deadline, steps);

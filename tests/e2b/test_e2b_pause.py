@@ -10,8 +10,6 @@ kernel image, Node.js ≥ 20 and npm; without them the tests are skipped,
 unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
 import json
-import os
-import subprocess
 import sys
 import time
 import uuid
@@ -24,20 +22,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from e2b_support import e2b_env, require_e2b, run_node_suite  # noqa: E402
+from gateway import Gateway  # noqa: E402
 
 KEY = "e2b-pause-" + uuid.uuid4().hex
 
 
 def _require():
-    require("E2B SDK pause tests", gateway_missing() or node_missing("npm"))
-
-
-@pytest.fixture(scope="module")
-def node_modules():
-    """The locked packages, installed with `npm ci` unless node_modules matches the lock."""
-    _require()
-    npm_ci(HERE, "e2b")
+    require_e2b("E2B SDK pause tests")
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +46,6 @@ def gateway(tmp_path_factory):
         gw.cleanup()
 
 
-def _e2b_env(gw):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CELLGATE_"))}
-    env.update({"E2B_API_KEY": KEY, "E2B_API_URL": f"{gw.url}/e2b", "E2B_SANDBOX_URL": f"{gw.url}/e2b",
-                "NODE_NO_WARNINGS": "1"})
-    return env
-
-
 def _sessions(gw):
     r = requests.get(f"{gw.url}/v1/sessions", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 200, r.text
@@ -68,16 +53,7 @@ def _sessions(gw):
 
 
 def test_unmodified_e2b_sdk_pause_and_connect(gateway, node_modules):
-    try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b_pause.test.mjs"],
-                           cwd=HERE, env=_e2b_env(gateway), capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n"
-                    f"{gateway.log_text()[-6000:]}")
-    print(r.stdout)
-    assert r.returncode == 0, (f"e2b_pause.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
-                               f"--- gateway log (tail) ---\n{gateway.log_text()[-6000:]}")
-    assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
+    run_node_suite(gateway, "e2b_pause.test.mjs", e2b_env(gateway, KEY))
     # Every sandbox the suite made is gone again, paused ones too.
     assert _sessions(gateway) == []
 

@@ -11,8 +11,6 @@ Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and npm.
 Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
 import json
-import os
-import subprocess
 import sys
 import time
 import uuid
@@ -25,21 +23,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, HttpListener, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from e2b_support import e2b_env, require_e2b, run_node_suite  # noqa: E402
+from gateway import Gateway, HttpListener  # noqa: E402
 
 KEY_A = "e2b-tenant-a-" + uuid.uuid4().hex
 KEY_B = "e2b-tenant-b-" + uuid.uuid4().hex
 
 
 def _require():
-    require("E2B SDK tests", gateway_missing() or node_missing("npm"))
-
-
-@pytest.fixture(scope="module")
-def node_modules():
-    """The locked packages, installed with `npm ci` unless node_modules matches the lock."""
-    _require()
-    npm_ci(HERE, "e2b")
+    require_e2b("E2B SDK tests")
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +52,8 @@ def gateway(tmp_path_factory):
         upstream.close()
 
 
-def _e2b_env(gw, key=KEY_A):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CELLGATE_"))}
-    env.update({"E2B_API_KEY": key, "E2B_API_URL": f"{gw.url}/e2b", "E2B_SANDBOX_URL": f"{gw.url}/e2b",
-                "NODE_NO_WARNINGS": "1"})
-    return env
-
-
 def test_unmodified_e2b_sdk(gateway, node_modules):
-    env = {**_e2b_env(gateway), "CELLGATE_OTHER_KEY": KEY_B}
-    try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b_sdk.test.mjs"],
-                           cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n"
-                    f"{gateway.log_text()[-6000:]}")
-    print(r.stdout)
-    assert r.returncode == 0, (f"e2b_sdk.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
-                               f"--- gateway log (tail) ---\n{gateway.log_text()[-6000:]}")
-    assert "ℹ fail 0" in r.stdout and "ℹ pass 0" not in r.stdout, r.stdout
+    run_node_suite(gateway, "e2b_sdk.test.mjs", {**e2b_env(gateway, KEY_A), "CELLGATE_OTHER_KEY": KEY_B})
     # Every sandbox the suite made is gone again.
     left = requests.get(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
     assert left.json()["sessions"] == [], left.text

@@ -42,7 +42,15 @@ void kernel_manager::start() {
 
 void kernel_manager::persist(const kernel_ptr& k, const std::map<std::string, std::string>& env) {
     if (!store_) return;
-    store_->put_kernel({k->id(), k->tenant(), k->spec_name(), env, k->policy(), k->created(), k->last_activity_time()});
+    persisted_kernel row;  // the pause row is written apart (state_store::set_paused)
+    row.id = k->id();
+    row.tenant = k->tenant();
+    row.spec_name = k->spec_name();
+    row.env = env;
+    row.policy = k->policy();
+    row.created = k->created();
+    row.last_activity = k->last_activity_time();
+    store_->put_kernel(row);
 }
 
 void kernel_manager::adopt(const persisted_kernel& row, const std::optional<launcher::sandbox_info>& running) {

@@ -166,8 +166,9 @@ private:
         std::vector<done> pause_after_resume;  // pauses asked for while it resumed
     };
     void finish_pause(const kernel_ptr& k, launcher::checkpoint_info c, const std::string& note);
-    void finish_resume(const kernel_ptr& k, const std::string& from, std::optional<failure> f);
+    void finish_resume(const kernel_ptr& k, std::optional<failure> f);
     void resume_on_demand(const kernel_ptr& k);
+    void wake_on_demand(const kernel_ptr& k);  // a client's message to it while paused resumes it
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
     restart_budget new_budget() const { return {config_.restart_limit, config_.restart_window}; }
     std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,

@@ -80,10 +80,7 @@ void kernel_manager::finish_pause(const kernel_ptr& k, launcher::checkpoint_info
     p.failed.clear();
     ++p.pauses;
     k->set_pause_info(p);
-    std::weak_ptr<kernel> weak = k;
-    k->on_wanted([this, weak] {
-        if (auto alive = weak.lock()) resume_on_demand(alive);
-    });
+    wake_on_demand(k);
     bool waiting = false;
     {
         std::lock_guard lock(mutex_);
@@ -101,6 +98,13 @@ void kernel_manager::finish_pause(const kernel_ptr& k, launcher::checkpoint_info
                  static_cast<long long>(c.ms), note.empty() ? "" : "; its memory could not be saved");
     // Someone sent a message while it paused: it waits for a resume.
     if (waiting) resume_on_demand(k);
+}
+
+void kernel_manager::wake_on_demand(const kernel_ptr& k) {
+    std::weak_ptr<kernel> weak = k;
+    k->on_wanted([this, weak] {
+        if (auto alive = weak.lock()) resume_on_demand(alive);
+    });
 }
 
 void kernel_manager::resume_on_demand(const kernel_ptr& k) {
@@ -156,8 +160,8 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
             }
         } catch (const std::exception& e) {
             const std::string why = e.what();
-            return asio::post(ioc_, [this, k, from, why] {
-                finish_resume(k, from, failure{failure_kind::start_failed, "The session could not be resumed: " + why});
+            return asio::post(ioc_, [this, k, why] {
+                finish_resume(k, failure{failure_kind::start_failed, "The session could not be resumed: " + why});
             });
         }
         ++metrics_.sandbox_starts;
@@ -167,7 +171,7 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
             } catch (const std::exception& e) {
                 spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
             }
-            return finish_resume(k, from, failure{failure_kind::no_such_kernel, "The kernel was shut down"});
+            return finish_resume(k, failure{failure_kind::no_such_kernel, "The kernel was shut down"});
         }
         // Its model says so from here: the queued cells may well be answered
         // before the readiness check below has seen the kernel ready.
@@ -180,7 +184,7 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
         bring_up(k, std::move(info), [this, k, from, t0](bool ok) {
             spdlog::info("kernel {}: resumed from its {} in {} ms", k->id(), from == "memory" ? "memory image" : "files",
                          std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
-            finish_resume(k, from,
+            finish_resume(k,
                           ok ? std::nullopt
                              : std::optional<failure>(failure{failure_kind::start_failed,
                                                               "The session could not be resumed: its kernel did not "
@@ -189,7 +193,7 @@ void kernel_manager::resume(const kernel_ptr& k, done callback) {
     });
 }
 
-void kernel_manager::finish_resume(const kernel_ptr& k, const std::string& from, std::optional<failure> f) {
+void kernel_manager::finish_resume(const kernel_ptr& k, std::optional<failure> f) {
     std::vector<done> waiters, pauses;
     {
         std::lock_guard lock(mutex_);
@@ -201,25 +205,22 @@ void kernel_manager::finish_resume(const kernel_ptr& k, const std::string& from,
             pauses = std::exchange(it->second.pause_after_resume, {});
         }
     }
-    auto p = k->pause_info();
-    p.mode.clear();
-    if (f) {
+    // On success the model already says so (resume(), before bring_up).
+    if (f && f->kind != failure_kind::no_such_kernel) {
         // The kernel is lost (its image would not restore); its files are
         // kept, and a restart starts a new kernel on them.
+        auto p = k->pause_info();
+        p.mode.clear();
         p.failed = f->message;
         spdlog::error("kernel {}: {}", k->id(), util::log_safe(f->message));
         ++metrics_.kernel_deaths;
         k->set_pause_info(p);
         k->set_state(kernel_state::dead);
         k->broadcast_status("dead", f->message);
-    } else {
-        p.resumed_from = from;
-        p.failed.clear();
-        k->set_pause_info(p);
+        if (store_) store_->set_paused(k->id(), "", {}, 0);
+    } else if (!f) {
         ++metrics_.kernel_resumes;
     }
-    if (store_ && f.value_or(failure{failure_kind::invalid, ""}).kind != failure_kind::no_such_kernel)
-        store_->set_paused(k->id(), "", {}, 0);
     for (auto& w : waiters) w(f);
     if (pauses.empty()) return;
     if (f) {
@@ -243,10 +244,7 @@ void kernel_manager::adopt_paused(const persisted_kernel& row) {
     p.pauses = 1;
     k->set_pause_info(p);
     k->set_state(kernel_state::paused);
-    std::weak_ptr<kernel> weak = k;
-    k->on_wanted([this, weak] {
-        if (auto alive = weak.lock()) resume_on_demand(alive);
-    });
+    wake_on_demand(k);
     std::lock_guard lock(mutex_);
     admission_.readmit(row.tenant);
     kernels_.insert_or_assign(row.id, record(k, new_budget(), row.env, row.last_activity));
