@@ -248,12 +248,18 @@ struct launcher::impl {
 
     std::string liveness(int pidfd, const std::string& id, bool relayed) const {
         pollfd p{pidfd, POLLIN, 0};
+        const auto oom = [&] {
+            return read_cgroup(cgroup_path_of(cfg, id)).oom_killed ? " after the memory limit's OOM kill" : "";
+        };
         if (::poll(&p, 1, 0) <= 0) {
             if (!relayed || relay_running(run_dir(id))) return {};
-            return "its relay ended: " + read_tail(relay_paths_of(run_dir(id)).log, 1000);
+            // The relay can see the sandbox's output close before the runtime
+            // process is reaped: the OOM kill is recorded by then either way.
+            return std::string("its relay ended") + oom() + ": " +
+                   read_tail(relay_paths_of(run_dir(id)).log, 1000);
         }
         std::string why = relayed ? "the sandbox exited" : "its init exited";
-        if (read_cgroup(cgroup_path_of(cfg, id)).oom_killed) why += " after the memory limit's OOM kill";
+        why += oom();
         const auto log = read_tail(run_dir(id) / "kernel.log", 1500);
         if (!log.empty()) why += "; log tail: " + log;
         return why;
