@@ -185,6 +185,15 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
         if (taken_back.ids.count(s.kernel_id) != 0) sessions.restore(s);
         else store.remove_session(s.id);
     }
+    // Snapshots outlive their sessions (and this process): their copies stay
+    // under the launcher's state dir until deleted.
+    for (const auto& r : store.records("snapshot")) {
+        try {
+            manager.adopt_snapshot(kernels::snapshot_from_json(r.body, kernels::kernel_policy{}));
+        } catch (const std::exception& e) {
+            spdlog::warn("snapshot {}: its record is unreadable ({}); left out", r.id, e.what());
+        }
+    }
     if (!taken_back.kernels.empty())
         spdlog::info("took back {} kernel(s) from {}", taken_back.kernels.size(), store.file().string());
 }

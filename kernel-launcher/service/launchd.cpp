@@ -90,6 +90,11 @@ public:
             }
             return to_persisted_json(info);
         }
+        case op::snapshot: {
+            const auto s = launcher_.snapshot_workspace(r.id, r.snapshot);
+            return json{{"bytes", s.bytes}, {"disk_bytes", s.disk_bytes}, {"reflinked", s.reflinked}, {"ms", s.ms}};
+        }
+        case op::remove_snapshot: launcher_.remove_snapshot(r.snapshot); return nullptr;
         case op::validate: launcher_.validate(r.spec); return nullptr;
         case op::signal: launcher_.signal(r.id, r.signal); return nullptr;
         case op::status: return service::status_to_json(as_seen(launcher_.status(r.id)));

@@ -273,6 +273,9 @@ struct launcher::impl {
     fs::path paused_dir(const std::string& id) const { return cfg.state_dir / "paused" / id; }
     checkpoint_info checkpoint(const std::string& id);
     sandbox_info restore(const std::string& id);
+    fs::path snapshot_dir(const std::string& name) const { return cfg.state_dir / "snapshots" / name; }
+    snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot);
+    std::optional<workspace_seed> seed_of(const sandbox_spec& spec) const;
 
     // The launch sequence, in the order launch() runs it.
     sandbox_info launch(const sandbox_spec& spec);
@@ -480,7 +483,9 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     write_file("prepare-run-dir", dir / "spec.json", json(info.spec).dump(2), 0600);
     steps.done("run_dir");
 
-    const auto ws = workspaces.ensure(ws_dir, spec.limits.workspace_bytes, spec.uid, spec.gid);
+    const auto seed = seed_of(spec);
+    const auto ws = workspaces.ensure(ws_dir, spec.limits.workspace_bytes, spec.uid, spec.gid,
+                                      seed ? &*seed : nullptr);
     if (ws.created) workspace_created = ws_dir;
     info.host_uid_base = ws.host_id_base;
     steps.done("workspace");
@@ -640,6 +645,51 @@ sandbox_info launcher::impl::restore(const std::string& id) {
     return info;
 }
 
+snapshot_info launcher::impl::snapshot_workspace(const std::string& id, const std::string& snapshot) {
+    const auto t0 = clock_type::now();
+    const auto info = read_info(id);
+    fs::path ws_dir = info ? fs::path(info->workspace_dir) : cfg.workspace_root / id;
+    std::uint32_t base = 0;
+    if (info) {
+        base = info->host_uid_base;
+    } else {
+        // Paused with its files only: no run dir, the slot says.
+        std::error_code ec;
+        if (!fs::exists(ws_dir.string() + ".img", ec))
+            throw launch_error("snapshot", "sandbox '" + id + "' has no workspace", ENOENT);
+        base = workspaces.ensure(ws_dir, 0, 1000, 1000).host_id_base;
+    }
+    make_dir("snapshot", cfg.state_dir / "snapshots", 0700);
+    const fs::path sdir = snapshot_dir(snapshot);
+    make_dir("snapshot", sdir, 0700, /*must_not_exist=*/true);
+    teardown_guard guard;
+    guard.add([&] {
+        std::error_code ec;
+        fs::remove_all(sdir, ec);
+    });
+    const auto copy = workspaces.copy_image(ws_dir, sdir / "workspace.img");
+    snapshot_info out;
+    out.bytes = copy.bytes;
+    out.disk_bytes = copy.disk_bytes;
+    out.reflinked = copy.reflinked;
+    out.ms = ms_since(t0);
+    write_file("snapshot", sdir / "snapshot.json",
+               json{{"source", id}, {"host_id_base", base}, {"bytes", out.bytes}, {"created_unix_ms", unix_ms_now()}}
+                   .dump(),
+               0600);
+    guard.dismiss();
+    return out;
+}
+
+std::optional<workspace_seed> launcher::impl::seed_of(const sandbox_spec& spec) const {
+    if (spec.from_snapshot.empty()) return std::nullopt;
+    const fs::path sdir = snapshot_dir(spec.from_snapshot);
+    const auto meta = json::parse(read_file(sdir / "snapshot.json"), nullptr, false);
+    if (!meta.is_object() || !meta.contains("host_id_base"))
+        throw launch_error("prepare-workspace", "no snapshot '" + spec.from_snapshot + "'", ENOENT);
+    return workspace_seed{sdir / "workspace.img", meta.at("host_id_base").get<std::uint32_t>()};
+}
+
 fs::path launcher::impl::make_exec_dir() const {
     const auto root = cfg.state_dir / "execs";
     make_dir("exec", root, 0700);
@@ -757,6 +807,18 @@ void launcher::validate(const sandbox_spec& spec) const {
 sandbox_info launcher::launch(const sandbox_spec& spec) {
     validate(spec);
     return impl_->launch(spec);
+}
+
+snapshot_info launcher::snapshot_workspace(const std::string& id, const std::string& snapshot) {
+    if (!is_valid_sandbox_id(id)) throw spec_error("invalid sandbox id");
+    if (!is_valid_sandbox_id(snapshot)) throw spec_error("invalid snapshot name");
+    return impl_->snapshot_workspace(id, snapshot);
+}
+
+void launcher::remove_snapshot(const std::string& snapshot) {
+    if (!is_valid_sandbox_id(snapshot)) throw spec_error("invalid snapshot name");
+    std::error_code ec;
+    fs::remove_all(impl_->snapshot_dir(snapshot), ec);
 }
 
 checkpoint_info launcher::checkpoint(const std::string& id) {

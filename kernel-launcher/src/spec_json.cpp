@@ -77,19 +77,21 @@ void to_json(json& j, const sandbox_spec& s) {
              {"gid", s.gid},
              {"preload", s.preload},
              {"egress_dir", s.egress_dir},
+             {"from_snapshot", s.from_snapshot},
              {"start_timeout_ms", static_cast<std::uint64_t>(s.start_timeout.count())}};
 }
 
 void from_json(const json& j, sandbox_spec& s) {
     require_object(j, "sandbox spec",
                    {"id", "image", "runtime", "limits", "workspace_dir", "env", "uid", "gid",
-                    "preload", "start_timeout_ms", "egress_dir"});
+                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot"});
     read_string(j, "id", s.id);
     read_string(j, "image", s.image);
     read_string(j, "runtime", s.runtime);
     if (const auto it = j.find("limits"); it != j.end()) from_json(*it, s.limits);
     read_string(j, "workspace_dir", s.workspace_dir);
     read_string(j, "egress_dir", s.egress_dir);
+    read_string(j, "from_snapshot", s.from_snapshot);
     if (const auto it = j.find("env"); it != j.end()) {
         if (!it->is_object()) throw spec_error("'env' must be an object of strings");
         s.env.clear();

@@ -147,6 +147,9 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                              " with a simple name");
     }
 
+    if (!spec.from_snapshot.empty() && !is_valid_sandbox_id(spec.from_snapshot))
+        throw spec_error("from_snapshot must be a snapshot name (1 to 64 letters, digits, '-' and '_')");
+
     validate_env(spec.env, config);
 
     if (spec.uid == 0 || spec.gid == 0)

@@ -5,6 +5,7 @@
 #include "host_fs.hpp"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +38,49 @@ private:
 
 fs::path image_of(const fs::path& dir) { return fs::path(dir.string() + ".img"); }
 
+// A copy that shares the source's blocks where the file system can (XFS,
+// btrfs), else one that writes only the blocks in use.
+image_copy copy_image_file(const fs::path& from, const fs::path& to) {
+    image_copy out;
+    auto r = run_command({"cp", "--reflink=always", "--", from.string(), to.string()}, std::chrono::minutes(10));
+    out.reflinked = r.exit_code == 0;
+    if (!out.reflinked) {
+        ::unlink(to.c_str());
+        r = run_command({"cp", "--sparse=always", "--", from.string(), to.string()}, std::chrono::minutes(10));
+        if (r.exit_code != 0) {
+            ::unlink(to.c_str());
+            throw launch_error(step, "copying " + from.string() + " failed: " + r.output, EIO);
+        }
+    }
+    ::chmod(to.c_str(), 0600);
+    struct stat st{};
+    if (::stat(to.c_str(), &st) == 0) {
+        out.bytes = static_cast<std::uint64_t>(st.st_size);
+        out.disk_bytes = out.reflinked ? 0 : static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+    return out;
+}
+
+// Moves every owner in [from, from + 65536) to the same offset from `to`,
+// without following a link: a seeded workspace's files become its own slot's.
+thread_local std::uint32_t remap_from, remap_to;  // nftw passes no context
+int remap_one(const char* path, const struct stat* st, int, struct FTW*) {
+    const auto move = [](std::uint32_t id) {
+        return id - remap_from < 65536u ? remap_to + (id - remap_from) : id;
+    };
+    const auto uid = move(st->st_uid), gid = move(st->st_gid);
+    if (uid == st->st_uid && gid == st->st_gid) return 0;
+    return ::lchown(path, uid, gid) == 0 ? 0 : -1;
+}
+
+void remap_owners(const fs::path& dir, std::uint32_t from, std::uint32_t to) {
+    if (from == to) return;
+    remap_from = from;
+    remap_to = to;
+    if (::nftw(dir.c_str(), remap_one, 64, FTW_PHYS | FTW_MOUNT) != 0)
+        throw launch_error(step, "moving the seeded workspace's files to its own owners", errno);
+}
+
 }  // namespace
 
 workspace_store::workspace_store(fs::path root, std::uint32_t id_base, std::uint32_t max_slots)
@@ -64,7 +108,7 @@ std::uint32_t workspace_store::claim_slot(const std::string& name) {
 }
 
 workspace workspace_store::ensure(const fs::path& dir, std::uint64_t bytes, std::uint32_t uid,
-                                  std::uint32_t gid) {
+                                  std::uint32_t gid, const workspace_seed* seed) {
     std::error_code ec;
     fs::create_directories(root_.parent_path(), ec);
     make_dir(step, root_, 0711);
@@ -81,7 +125,10 @@ workspace workspace_store::ensure(const fs::path& dir, std::uint64_t bytes, std:
     const std::uint32_t owner_uid = ws.host_id_base + uid;
     const std::uint32_t owner_gid = ws.host_id_base + gid;
     struct stat st{};
-    if (::lstat(image.c_str(), &st) != 0) {
+    if (::lstat(image.c_str(), &st) != 0 && seed != nullptr) {
+        ws.created = true;
+        copy_image_file(seed->image, image);
+    } else if (::lstat(image.c_str(), &st) != 0) {
         ws.created = true;
         const int fd = ::open(image.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) throw launch_error(step, "create " + image.string(), errno);
@@ -113,8 +160,42 @@ workspace workspace_store::ensure(const fs::path& dir, std::uint64_t bytes, std:
         throw launch_error(step, "mount " + image.string() + ": " + mounted.output);
     }
     if (ws.created) ::rmdir((dir / "lost+found").c_str());
+    if (ws.created && seed != nullptr) {
+        try {
+            remap_owners(dir, seed->host_id_base, ws.host_id_base);
+        } catch (...) {
+            unmount(step, dir);
+            ::rmdir(dir.c_str());
+            ::unlink(image.c_str());
+            throw;
+        }
+    }
     change_owner(step, dir, owner_uid, owner_gid, 0700);
     return ws;
+}
+
+image_copy workspace_store::copy_image(const fs::path& dir, const fs::path& to) {
+    // Not under the root lock: a long copy must not hold up every start. The
+    // caller keeps the workspace's owner from removing it meanwhile.
+    const fs::path image = image_of(dir);
+    struct stat st{};
+    if (::lstat(image.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw launch_error(step, "the workspace " + dir.string() + " has no image", ENOENT);
+    const bool mounted = is_mount_point(dir);
+    // Frozen, its journal is flushed to the image and nothing changes it
+    // until the copy is done; a sandbox's writes wait meanwhile.
+    if (mounted) {
+        const auto frozen = run_command({"fsfreeze", "--freeze", dir.string()}, std::chrono::seconds(60));
+        if (frozen.exit_code != 0) throw launch_error(step, "fsfreeze " + dir.string() + ": " + frozen.output, EIO);
+    }
+    struct thaw {
+        bool on;
+        fs::path dir;
+        ~thaw() {
+            if (on) run_command({"fsfreeze", "--unfreeze", dir.string()}, std::chrono::seconds(60));
+        }
+    } thawer{mounted, dir};
+    return copy_image_file(image, to);
 }
 
 void workspace_store::remove(const fs::path& dir) {

@@ -18,14 +18,35 @@ struct workspace {
     bool created = false;  // made by this call (a teardown must remove it)
 };
 
+// A workspace image a new workspace starts as a copy of (a snapshot), and
+// the host id base its files are owned under (they are moved to the new
+// workspace's own range).
+struct workspace_seed {
+    std::filesystem::path image;
+    std::uint32_t host_id_base = 0;
+};
+
+// What copy_image() wrote: the image's size and the blocks it took on disk
+// (less with a reflink, which shares the source's blocks until either
+// changes; only used blocks on a file system without one).
+struct image_copy {
+    std::uint64_t bytes = 0, disk_bytes = 0;
+    bool reflinked = false;
+};
+
 class workspace_store {
 public:
     workspace_store(std::filesystem::path root, std::uint32_t id_base, std::uint32_t max_slots);
 
     // Mounts (creating if needed) the workspace at `dir`, owned by container
     // uid/gid `uid`/`gid` mapped through its slot.
+    // With `seed`, a new workspace is a copy of its image (of its size).
     workspace ensure(const std::filesystem::path& dir, std::uint64_t bytes, std::uint32_t uid,
-                     std::uint32_t gid);
+                     std::uint32_t gid, const workspace_seed* seed = nullptr);
+    // A consistent copy of the workspace at `dir` (mounted or not) to
+    // `to`, while a sandbox may be writing to it: the file system is frozen
+    // (its writers wait) for the length of the copy.
+    image_copy copy_image(const std::filesystem::path& dir, const std::filesystem::path& to);
     // Unmounts and deletes the workspace and frees its slot. Missing is fine.
     void remove(const std::filesystem::path& dir);
     // Frees slots whose workspace no longer exists; returns how many.

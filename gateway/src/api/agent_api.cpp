@@ -557,7 +557,8 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"expires_at", p.lifetime.count() > 0 ? json(kernels::iso8601(k.created() + p.lifetime)) : json(nullptr)},
             {"limits", limits},
             {"lifecycle", {{"on_idle", p.pause_on_idle ? "pause" : "delete"}, {"auto_resume", p.auto_resume}}},
-            {"pause", k.pause_model()}};
+            {"pause", k.pause_model()},
+            {"origin", k.origin()}};
 }
 
 std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {
@@ -576,6 +577,25 @@ std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, un
 
 void start_agent_session(services& s, const agent::agent_limits& limits, const std::string& tenant,
                          const json& body, kernels::kernel_manager::done_kernel done) {
+    if (const auto from = body.find("from_snapshot"); from != body.end() && !from->is_null()) {
+        // The snapshot's kernelspec, environment and limits; the request's own
+        // limits (timeout_s, lifecycle, …) on top.
+        if (!from->is_string()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
+        for (const char* other : {"kernel", "env", "network"})
+            if (body.contains(other) && !body[other].is_null())
+                throw api_exception(400, std::string("'") + other +
+                                             "' cannot be given with 'from_snapshot': a session started from a "
+                                             "snapshot runs what its source ran");
+        const auto snap = s.kernels.find_snapshot(tenant, from->get<std::string>());
+        if (!snap) throw api_exception(404, "No such snapshot: '" + from->get<std::string>().substr(0, 64) + "'");
+        s.kernels.start_from_snapshot(tenant, snap->id, 1, policy_from(body, snap->policy, limits),
+                                      [done = std::move(done)](std::optional<kernels::failure> f,
+                                                               std::vector<kernels::kernel_ptr> started) {
+                                          if (f) return done(std::move(f), nullptr);
+                                          done(std::nullopt, started.front());
+                                      });
+        return;
+    }
     auto name = agent_kernel_name(body);
     if (name.empty()) name = s.kernels.specs().default_name();
     const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, tenant);
@@ -611,6 +631,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_file_listing(r, s);
     register_file_paths(r, s);
     register_one_shot(r, s, agents);
+    register_snapshots(r, s, agents);
 }
 
 }  // namespace cellgate::api

@@ -40,6 +40,9 @@ namespace cellgate::agent { class agent_service; struct agent_limits; struct exe
 namespace cellgate::processes { class process_table; }
 namespace cellgate::api {
 void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
+// /v1 snapshots and fork (snapshots_api.cpp; called by register_agent_api).
+void register_snapshots(http::router& r, services& s, agent::agent_service& agents);
+nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
 void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
 // /api/terminals and /terminals/websocket/{name}; the caller keeps what it
 // returns as long as the router.

@@ -346,6 +346,16 @@ void kernel::set_pause_info(pause_state p) {
     pause_ = std::move(p);
 }
 
+void kernel::set_origin(nlohmann::json origin) {
+    std::lock_guard lock(mutex_);
+    origin_ = std::move(origin);
+}
+
+nlohmann::json kernel::origin() const {
+    std::lock_guard lock(mutex_);
+    return origin_;
+}
+
 nlohmann::json kernel::pause_model() const {
     std::lock_guard lock(mutex_);
     return pause_json_locked();
@@ -534,7 +544,7 @@ nlohmann::json kernel::model() const {
             {"connections", connections},
             // Not in Jupyter's model (clients ignore unknown members): the
             // limits this session runs under, as the config resolved them.
-            {"cellgate", {{"limits", to_json(policy_)}, {"pause", pause_json_locked()}}}};
+            {"cellgate", {{"limits", to_json(policy_)}, {"pause", pause_json_locked()}, {"origin", origin_}}}};
 }
 
 void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,

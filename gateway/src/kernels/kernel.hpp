@@ -167,6 +167,10 @@ public:
     pause_state pause_info() const;
     void set_pause_info(pause_state p);
     nlohmann::json pause_model() const;
+    // Where a session started from, when not from nothing: {"snapshot",
+    // "source", "mode"} for one started from a snapshot or a fork; null else.
+    void set_origin(nlohmann::json origin);
+    nlohmann::json origin() const;
     // Called (outside the lock) whenever a client's message waits on a paused
     // kernel: the manager resumes it when its policy says so.
     void on_wanted(std::function<void()> f);
@@ -246,6 +250,7 @@ private:
     bool closed_ = false;
     std::uint64_t next_seq_ = 1;
     pause_state pause_;
+    nlohmann::json origin_;
     std::function<void()> wanted_;
     nlohmann::json pause_json_locked() const;
 };

@@ -442,6 +442,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
     k->set_state(kernel_state::terminating);
     k->close(reason);
     asio::post(launch_pool_, [this, k, reason, callback = std::move(callback)] {
+        wait_for_copies(k->id());  // a snapshot being copied from its workspace
         try {
             launcher_.remove(k->id());
         } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include "kernels/kernelspecs.hpp"
 #include "kernels/launch_gate.hpp"
 #include "kernels/restart_budget.hpp"
+#include "kernels/snapshot.hpp"
 #include "kernels/warm_pool.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -16,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -62,6 +64,8 @@ struct manager_config {
     std::map<std::string, std::size_t> pool_size;
     std::size_t pool_concurrency = 2;  // pool starts under way at once
     std::vector<std::string> pool_preload = {"numpy", "pandas", "matplotlib.pyplot"};
+    // Snapshots one tenant may keep (each holds a copy of a workspace on disk). 0: no cap.
+    std::size_t max_snapshots_per_tenant = 16;
 };
 
 // Starts, restarts, interrupts and stops kernels; owns the registry. Blocking
@@ -72,6 +76,9 @@ class kernel_manager {
 public:
     using done_kernel = std::function<void(std::optional<failure>, kernel_ptr)>;
     using done = std::function<void(std::optional<failure>)>;
+    using done_snapshot = std::function<void(std::optional<failure>, snapshot_record)>;
+    using done_kernels = std::function<void(std::optional<failure>, std::vector<kernel_ptr>)>;
+    using done_fork = std::function<void(std::optional<failure>, snapshot_record, std::vector<kernel_ptr>)>;
 
     kernel_manager(boost::asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                    const kernelspec_registry& specs, metrics::registry& metrics, manager_config config);
@@ -140,6 +147,26 @@ public:
     // Stops every kernel; blocks until all are gone.
     void shutdown_all();
 
+    // Snapshots and fork (kernel_manager_fork.cpp). snapshot(): a named,
+    // immutable copy of the session's workspace, taken while it runs on;
+    // over_quota past max_snapshots_per_tenant, busy during a restart,
+    // pause or resume. It outlives its session until deleted.
+    void snapshot(const kernel_ptr& k, const std::string& name, done_snapshot callback);
+    std::optional<snapshot_record> find_snapshot(const std::string& tenant, const std::string& id) const;
+    std::vector<snapshot_record> snapshots(const std::string& tenant) const;
+    void delete_snapshot(const std::string& tenant, const std::string& id, done callback);
+    // One kept in the state store by an earlier gateway. Call before start().
+    void adopt_snapshot(const snapshot_record& s);
+    // `count` new sessions, each on its own copy of the snapshot's
+    // workspace, with the source's kernelspec, environment and (unless
+    // given) policy. All or none: admitted together (over_quota, nothing
+    // started), and if one fails to start the others are shut down.
+    void start_from_snapshot(const std::string& tenant, const std::string& snapshot_id, std::size_t count,
+                             std::optional<kernel_policy> policy, done_kernels callback);
+    // A snapshot and `count` children from it; past the quota nothing is
+    // made, and when the children fail the snapshot goes too.
+    void fork(const kernel_ptr& k, std::size_t count, const std::string& name, done_fork callback);
+
     const kernelspec_registry& specs() const noexcept { return specs_; }
     const manager_config& config() const noexcept { return config_; }
 
@@ -173,6 +200,10 @@ private:
     restart_budget new_budget() const { return {config_.restart_limit, config_.restart_window}; }
     std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,
                                  const std::map<std::string, std::string>& env);
+    std::optional<failure> admit_many(const std::string& tenant, const std::string& spec_name,
+                                      const std::map<std::string, std::string>& env, std::size_t count);
+    // Blocks (on a launch thread) while a snapshot copies this kernel's workspace.
+    void wait_for_copies(const std::string& kernel_id);
     void launch_new(const kernel_ptr& k, const launcher::sandbox_spec& spec,
                     const std::map<std::string, std::string>& env, const done_kernel& callback);
 
@@ -218,6 +249,10 @@ private:
     // Makes the kernel's egress dir and calls the hook; throws.
     void prepare_egress(const kernel& k, const launcher::sandbox_spec& spec);
     warm_pool pool_;  // under mutex_
+    std::map<std::string, snapshot_record> snapshots_;   // by id; mode empty while being taken
+    std::map<std::string, int> copying_;                 // kernel id → snapshots copying its workspace
+    std::map<std::string, std::size_t> starting_from_;   // snapshot id → children starting from it
+    std::condition_variable copy_done_;
     state_store* store_ = nullptr;
 };
 

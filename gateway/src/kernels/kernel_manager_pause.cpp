@@ -40,6 +40,7 @@ void kernel_manager::pause(const kernel_ptr& k, done callback) {
     launches_.submit(k->tenant(), [this, k, callback = std::move(callback)] {
         launcher::checkpoint_info c;
         std::string note;
+        wait_for_copies(k->id());  // a snapshot being copied from its workspace
         try {
             c = launcher_.checkpoint(k->id());
         } catch (const std::exception& e) {

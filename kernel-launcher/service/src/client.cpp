@@ -196,6 +196,27 @@ sandbox_info client::restore(const std::string& id) {
     return sandbox_info_from_json(call(r));
 }
 
+snapshot_info client::snapshot_workspace(const std::string& id, const std::string& snapshot) {
+    request r;
+    r.op = op::snapshot;
+    r.id = id;
+    r.snapshot = snapshot;
+    const auto j = call(r);
+    snapshot_info out;
+    out.bytes = j.at("bytes").get<std::uint64_t>();
+    out.disk_bytes = j.at("disk_bytes").get<std::uint64_t>();
+    out.reflinked = j.at("reflinked").get<bool>();
+    out.ms = j.at("ms").get<double>();
+    return out;
+}
+
+void client::remove_snapshot(const std::string& snapshot) {
+    request r;
+    r.op = op::remove_snapshot;
+    r.snapshot = snapshot;
+    call(r);
+}
+
 void client::remove(const std::string& id, remove_options options) {
     request r;
     r.op = op::remove;

@@ -14,7 +14,8 @@ const std::map<std::string, op>& ops() {
         {"create", op::create}, {"validate", op::validate}, {"signal", op::signal},
         {"status", op::status}, {"list", op::list},         {"remove", op::remove},
         {"set_cpu_shares", op::set_cpu_shares},             {"usage", op::usage},         {"reap", op::reap},
-        {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore}};
+        {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore},
+        {"snapshot", op::snapshot}, {"remove_snapshot", op::remove_snapshot}};
     return table;
 }
 
@@ -32,7 +33,9 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::reap, {"keep", "unused_workspaces"}},
         {op::exec, {"id", "process"}},
         {op::checkpoint, {"id"}},
-        {op::restore, {"id"}}};
+        {op::restore, {"id"}},
+        {op::snapshot, {"id", "snapshot"}},
+        {op::remove_snapshot, {"snapshot"}}};
     return table;
 }
 
@@ -112,6 +115,11 @@ request parse_request(std::string_view line) {
         r.id = read_id(j, "id");
         r.keep_workspace = read_bool(j, "keep_workspace");
         break;
+    case op::snapshot:
+        r.id = read_id(j, "id");
+        r.snapshot = read_id(j, "snapshot");
+        break;
+    case op::remove_snapshot: r.snapshot = read_id(j, "snapshot"); break;
     case op::usage:
         r.id = read_id(j, "id");
         r.reset_peak = read_bool(j, "reset_peak");
@@ -165,6 +173,11 @@ json to_json(const request& r) {
         j["id"] = r.id;
         j["keep_workspace"] = r.keep_workspace;
         break;
+    case op::snapshot:
+        j["id"] = r.id;
+        j["snapshot"] = r.snapshot;
+        break;
+    case op::remove_snapshot: j["snapshot"] = r.snapshot; break;
     case op::usage:
         j["id"] = r.id;
         j["reset_peak"] = r.reset_peak;

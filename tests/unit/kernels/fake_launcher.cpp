@@ -217,6 +217,17 @@ launcher::sandbox_info fake_launcher::restore(const std::string& id) {
     throw launcher::launch_error("restore", "sandbox '" + id + "' has no saved memory to restore", ENOENT);
 }
 
+launcher::snapshot_info fake_launcher::snapshot_workspace(const std::string& id, const std::string& snapshot) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(id, "snapshot " + snapshot);
+    return {};
+}
+
+void fake_launcher::remove_snapshot(const std::string& snapshot) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(snapshot, "remove_snapshot");
+}
+
 launcher::exec_process fake_launcher::exec(const std::string& id, const launcher::exec_spec&) {
     std::lock_guard lock(mutex_);
     calls_.emplace_back(id, "exec");

@@ -39,6 +39,9 @@ public:
     // restore() finds no image (launch_error ENOENT).
     launcher::checkpoint_info checkpoint(const std::string& id) override;
     launcher::sandbox_info restore(const std::string& id) override;
+    // Records the call; the fake keeps no files.
+    launcher::snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
+    void remove_snapshot(const std::string& snapshot) override;
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

@@ -62,6 +62,8 @@ public:
 
     checkpoint_info checkpoint(const std::string& id) override;
     sandbox_info restore(const std::string& id) override;
+    snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
+    void remove_snapshot(const std::string& snapshot) override;
 
     const launcher_config& config() const noexcept { return config_; }
 

@@ -23,6 +23,14 @@ struct checkpoint_info {
     double ms = 0;                  // how long the checkpoint took
 };
 
+// What snapshot_workspace() kept.
+struct snapshot_info {
+    std::uint64_t bytes = 0;       // the workspace image's size (its cap)
+    std::uint64_t disk_bytes = 0;  // the blocks the copy holds on disk (0 when it shares them: a reflink)
+    bool reflinked = false;
+    double ms = 0;                 // how long the sandbox's writes waited
+};
+
 // What starts and stops sandboxes, as its users see it: the launcher in the
 // caller's process (launcher.hpp, which needs root) and the client of the
 // privileged launcher service (service.hpp, over a unix socket) both are one.
@@ -72,6 +80,15 @@ public:
     // launch_error: no image for `id` (ENOENT), or the runtime refused it
     // (a corrupt image: the image stays for inspection until remove()).
     virtual sandbox_info restore(const std::string& id) = 0;
+    // Keeps a copy of sandbox `id`'s workspace as snapshot `snapshot` (a
+    // name like an id) in <state dir>/snapshots/, consistent while the
+    // sandbox runs on (its writes wait for the copy). A launch with
+    // spec.from_snapshot starts its new workspace as a copy of it.
+    // launch_error: no workspace for `id` (ENOENT), or `snapshot` exists
+    // already (EEXIST).
+    virtual snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) = 0;
+    // Idempotent.
+    virtual void remove_snapshot(const std::string& snapshot) = 0;
 };
 
 }  // namespace cellgate::launcher

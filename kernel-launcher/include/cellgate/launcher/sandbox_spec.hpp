@@ -39,6 +39,9 @@ struct sandbox_spec {
     // gateway's egress proxy socket; mounted read-only at /run/egress. Empty:
     // the sandbox has no way out at all (loopback only).
     std::string egress_dir;
+    // A snapshot (sandbox_launcher::snapshot_workspace) a new workspace
+    // starts as a copy of; ignored when the workspace exists already.
+    std::string from_snapshot;
     std::chrono::milliseconds start_timeout{30000};
 };
 

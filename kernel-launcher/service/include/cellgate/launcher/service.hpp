@@ -37,12 +37,16 @@ namespace cellgate::launcher::service {
 constexpr std::size_t max_request_bytes = 1u << 20;
 constexpr std::size_t max_reply_bytes = 64u << 20;
 
-enum class op { create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore };
+enum class op {
+    create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore,
+    snapshot, remove_snapshot
+};
 
 struct request {
     service::op op = op::list;
     sandbox_spec spec;                 // create, validate
-    std::string id;                    // signal, status, remove, set_cpu_shares, exec, checkpoint, restore
+    std::string id;                    // signal, status, remove, set_cpu_shares, exec, checkpoint, restore, snapshot
+    std::string snapshot;              // snapshot, remove_snapshot
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
@@ -90,6 +94,8 @@ public:
     exec_process exec(const std::string& id, const exec_spec& spec) override;
     checkpoint_info checkpoint(const std::string& id) override;
     sandbox_info restore(const std::string& id) override;
+    snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
+    void remove_snapshot(const std::string& snapshot) override;
 
 private:
     nlohmann::json call(const request& r) const;
