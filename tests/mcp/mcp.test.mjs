@@ -11,7 +11,7 @@ for (const name of ['CELLGATE_URL', 'CELLGATE_TOKEN', 'CELLGATE_OTHER_TOKEN'])
   assert.ok(process.env[name], `${name} must be set`);
 const url = new URL(process.env.CELLGATE_URL + '/mcp');
 const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
-const TOOLS = ['execute_code', 'create_session', 'close_session', 'list_sessions', 'write_file', 'read_file', 'list_files'];
+const TOOLS = ['execute_code', 'create_session', 'snapshot_session', 'fork_session', 'close_session', 'list_sessions', 'write_file', 'read_file', 'list_files'];
 
 async function connect(token) {
   const transport = new StreamableHTTPClientTransport(url, {
@@ -210,6 +210,45 @@ test('create_session and close_session', async () => {
   const gone = await call(main.client, 'execute_code', { code: '1', session_id: id });
   assert.equal(gone.isError, true);
   assert.match(textOf(gone), /not found/);
+});
+
+test('fork_session copies a session\'s files into new sessions that diverge; snapshot_session + create_session from_snapshot', async () => {
+  const c = await call(main.client, 'create_session', {});
+  const src = sessionOf(c);
+  const opened = [src];
+  try {
+    await call(main.client, 'write_file', { session_id: src, path: 'plan.txt', content: 'step 1' });
+    const f = await call(main.client, 'fork_session', { session_id: src, count: 2 });
+    assert.equal(f.isError ?? false, false, textOf(f));
+    const kids = [...textOf(f).matchAll(/session_id: (\S+)/g)].map((m) => m[1]);
+    opened.push(...kids);
+    assert.equal(kids.length, 2, textOf(f));
+    assert.ok(!kids.includes(src) && kids[0] !== kids[1]);
+    for (const [i, k] of kids.entries()) {
+      const r = await call(main.client, 'execute_code', { session_id: k, code: `open('plan.txt','a').write(' + child ${i}'); print(open('plan.txt').read())` });
+      assert.match(textOf(r), new RegExp(`step 1 \\+ child ${i}`), textOf(r));
+    }
+    const back = await call(main.client, 'read_file', { session_id: src, path: 'plan.txt' });
+    assert.match(textOf(back), /^step 1$/m, textOf(back));
+    const s = await call(main.client, 'snapshot_session', { session_id: src, name: 'before step 2' });
+    assert.equal(s.isError ?? false, false, textOf(s));
+    const snap = /snapshot_id: (\S+)/.exec(textOf(s))[1];
+    const n = await call(main.client, 'create_session', { from_snapshot: snap });
+    assert.equal(n.isError ?? false, false, textOf(n));
+    const fresh = sessionOf(n);
+    opened.push(fresh);
+    const read = await call(main.client, 'read_file', { session_id: fresh, path: 'plan.txt' });
+    assert.match(textOf(read), /^step 1$/m);
+    // Bad input comes back as an isError result the model can act on.
+    const bad = await call(main.client, 'fork_session', { session_id: src, count: 99 });
+    assert.equal(bad.isError, true);
+    assert.match(textOf(bad), /count/);
+    const unknown = await call(main.client, 'create_session', { from_snapshot: 'no-such-snapshot' });
+    assert.equal(unknown.isError, true);
+    assert.match(textOf(unknown), /snapshot/);
+  } finally {
+    for (const id of opened) await call(main.client, 'close_session', { session_id: id }).catch(() => {});
+  }
 });
 
 test('the transport saw no errors (GET answered 405, as the client expects)', () => {

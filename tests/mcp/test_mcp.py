@@ -101,7 +101,7 @@ def test_inspector_cli_lists_and_calls_the_tools(gateway, node_modules):
     rc, out, err = _inspector(gateway, "--method", "tools/list")
     assert rc == 0, (out, err, gateway.log_text()[-3000:])
     tools = _json_after_banner(out)["tools"]
-    assert [t["name"] for t in tools] == ["execute_code", "create_session", "close_session", "list_sessions",
+    assert [t["name"] for t in tools] == ["execute_code", "create_session", "snapshot_session", "fork_session", "close_session", "list_sessions",
                                           "write_file", "read_file", "list_files"]
     assert all(t["inputSchema"]["type"] == "object" for t in tools)
     rc, out, err = _inspector(gateway, "--method", "tools/call", "--tool-name", "execute_code",

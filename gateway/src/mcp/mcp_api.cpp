@@ -174,6 +174,8 @@ private:
                   const done_fn& done);
     void create_session(const std::string& tenant, const json& args, const done_fn& done);
     void close_session(const std::string& tenant, const json& args, const done_fn& done);
+    void snapshot_session(const std::string& tenant, const json& args, const done_fn& done);
+    void fork_session(const std::string& tenant, const json& args, const done_fn& done);
     void write_file(const std::string& tenant, const json& args, const done_fn& done);
     void read_file(const std::string& tenant, const json& args, const done_fn& done);
     void list_files(const std::string& tenant, const json& args, const done_fn& done);
@@ -459,6 +461,8 @@ void server::run_tool(const std::string& tenant, const std::string& name, const 
         if (name == "execute_code") return execute_code(tenant, args, call, safe_done);
         if (name == "create_session") return create_session(tenant, args, safe_done);
         if (name == "close_session") return close_session(tenant, args, safe_done);
+        if (name == "snapshot_session") return snapshot_session(tenant, args, safe_done);
+        if (name == "fork_session") return fork_session(tenant, args, safe_done);
         if (name == "write_file") return write_file(tenant, args, safe_done);
         if (name == "read_file") return read_file(tenant, args, safe_done);
         if (name == "list_files") return list_files(tenant, args, safe_done);
@@ -552,6 +556,35 @@ void server::create_session(const std::string& tenant, const json& args, const d
                                  if (e) return done(text_result(failure_text(*e), true));
                                  done(text_result(session_text(*k, self->s_.kernels.specs().find(k->spec_name()))));
                              });
+}
+
+void server::snapshot_session(const std::string& tenant, const json& args, const done_fn& done) {
+    const auto sid = args["session_id"].get<std::string>();
+    const auto k = s_.kernels.find(tenant, sid);
+    if (!k) return done(text_result(not_found_text(sid), true));
+    s_.kernels.snapshot(k, optional_string(args, "name"), [done](std::optional<kernels::failure> f, kernels::snapshot_record snap) {
+        if (f) return done(text_result(failure_text(*f), true));
+        done(text_result("snapshot_id: " + snap.id + "\nname: " + snap.name + "\nof session: " + snap.source +
+                         "\nkept: its files (" + std::to_string(snap.bytes >> 20) +
+                         " MiB workspace); variables are not kept\nStart a session from it: create_session with "
+                         "from_snapshot=\"" + snap.id + "\"."));
+    });
+}
+
+void server::fork_session(const std::string& tenant, const json& args, const done_fn& done) {
+    const auto sid = args["session_id"].get<std::string>();
+    const auto k = s_.kernels.find(tenant, sid);
+    if (!k) return done(text_result(not_found_text(sid), true));
+    const std::size_t count = args.contains("count") && args["count"].is_number_integer() ? args["count"].get<std::size_t>() : 1;
+    s_.kernels.fork(k, count, "", [done, sid](std::optional<kernels::failure> f, kernels::snapshot_record snap,
+                                              std::vector<kernels::kernel_ptr> children) {
+        if (f) return done(text_result(failure_text(*f), true));
+        std::string t = "Forked session " + sid + " into " + std::to_string(children.size()) +
+                        " new session(s), each with its own copy of its files (variables are not carried over):\n";
+        for (const auto& c : children) t += "session_id: " + c->id() + "\n";
+        t += "snapshot_id: " + snap.id + " (start more from it with create_session from_snapshot)";
+        done(text_result(t));
+    });
 }
 
 void server::close_session(const std::string& tenant, const json& args, const done_fn& done) {

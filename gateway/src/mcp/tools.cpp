@@ -76,8 +76,35 @@ json tools_json(long default_timeout_s, long max_timeout_s) {
           schema({{"kernel", {{"type", "string"}, {"description", "Kernelspec name (default: the server's default)."}}},
                   {"timeout_s", {{"type", "integer"}, {"minimum", 1}, {"description", "Default per-cell time limit, seconds."}}},
                   {"idle_timeout_s", {{"type", "integer"}, {"minimum", 0}, {"description", "Seconds idle before the session ends."}}},
-                  {"lifetime_s", {{"type", "integer"}, {"minimum", 0}, {"description", "Seconds before the session ends, busy or not."}}}},
+                  {"lifetime_s", {{"type", "integer"}, {"minimum", 0}, {"description", "Seconds before the session ends, busy or not."}}},
+                  {"from_snapshot",
+                   {{"type", "string"},
+                    {"description", "A snapshot id (snapshot_session): the new session starts with a copy of its "
+                                    "files, and runs the kernel its source ran (do not pass kernel with it)."}}}},
                  {})},
+         {"annotations", annotations(false, false, false)}});
+    list.push_back(
+        {{"name", "snapshot_session"},
+         {"title", "Snapshot a session's files"},
+         {"description", "Keeps an immutable copy of a session's files under a snapshot id, while the session goes "
+                         "on. Start any number of sessions from it later (create_session with from_snapshot): each "
+                         "gets its own copy. Variables are not kept, only files: save what you need to a file "
+                         "first (e.g. with pickle). The snapshot outlives the session."},
+         {"inputSchema",
+          schema({{"session_id", session_id_schema()},
+                  {"name", {{"type", "string"}, {"maxLength", 128}, {"description", "A name to find it by."}}}},
+                 {"session_id"})},
+         {"annotations", annotations(false, false, false)}});
+    list.push_back(
+        {{"name", "fork_session"},
+         {"title", "Fork a session"},
+         {"description", "Copies a session's files into `count` new sessions, to try several approaches from the same "
+                         "point without them affecting each other or the original. Returns the new session_ids. "
+                         "Variables are not carried over, only files: save what you need to a file first."},
+         {"inputSchema",
+          schema({{"session_id", session_id_schema()},
+                  {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 16}, {"description", "How many new sessions (default 1)."}}}},
+                 {"session_id"})},
          {"annotations", annotations(false, false, false)}});
     list.push_back({{"name", "close_session"},
                     {"title", "End a session"},
@@ -144,11 +171,15 @@ std::string check_member(const std::string& name, const json& rule, const json& 
             if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
                 return "'" + name + "' must be one of " + allowed.dump();
         }
+        if (rule.contains("maxLength") && value.get_ref<const std::string&>().size() > rule["maxLength"].get<std::size_t>())
+            return "'" + name + "' must be at most " + rule["maxLength"].dump() + " bytes";
     } else if (type == "integer") {
         if (!value.is_number_integer()) return "'" + name + "' must be a whole number";
         const auto v = value.get<long long>();
         if (rule.contains("minimum") && v < rule["minimum"].get<long long>())
             return "'" + name + "' must be at least " + rule["minimum"].dump();
+        if (rule.contains("maximum") && v > rule["maximum"].get<long long>())
+            return "'" + name + "' must be at most " + rule["maximum"].dump();
     }
     return "";
 }
