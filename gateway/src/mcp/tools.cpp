@@ -5,6 +5,7 @@
 #include "util/encoding.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <array>
 #include <numeric>
@@ -152,7 +153,9 @@ json tools_json(long default_timeout_s, long max_timeout_s) {
 }
 
 const json& tool_table() {
-    static const json t = tools_json(50, 3600);  // the schemas' shapes, for checking arguments
+    // The schemas' shapes, for checking arguments; the cell timeout's ceiling
+    // is the server's own (checked where the cell is made), not this one.
+    static const json t = tools_json(50, std::numeric_limits<int>::max());
     return t;
 }
 

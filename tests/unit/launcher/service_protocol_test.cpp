@@ -52,6 +52,21 @@ TEST(service_protocol, every_request_round_trips) {
         EXPECT_EQ(back.op, o);
         EXPECT_EQ(back.id, "paused-1");
     }
+
+    r = {};
+    r.op = op::snapshot;
+    r.id = "source-1";
+    r.snapshot = "snap-1";
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.op, op::snapshot);
+    EXPECT_EQ(back.id, "source-1");
+    EXPECT_EQ(back.snapshot, "snap-1");
+    r = {};
+    r.op = op::remove_snapshot;
+    r.snapshot = "snap-1";
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.op, op::remove_snapshot);
+    EXPECT_EQ(back.snapshot, "snap-1");
 }
 
 TEST(service_protocol, anything_outside_the_schema_is_refused) {
@@ -68,6 +83,11 @@ TEST(service_protocol, anything_outside_the_schema_is_refused) {
         R"({"op": "checkpoint"})", R"({"op": "checkpoint", "id": "../etc"})",
         R"({"op": "checkpoint", "id": "a", "image_path": "/tmp/x"})", R"({"op": "restore", "id": "a", "spec": {}})",
         R"({"op": "restore", "id": ""})",
+        // A snapshot is named like an id: never a path, and the source is a sandbox id.
+        R"({"op": "snapshot", "id": "a"})", R"({"op": "snapshot", "id": "a", "snapshot": "../../etc"})",
+        R"({"op": "snapshot", "id": "a/b", "snapshot": "s"})", R"({"op": "snapshot", "id": "a", "snapshot": "s", "to": "/x"})",
+        R"({"op": "remove_snapshot"})", R"({"op": "remove_snapshot", "snapshot": "/var"})",
+        R"({"op": "remove_snapshot", "snapshot": "s", "id": "a"})",
     };
     for (const char* line : bad) EXPECT_THROW(parse_request(line), bad_request) << line;
 }
@@ -76,6 +96,7 @@ TEST(service_protocol, specs_go_through_the_launchers_strict_parser) {
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"mounts": []}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"uid": -1}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"image": "/"}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"from_snapshot": 7}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "validate", "spec": {"image": "/usr"}})"), spec_error);
     EXPECT_NO_THROW(parse_request(R"({"op": "create", "spec": {"image": "python"}})"));
 }

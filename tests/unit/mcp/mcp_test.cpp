@@ -24,8 +24,9 @@ TEST(McpTools, FixedNamesInOrderWithObjectSchemas) {
         EXPECT_FALSE(t["inputSchema"]["additionalProperties"].get<bool>());
         EXPECT_FALSE(t.contains("outputSchema")) << t["name"];
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"execute_code", "create_session", "close_session", "list_sessions",
-                                               "write_file", "read_file", "list_files"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"execute_code", "create_session", "snapshot_session", "fork_session",
+                                               "close_session", "list_sessions", "write_file", "read_file",
+                                               "list_files"}));
     EXPECT_EQ(tools[0]["inputSchema"]["properties"]["timeout_s"]["maximum"], 3600);
     EXPECT_TRUE(is_tool("read_file"));
     EXPECT_FALSE(is_tool("rm_rf"));
@@ -43,6 +44,13 @@ TEST(McpTools, ArgumentsAreChecked) {
     EXPECT_EQ(check_arguments("write_file", {{"path", "a"}, {"content", ""}, {"encoding", "hex"}}),
               R"('encoding' must be one of ["utf-8","base64"])");
     EXPECT_EQ(check_arguments("list_sessions", json::array()), "the arguments must be an object");
+    EXPECT_EQ(check_arguments("fork_session", {{"session_id", "s"}, {"count", 17}}), "'count' must be at most 16");
+    EXPECT_EQ(check_arguments("fork_session", {{"session_id", "s"}, {"count", 16}}), "");
+    EXPECT_EQ(check_arguments("fork_session", {{"count", 2}}), "'session_id' is required");
+    EXPECT_EQ(check_arguments("snapshot_session", {{"session_id", "s"}, {"name", std::string(129, 'n')}}),
+              "'name' must be at most 128 bytes");
+    // A long cell timeout is the server's to refuse (its configured ceiling), not the schema table's.
+    EXPECT_EQ(check_arguments("execute_code", {{"code", "1"}, {"timeout_s", 7200}}), "");
 }
 
 TEST(McpTools, FileUrisRoundTrip) {
