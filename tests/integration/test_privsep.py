@@ -249,6 +249,35 @@ def test_pause_and_resume_go_through_the_service(split, kernel):
     wait_for(lambda: sid not in split.sandboxes(), what="the sandbox to go")
 
 
+def test_a_fork_goes_through_the_service(split):
+    """snapshot and a start from it are launchd ops: the unprivileged gateway
+    forks a session, and the child's copy of the files is its own (readable
+    and writable by the child's kernel and through the gateway's view)."""
+    r = split.api("POST", "/v1/sessions", json={})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    kids = []
+    try:
+        r = split.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "open('f.txt', 'w').write('from parent')"}).json()
+        assert r["status"] == "ok", r
+        r = split.api("POST", f"/v1/sessions/{sid}/fork", json={"count": 1}, timeout=300)
+        assert r.status_code == 201, r.text
+        kids = [c["id"] for c in r.json()["sessions"]]
+        kid = kids[0]
+        assert split.api("GET", f"/v1/sessions/{kid}/files/f.txt").content == b"from parent"
+        assert split.api("PUT", f"/v1/sessions/{kid}/files/g.txt", data=b"child only").status_code in (200, 201)
+        r = split.api("POST", f"/v1/sessions/{kid}/execute",
+                      json={"code": "open('f.txt', 'a').write(' + child'); print(open('f.txt').read(), open('g.txt').read())"}).json()
+        assert r["stdout"] == "from parent + child child only\n", r
+        assert split.api("GET", f"/v1/sessions/{sid}/files/f.txt").content == b"from parent"
+        assert split.api("GET", f"/v1/sessions/{sid}/files/g.txt").status_code == 404
+    finally:
+        for k in [sid, *kids]:
+            split.api("DELETE", f"/v1/sessions/{k}")
+        for s in split.api("GET", "/v1/snapshots").json()["snapshots"]:
+            split.api("DELETE", f"/v1/snapshots/{s['id']}")
+
+
 @pytest.mark.parametrize("payload, expect", [
     (b'{"op":"spawn","cmd":"id"}\n', "unknown op"),
     (b'{"op":"exec","cmd":"id"}\n', "takes no field"),
