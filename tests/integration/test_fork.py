@@ -51,7 +51,7 @@ def gw(request, tmp_path_factory):
         pytest.skip(f"needs root and {runtime}")
     d = tmp_path_factory.mktemp(f"fork-{runtime}")
     config = d / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}}))
+    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}, "max_snapshots_per_tenant": 3}))
     g = Gateway("--config", str(config), "--max-kernels", "12", "--max-kernels-per-tenant", "6").start()
     g.runtime = runtime
     yield g
@@ -183,6 +183,29 @@ def test_a_fork_past_the_quota_is_refused_and_makes_nothing(gw):
         # The parent is untouched and a fork that fits works.
         assert run(gw, parent, "print(open('/workspace/f').read())") == "1"
         r = gw.api("POST", f"/v1/sessions/{parent}/fork", json={"count": 1}, timeout=300)
+        assert r.status_code == 201, r.text
+    finally:
+        delete_all(gw)
+
+
+def test_snapshots_past_the_tokens_cap_are_refused_until_one_is_deleted(gw):
+    s = new_session(gw)["id"]
+    try:
+        snaps = []
+        for i in range(3):
+            r = gw.api("POST", f"/v1/sessions/{s}/snapshots", json={"name": f"s{i}"}, timeout=300)
+            assert r.status_code == 201, r.text
+            snaps.append(r.json()["id"])
+        sessions = {x["id"] for x in gw.api("GET", "/v1/sessions").json()["sessions"]}
+        for path, body in ((f"/v1/sessions/{s}/snapshots", {}), (f"/v1/sessions/{s}/fork", {"count": 1})):
+            r = gw.api("POST", path, json=body, timeout=300)
+            assert r.status_code == 429 and "Snapshot limit" in r.json()["message"], r.text
+        # Nothing was made by the refused calls.
+        assert sorted(x["id"] for x in gw.api("GET", "/v1/snapshots").json()["snapshots"]) == sorted(snaps)
+        assert {x["id"] for x in gw.api("GET", "/v1/sessions").json()["sessions"]} == sessions
+        assert sorted(p.name for p in (gw.state_dir / "snapshots").iterdir()) == sorted(snaps)
+        assert gw.api("DELETE", f"/v1/snapshots/{snaps[0]}").status_code == 204
+        r = gw.api("POST", f"/v1/sessions/{s}/snapshots", json={}, timeout=300)
         assert r.status_code == 201, r.text
     finally:
         delete_all(gw)
