@@ -38,6 +38,44 @@ export interface SessionModel {
   limits: SessionLimits;
   lifecycle?: { on_idle: 'delete' | 'pause'; auto_resume: boolean };
   pause?: SessionPause;
+  /** null, or where a session started from a snapshot (or a fork) came from */
+  origin?: SessionOrigin | null;
+}
+
+export interface SessionOrigin {
+  /** the snapshot's id */
+  snapshot: string;
+  /** the id of the session the snapshot was taken from */
+  source: string;
+  /** what the snapshot held: the workspace's files, not the kernel's memory */
+  mode: 'files';
+}
+
+/** A snapshot: an immutable copy of a session's workspace, taken while it ran. */
+export interface SnapshotModel {
+  id: string;
+  /** the name it was given, else its id */
+  name: string;
+  /** the id of the session it was taken from (which may have ended since) */
+  session: string;
+  /** the source's kernelspec */
+  kernel: string;
+  /** ISO 8601 */
+  created: string;
+  /** the workspace is copied, the kernel's memory is not */
+  mode: 'files';
+  /** the files' size */
+  bytes: number;
+  /** what the copy takes on disk */
+  disk_bytes: number;
+  /** whether the copy shares its blocks with the source (a reflink) */
+  reflinked: boolean;
+}
+
+/** What `session.fork()` made: the snapshot and the sessions started from it. */
+export interface ForkResult {
+  snapshot: SnapshotModel;
+  sessions: Session[];
 }
 
 export interface SessionPause {
@@ -69,6 +107,8 @@ export interface SessionOptions {
   env?: Record<string, string>;
   /** a way out for the sandbox (docs/egress.md); without it, it reaches nothing */
   network?: NetworkOptions;
+  /** start on a copy of this snapshot's files (a model or its id); not with kernel, env or network */
+  fromSnapshot?: string | SnapshotModel;
   signal?: AbortSignal;
   /** the API's own snake_case names (timeout_s, …) pass through as given */
   [apiName: string]: unknown;
@@ -322,7 +362,10 @@ export interface RequestOptions {
   body?: BodyInit;
   headers?: Record<string, string>;
   signal?: AbortSignal;
+  /** the class a 404 rejects with (default NotFound) */
   notFound?: typeof CellgateError;
+  /** the class a 429 rejects with (default TooManySessions) */
+  tooMany?: typeof CellgateError;
 }
 
 /** The gateway refused a request (status ≥ 400), or could not be reached (status null). */
@@ -339,8 +382,12 @@ export declare class CellgateError extends Error {
 export declare class NotFound extends CellgateError {}
 /** 404 on a session: deleted, culled for idleness or past its lifetime. */
 export declare class SessionNotFound extends NotFound {}
+/** 404 on a snapshot: deleted, or never there. */
+export declare class SnapshotNotFound extends NotFound {}
 /** 429: too many sessions. */
 export declare class TooManySessions extends CellgateError {}
+/** 429 on a snapshot: the tenant keeps as many as it may; delete one first. */
+export declare class TooManySnapshots extends CellgateError {}
 /** A command exited non-zero or was killed; it carries the CommandResult's fields. */
 export declare class CommandExitError extends CellgateError {
   constructor(result: CommandResult);
@@ -363,6 +410,12 @@ export declare class Cellgate {
   /** a Session for an id, without asking the gateway */
   session(id: string): Session;
   listSessions(): Promise<SessionModel[]>;
+  /** the caller's snapshots, oldest first */
+  listSnapshots(): Promise<SnapshotModel[]>;
+  /** one snapshot (SnapshotNotFound if it is gone) */
+  getSnapshot(snapshot: string | SnapshotModel): Promise<SnapshotModel>;
+  /** deletes a snapshot; sessions started from it keep their files (SnapshotNotFound if it is gone) */
+  deleteSnapshot(snapshot: string | SnapshotModel): Promise<void>;
   runOnce(code: string, files?: OneShotFiles, opts?: { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
   static runOnce(code: string, files?: OneShotFiles,
                  opts?: ClientOptions & { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
@@ -383,6 +436,12 @@ export declare class Session {
   restart(): Promise<SessionModel>;
   pause(): Promise<SessionModel>;
   resume(): Promise<SessionModel>;
+  /** a copy of the workspace (not the kernel's memory); TooManySnapshots past the tenant's cap */
+  snapshot(opts?: { name?: string; signal?: AbortSignal }): Promise<SnapshotModel>;
+  /** the snapshots taken from this session that still exist */
+  snapshots(): Promise<SnapshotModel[]>;
+  /** a snapshot and `count` (1..16, default 1) new sessions on copies of it; all or none (TooManySessions) */
+  fork(opts?: { count?: number; name?: string; signal?: AbortSignal }): Promise<ForkResult>;
   upload(path: string, data: UploadData, opts?: { signal?: AbortSignal }): Promise<FileInfo>;
   uploadMany(files: Record<string, UploadData> | File[], opts?: { path?: string; signal?: AbortSignal }): Promise<FileInfo[]>;
   download(path: string, opts?: { as?: 'arraybuffer'; signal?: AbortSignal }): Promise<ArrayBuffer>;

@@ -59,11 +59,27 @@ export class SessionNotFound extends NotFound {
   }
 }
 
+/** 404 on a snapshot: it was deleted (or belongs to another tenant). */
+export class SnapshotNotFound extends NotFound {
+  constructor(status, reason, message) {
+    super(status, reason, message);
+    this.name = 'SnapshotNotFound';
+  }
+}
+
 /** 429: the gateway's (or the tenant's) session quota is full. */
 export class TooManySessions extends CellgateError {
   constructor(status, reason, message) {
     super(status, reason, message);
     this.name = 'TooManySessions';
+  }
+}
+
+/** 429 on a snapshot: the tenant keeps as many as it may; delete one first. */
+export class TooManySnapshots extends CellgateError {
+  constructor(status, reason, message) {
+    super(status, reason, message);
+    this.name = 'TooManySnapshots';
   }
 }
 
@@ -95,6 +111,17 @@ function nodeEnv() {
 function hasLocation() {
   const loc = /** @type {any} */ (globalThis).location;
   return !!(loc && typeof loc.origin === 'string' && /^https?:/.test(loc.origin));
+}
+
+/**
+ * A snapshot's id, from its model or the id itself.
+ * @param {string|{id: string}} snapshot
+ * @returns {string}
+ */
+function snapshotId(snapshot) {
+  const id = snapshot && typeof snapshot === 'object' ? snapshot.id : snapshot;
+  if (typeof id !== 'string' || !id) throw new TypeError(`not a snapshot or a snapshot id: ${snapshot}`);
+  return id;
 }
 
 /**
@@ -155,10 +182,11 @@ function toBody(data) {
 /**
  * Turns an error response into a CellgateError.
  * @param {Response} res
- * @param {typeof CellgateError} [notFound]
+ * @param {typeof CellgateError} [notFound] the class for a 404
+ * @param {typeof CellgateError} [tooMany] the class for a 429
  * @returns {Promise<CellgateError>}
  */
-async function errorFrom(res, notFound = NotFound) {
+async function errorFrom(res, notFound = NotFound, tooMany = TooManySessions) {
   let reason = res.statusText || 'error';
   let message = '';
   const text = await res.text().catch(() => '');
@@ -173,7 +201,7 @@ async function errorFrom(res, notFound = NotFound) {
   }
   let cls = CellgateError;
   if (res.status === 404) cls = notFound;
-  else if (res.status === 429) cls = TooManySessions;
+  else if (res.status === 429) cls = tooMany;
   return new cls(res.status, reason, message);
 }
 
@@ -367,7 +395,7 @@ export class Cellgate {
    * Sends a request; throws CellgateError for statuses ≥ 400.
    * @param {string} method
    * @param {string} path
-   * @param {{json?: any, body?: BodyInit, headers?: Record<string,string>, signal?: AbortSignal, notFound?: typeof CellgateError}} [opts]
+   * @param {{json?: any, body?: BodyInit, headers?: Record<string,string>, signal?: AbortSignal, notFound?: typeof CellgateError, tooMany?: typeof CellgateError}} [opts]
    * @returns {Promise<Response>}
    */
   async request(method, path, opts = {}) {
@@ -397,7 +425,7 @@ export class Cellgate {
       if (e && /** @type {any} */ (e).name === 'AbortError') throw e;
       throw new CellgateError(null, 'connection_failed', `${method} ${this.absolute(path)}: ${e && /** @type {any} */ (e).message || e}`);
     }
-    if (res.status >= 400) throw await errorFrom(res, opts.notFound);
+    if (res.status >= 400) throw await errorFrom(res, opts.notFound, opts.tooMany);
     return res;
   }
 
@@ -421,6 +449,10 @@ export class Cellgate {
 
   /**
    * Starts a session: a sandboxed, stateful Python kernel with its own /workspace.
+   * `fromSnapshot` (a snapshot model or its id) starts it on a copy of that
+   * snapshot's files with a new kernel of the snapshot's kernelspec,
+   * environment and network (`kernel`, `env` and `network` cannot be given
+   * with it: a 400); an unknown snapshot rejects with SnapshotNotFound.
    * @param {import('./cellgate').SessionOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -428,13 +460,15 @@ export class Cellgate {
     /** @type {Record<string, any>} */
     const body = {};
     const map = { kernel: 'kernel', timeout: 'timeout_s', idleTimeout: 'idle_timeout_s', lifetime: 'lifetime_s',
-      outputLimit: 'output_limit_bytes', env: 'env', network: 'network' };
+      outputLimit: 'output_limit_bytes', env: 'env', network: 'network', fromSnapshot: 'from_snapshot' };
     for (const [key, value] of Object.entries(opts || {})) {
       if (value === undefined || value === null || key === 'signal') continue;
       const name = /** @type {Record<string,string>} */ (map)[key] || key;  // snake_case names pass through
-      body[name] = name.endsWith('_s') ? seconds(value) : value;
+      body[name] = name.endsWith('_s') ? seconds(value) : name === 'from_snapshot' ? snapshotId(value) : value;
     }
-    const model = await this.requestJson('POST', '/v1/sessions', { json: body, signal: opts && opts.signal });
+    const model = await this.requestJson('POST', '/v1/sessions', {
+      json: body, signal: opts && opts.signal, notFound: SnapshotNotFound,
+    });
     return new Session(this, model);
   }
 
@@ -464,6 +498,37 @@ export class Cellgate {
   async listSessions() {
     const body = await this.requestJson('GET', '/v1/sessions');
     return (body && body.sessions) || [];
+  }
+
+  /**
+   * The caller's snapshots (of every session, ended ones too), oldest first.
+   * @returns {Promise<import('./cellgate').SnapshotModel[]>}
+   */
+  async listSnapshots() {
+    const body = await this.requestJson('GET', '/v1/snapshots');
+    return (body && body.snapshots) || [];
+  }
+
+  /**
+   * One snapshot (a model or its id), refreshed; SnapshotNotFound if it is gone.
+   * @param {string|{id: string}} snapshot
+   * @returns {Promise<import('./cellgate').SnapshotModel>}
+   */
+  async getSnapshot(snapshot) {
+    return this.requestJson('GET', `/v1/snapshots/${encodeURIComponent(snapshotId(snapshot))}`,
+      { notFound: SnapshotNotFound });
+  }
+
+  /**
+   * Deletes a snapshot (a model or its id) and its copy of the files;
+   * sessions started from it keep theirs. SnapshotNotFound if it is gone, a
+   * 409 while sessions are starting from it.
+   * @param {string|{id: string}} snapshot
+   * @returns {Promise<void>}
+   */
+  async deleteSnapshot(snapshot) {
+    await this.request('DELETE', `/v1/snapshots/${encodeURIComponent(snapshotId(snapshot))}`,
+      { notFound: SnapshotNotFound });
   }
 
   /**
@@ -659,6 +724,57 @@ export class Session {
   async resume() {
     this.model = await this.client.requestJson('POST', this._path('/resume'), { notFound: SessionNotFound });
     return this.model;
+  }
+
+  /**
+   * Takes a snapshot of the running session: a copy of its workspace (mode
+   * "files": the kernel's memory is not kept), taken while it runs on.
+   * `createSession({fromSnapshot})` starts sessions on copies of it; it
+   * outlives this session until `deleteSnapshot()`. `name` (1 to 128
+   * characters) defaults to its id. Rejects with TooManySnapshots past the
+   * tenant's cap, a 409 CellgateError while the session restarts, pauses or
+   * resumes.
+   * @param {{name?: string, signal?: AbortSignal}} [opts]
+   * @returns {Promise<import('./cellgate').SnapshotModel>}
+   */
+  async snapshot(opts = {}) {
+    /** @type {Record<string, any>} */
+    const body = {};
+    if (opts.name !== undefined && opts.name !== null) body.name = opts.name;
+    return this.client.requestJson('POST', this._path('/snapshots'), {
+      json: body, signal: opts.signal, notFound: SessionNotFound, tooMany: TooManySnapshots,
+    });
+  }
+
+  /**
+   * The snapshots taken from this session that still exist, oldest first.
+   * @returns {Promise<import('./cellgate').SnapshotModel[]>}
+   */
+  async snapshots() {
+    const body = await this.client.requestJson('GET', this._path('/snapshots'), { notFound: SessionNotFound });
+    return (body && body.snapshots) || [];
+  }
+
+  /**
+   * Snapshots the session and starts `count` (1 to 16, default 1) new
+   * sessions on copies of it, in one call. Each child has a new id and a new
+   * kernel on its own copy of the files (`model.origin` names the snapshot
+   * and this session); nothing it writes reaches this session or the other
+   * children. The children are admitted all or none: past the session quota
+   * it rejects with TooManySessions and nothing is made. Close the children
+   * when done; the snapshot stays until `deleteSnapshot()`.
+   * @param {{count?: number, name?: string, signal?: AbortSignal}} [opts]
+   * @returns {Promise<{snapshot: import('./cellgate').SnapshotModel, sessions: Session[]}>}
+   */
+  async fork(opts = {}) {
+    /** @type {Record<string, any>} */
+    const body = {};
+    if (opts.count !== undefined && opts.count !== null) body.count = opts.count;
+    if (opts.name !== undefined && opts.name !== null) body.name = opts.name;
+    const out = await this.client.requestJson('POST', this._path('/fork'), {
+      json: body, signal: opts.signal, notFound: SessionNotFound,
+    });
+    return { snapshot: out.snapshot, sessions: (out.sessions || []).map((m) => new Session(this.client, m)) };
   }
 
   /**

@@ -1,4 +1,4 @@
-"""Runs the JavaScript client's tests (client.test.mjs, network.test.mjs and pause.test.mjs,
+"""Runs the JavaScript client's tests (client.test.mjs, network.test.mjs, pause.test.mjs and fork.test.mjs,
 Node's built-in test runner) against the REAL cellgate gateway: built binary,
 runc sandboxes, the built kernel image. The network tests get a gateway
 whose --egress-resolve map leads allowed.test and denied.test to a listener
@@ -118,3 +118,7 @@ def test_js_client_network(gateway_egress, tmp_path):
 
 def test_js_client_pause(gateway, tmp_path):
     _run_node(gateway, "pause.test.mjs", tmp_path)
+
+
+def test_js_client_fork(gateway, tmp_path):
+    _run_node(gateway, "fork.test.mjs", tmp_path)

@@ -9,18 +9,19 @@
 Standard library only; Python 3.9+.
 """
 from .commands import CommandExitError, CommandHandle, CommandResult
-from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, StreamIncomplete,
-                     TooManySessions)
+from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, SnapshotNotFound, StreamIncomplete,
+                     TooManySessions, TooManySnapshots)
 from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnection, NetworkPolicy, Result,
-                     SessionInfo, Truncated)
-from .sandbox import Sandbox, run_once
+                     SessionInfo, Snapshot, Truncated)
+from .sandbox import ForkResult, Sandbox, delete_snapshot, get_snapshot, list_snapshots, run_once
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "run_once",
+    "Sandbox", "run_once", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
     "CommandExitError", "CommandHandle", "CommandResult",
     "Execution", "ExecutionError", "FileInfo", "Logs", "NetworkConnection", "NetworkPolicy", "Result",
-    "SessionInfo", "Truncated",
-    "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "StreamIncomplete", "TooManySessions",
+    "SessionInfo", "Snapshot", "Truncated",
+    "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "SnapshotNotFound", "StreamIncomplete",
+    "TooManySessions", "TooManySnapshots",
 ]

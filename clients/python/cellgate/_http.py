@@ -53,7 +53,7 @@ class Client:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def open(self, method, path, *, body=None, json_body=None, headers=None, query=None,
-             timeout=None, not_found=NotFound):
+             timeout=None, not_found=NotFound, too_many=TooManySessions):
         """Sends a request and returns the open HTTPResponse (status < 400).
 
         ``body`` may be bytes or a binary file object (then Content-Length
@@ -82,7 +82,7 @@ class Client:
         if resp.status >= 400:
             data = resp.read()
             conn.close()
-            raise error_from_response(resp.status, resp.reason, data, not_found)
+            raise error_from_response(resp.status, resp.reason, data, not_found, too_many)
         return resp
 
     def request(self, method, path, **kw):
@@ -107,7 +107,7 @@ def close_response(resp):
     resp._cellgate_conn.close()
 
 
-def error_from_response(status, http_reason, data, not_found=NotFound):
+def error_from_response(status, http_reason, data, not_found=NotFound, too_many=TooManySessions):
     reason, message = http_reason, ""
     try:
         body = json.loads(data)
@@ -119,7 +119,7 @@ def error_from_response(status, http_reason, data, not_found=NotFound):
     if status == 404:
         cls = not_found
     elif status == 429:
-        cls = TooManySessions
+        cls = too_many
     return cls(status, reason, message)
 
 

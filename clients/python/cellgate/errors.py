@@ -24,8 +24,16 @@ class SessionNotFound(NotFound):
     """404 on a session: it was deleted, culled for idleness or reached its lifetime."""
 
 
+class SnapshotNotFound(NotFound):
+    """404 on a snapshot: it was deleted, or belongs to another tenant."""
+
+
 class TooManySessions(CellgateError):
     """429: the gateway's (or the tenant's) session quota is full."""
+
+
+class TooManySnapshots(CellgateError):
+    """429 on a snapshot: the tenant keeps as many as it may; delete one first."""
 
 
 class ConnectionFailed(CellgateError):

@@ -330,6 +330,9 @@ class SessionInfo:
         self.lifecycle = raw.get("lifecycle") or {}
         # {"paused", "mode" ("memory"|"files"), "since", "image_bytes", "resumed_from", "pauses"}
         self.pause = raw.get("pause") or {}
+        # None, or {"snapshot": id, "source": session id, "mode": "files"} for a
+        # session started from a snapshot (or a fork).
+        self.origin = raw.get("origin")
 
     @property
     def paused(self):
@@ -337,3 +340,29 @@ class SessionInfo:
 
     def __repr__(self):
         return f"<SessionInfo {self.id} {self.kernel} {self.state} expires {self.expires_at}>"
+
+
+class Snapshot:
+    """A snapshot: an immutable copy of a session's workspace, taken while it
+    ran. ``session`` is the id of the session it was taken from (which may
+    have ended since), ``kernel`` its kernelspec, ``created`` an ISO 8601
+    time, ``mode`` what it holds ("files": the workspace, not the kernel's
+    memory), ``bytes`` the files' size, ``disk_bytes`` what the copy takes on
+    disk and ``reflinked`` whether it shares its blocks with the source.
+    ``name`` is the name it was given, else its id."""
+
+    def __init__(self, raw):
+        self.raw = raw or {}
+        r = self.raw
+        self.id = r.get("id")
+        self.name = r.get("name")
+        self.session = r.get("session")
+        self.kernel = r.get("kernel")
+        self.created = r.get("created")
+        self.mode = r.get("mode")
+        self.bytes = r.get("bytes")
+        self.disk_bytes = r.get("disk_bytes")
+        self.reflinked = bool(r.get("reflinked"))
+
+    def __repr__(self):
+        return f"<Snapshot {self.id} {self.name!r} of {self.session} {self.mode} {self.bytes} B>"

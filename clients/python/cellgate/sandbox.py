@@ -1,15 +1,17 @@
 """Sessions on a cellgate gateway: a sandboxed, stateful Python kernel with its
 own /workspace, driven through the gateway's /v1 agent API."""
 import base64
+import collections
 import io
 import json
 import os
 import uuid
 
 from ._http import Client, close_response, iter_sse, quote_path
-from .errors import CellgateError, NotFound, SessionNotFound, StreamIncomplete
+from .errors import CellgateError, NotFound, SessionNotFound, SnapshotNotFound, StreamIncomplete, TooManySnapshots
 from .commands import Commands
-from .models import Execution, ExecutionError, FileInfo, NetworkConnection, NetworkPolicy, Result, SessionInfo
+from .models import (Execution, ExecutionError, FileInfo, NetworkConnection, NetworkPolicy, Result, SessionInfo,
+                     Snapshot)
 
 DEFAULT_EXEC_TIMEOUT_S = 300
 # Time the gateway may need beyond the execution timeout (interrupt, then a
@@ -27,6 +29,11 @@ def _seconds(value):
 def _entries(value):
     """A list of network entries or preset names; one string is one entry."""
     return [value] if isinstance(value, str) else list(value)
+
+
+def _snapshot_id(snapshot):
+    """A snapshot id, from a Snapshot or the id itself."""
+    return snapshot.id if isinstance(snapshot, Snapshot) else str(snapshot)
 
 
 def _read_source(data):
@@ -68,15 +75,22 @@ class Sandbox:
     ``on_idle="pause"`` pauses the session after ``idle_timeout`` instead of
     deleting it; ``auto_resume`` (default True) lets the next cell resume a
     paused session by itself.
+    ``from_snapshot`` (a Snapshot or its id) starts the session on a copy of
+    that snapshot's files, with a new kernel of the snapshot's kernelspec,
+    environment and network: ``kernel``, ``env`` and ``network`` cannot be
+    given with it (CellgateError 400); the limits and lifecycle can. An
+    unknown snapshot raises SnapshotNotFound.
     """
 
     def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
-                 env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, request_timeout=60.0,
-                 _session=None):
+                 env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, from_snapshot=None,
+                 request_timeout=60.0, _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
             body = {}
+            if from_snapshot is not None:
+                body["from_snapshot"] = _snapshot_id(from_snapshot)
             for key, value in (("kernel", kernel), ("timeout_s", timeout), ("idle_timeout_s", idle_timeout),
                                ("lifetime_s", lifetime), ("output_limit_bytes", output_limit), ("env", env)):
                 if value is not None:
@@ -88,7 +102,7 @@ class Sandbox:
                 body["lifecycle"] = lifecycle
             # Starting a sandbox can take a while on a busy host.
             _session = self._client.request("POST", "/v1/sessions", json_body=body,
-                                            timeout=max(request_timeout, 180))
+                                            timeout=max(request_timeout, 180), not_found=SnapshotNotFound)
         self._set_model(_session)
 
     @classmethod
@@ -182,6 +196,45 @@ class Sandbox:
 
     def __repr__(self):
         return f"<Sandbox {self.id} at {self.url}>"
+
+    # --- snapshots and fork -----------------------------------------------------------------
+
+    def snapshot(self, name=None):
+        """Takes a snapshot of the running session: a copy of its workspace
+        (mode "files": the kernel's memory is not kept), taken while it runs
+        on. Sandbox(from_snapshot=…) starts sessions on copies of it; it
+        outlives this session until delete_snapshot(). ``name`` (1 to 128
+        characters) defaults to its id. Raises TooManySnapshots past the
+        tenant's cap, CellgateError 409 while the session restarts, pauses
+        or resumes. Returns the Snapshot."""
+        body = {} if name is None else {"name": name}
+        raw = self._request("POST", "/snapshots", json_body=body, too_many=TooManySnapshots,
+                            timeout=max(self._client.timeout, 600))
+        return Snapshot(raw)
+
+    def snapshots(self):
+        """The snapshots taken from this session that still exist, oldest first."""
+        body = self._request("GET", "/snapshots") or {}
+        return [Snapshot(s) for s in body.get("snapshots", [])]
+
+    def fork(self, count=1, name=None):
+        """Snapshots the session and starts ``count`` (1 to 16) new sessions
+        on copies of it, in one call: a ForkResult ``(snapshot, sandboxes)``.
+        Each child has a new id and a new kernel on its own copy of the files
+        (``info().origin`` names the snapshot and this session); nothing it
+        writes reaches this session or the other children. The children are
+        admitted all or none: past the session quota it raises
+        TooManySessions and nothing is made (a fork at the snapshot cap is a
+        429 too; its message says so). Close the children when done
+        (``with sb.fork(2) as (snap, kids):`` does); the snapshot stays until
+        delete_snapshot()."""
+        body = {"count": count}
+        if name is not None:
+            body["name"] = name
+        raw = self._request("POST", "/fork", json_body=body, timeout=max(self._client.timeout, 600))
+        children = [Sandbox(self.url, self._client.token, request_timeout=self._client.timeout, _session=m)
+                    for m in raw.get("sessions", [])]
+        return ForkResult(Snapshot(raw.get("snapshot")), children)
 
     # --- execution ------------------------------------------------------------------------
 
@@ -378,6 +431,45 @@ class Sandbox:
         `after` (page on with the last one's ``seq``)."""
         body = self._request("GET", f"/network/log?after={int(after)}&limit={int(limit)}") or {}
         return [NetworkConnection(r) for r in body.get("connections", [])]
+
+
+class ForkResult(collections.namedtuple("ForkResult", ["snapshot", "sandboxes"])):
+    """What Sandbox.fork() made: the ``snapshot`` (a Snapshot) and the
+    ``sandboxes`` started from it (a list of Sandbox). It unpacks as a pair;
+    as a context manager it closes the sandboxes on exit (not the snapshot)."""
+
+    __slots__ = ()
+
+    def close(self):
+        """Closes every child sandbox (closing twice is harmless)."""
+        for sb in self.sandboxes:
+            sb.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def list_snapshots(url=None, token=None):
+    """The caller's snapshots (of every session, ended ones too), oldest first."""
+    body = Client(url, token).request("GET", "/v1/snapshots") or {}
+    return [Snapshot(s) for s in body.get("snapshots", [])]
+
+
+def get_snapshot(snapshot, url=None, token=None):
+    """One snapshot (a Snapshot or its id), refreshed; SnapshotNotFound if it is gone."""
+    return Snapshot(Client(url, token).request("GET", f"/v1/snapshots/{quote_path(_snapshot_id(snapshot))}",
+                                               not_found=SnapshotNotFound))
+
+
+def delete_snapshot(snapshot, url=None, token=None):
+    """Deletes a snapshot (a Snapshot or its id) and its copy of the files;
+    sessions started from it keep theirs. SnapshotNotFound if it is gone;
+    CellgateError 409 while sessions are starting from it."""
+    Client(url, token).request("DELETE", f"/v1/snapshots/{quote_path(_snapshot_id(snapshot))}",
+                               not_found=SnapshotNotFound)
 
 
 def run_once(code, files=None, url=None, token=None, timeout=None):
