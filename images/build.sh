@@ -46,8 +46,8 @@ else
     "deb $security bookworm-security main" >&2
   # Mount points the sandbox binds over; mmdebstrap empties /run, so they are
   # (re)made here and checked: runc must never have to create one in the image.
-  mkdir -p "$tmp/rootfs/run/kernel" "$tmp/rootfs/run/egress" "$tmp/rootfs/workspace"
-  for p in run/kernel run/egress workspace tmp proc sys dev opt/cellgate/cellgate-kernel usr/bin/tini; do
+  mkdir -p "$tmp/rootfs/run/kernel" "$tmp/rootfs/run/egress" "$tmp/rootfs/workspace" "$tmp/rootfs/volumes"
+  for p in run/kernel run/egress workspace volumes tmp proc sys dev opt/cellgate/cellgate-kernel usr/bin/tini; do
     [[ -e "$tmp/rootfs/$p" ]] || { echo "build.sh: the image lacks /$p" >&2; exit 1; }
   done
   chmod 0755 "$tmp" "$tmp/rootfs"

@@ -187,6 +187,13 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
     }
     // Snapshots outlive their sessions (and this process): their copies stay
     // under the launcher's state dir until deleted.
+    for (const auto& r : store.records("volume")) {
+        try {
+            manager.adopt_volume(kernels::volume_from_json(r.body));
+        } catch (const std::exception& e) {
+            spdlog::warn("volume {}: its record is unreadable ({}); left out", r.id, e.what());
+        }
+    }
     for (const auto& r : store.records("snapshot")) {
         try {
             manager.adopt_snapshot(kernels::snapshot_from_json(r.body, kernels::kernel_policy{}));

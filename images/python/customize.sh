@@ -20,7 +20,8 @@ if [ -n "$installed" ]; then
 fi
 
 # Mount points the sandbox fills in (the rootfs itself is mounted read-only).
-mkdir -p "$root/workspace" "$root/run/kernel" "$root/run/egress" "$root/opt/cellgate"
+# /volumes: a per-sandbox tmpfs goes there, and a session's named volumes on it.
+mkdir -p "$root/workspace" "$root/run/kernel" "$root/run/egress" "$root/volumes" "$root/opt/cellgate"
 # E2B code (and its SDK's paths) expect the home at /home/user: it is the
 # workspace, by a link in the read-only root that the sandbox cannot change.
 mkdir -p "$root/home"

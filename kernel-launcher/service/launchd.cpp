@@ -95,6 +95,12 @@ public:
             return json{{"bytes", s.bytes}, {"disk_bytes", s.disk_bytes}, {"reflinked", s.reflinked}, {"ms", s.ms}};
         }
         case op::remove_snapshot: launcher_.remove_snapshot(r.snapshot); return nullptr;
+        case op::create_volume: launcher_.create_volume(r.volume, r.bytes); return nullptr;
+        case op::volume_usage: {
+            const auto u = launcher_.volume_usage(r.volume);
+            return json{{"bytes", u.bytes}, {"used_bytes", u.used_bytes}};
+        }
+        case op::remove_volume: launcher_.remove_volume(r.volume); return nullptr;
         case op::validate: launcher_.validate(r.spec); return nullptr;
         case op::signal: launcher_.signal(r.id, r.signal); return nullptr;
         case op::status: return service::status_to_json(as_seen(launcher_.status(r.id)));

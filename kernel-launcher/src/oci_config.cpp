@@ -37,6 +37,10 @@ json mounts(const oci_inputs& in) {
     // access to its file system.
     if (!in.egress_dir.empty())
         all.push_back(mount("/run/egress", "bind", in.egress_dir, {"rbind", "ro", "nosuid", "nodev", "noexec"}));
+    // Named volumes: one recursive bind of a root-owned dir whose entries are
+    // the volumes' own mounts (their read-only flag is theirs).
+    if (!in.volumes_dir.empty())
+        all.push_back(mount("/volumes", "bind", in.volumes_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}));
     // /mnt is empty in every Debian rootfs, so nothing is created in the
     // shared image to mount the relay there.
     if (in.gvisor)

@@ -20,6 +20,9 @@ struct oci_inputs {
     std::string workspace_dir;   // host path, mounted at /workspace
     std::string kernel_dir;      // host path, mounted at /run/kernel
     std::string egress_dir;      // host path, mounted read-only at /run/egress; empty: none
+    // Host dir holding the sandbox's named volumes (each a bind mount, read-
+    // only where asked), mounted at /volumes; empty: none.
+    std::string volumes_dir;
     std::uint32_t host_id_base = 0;  // container ids 0…65535 map to host_id_base…
     std::uint32_t uid = 1000;
     std::uint32_t gid = 1000;

@@ -66,6 +66,20 @@ void from_json(const json& j, sandbox_limits& l) {
     read_unsigned(j, "cpu_shares", l.cpu_shares);
 }
 
+void to_json(json& j, const volume_mount& v) {
+    j = json{{"volume", v.volume}, {"path", v.path}, {"read_only", v.read_only}};
+}
+
+void from_json(const json& j, volume_mount& v) {
+    require_object(j, "volume mount", {"volume", "path", "read_only"});
+    read_string(j, "volume", v.volume);
+    read_string(j, "path", v.path);
+    if (const auto it = j.find("read_only"); it != j.end()) {
+        if (!it->is_boolean()) throw spec_error("a volume mount's read_only must be true or false");
+        v.read_only = it->get<bool>();
+    }
+}
+
 void to_json(json& j, const sandbox_spec& s) {
     j = json{{"id", s.id},
              {"image", s.image},
@@ -78,13 +92,14 @@ void to_json(json& j, const sandbox_spec& s) {
              {"preload", s.preload},
              {"egress_dir", s.egress_dir},
              {"from_snapshot", s.from_snapshot},
+             {"volumes", s.volumes},
              {"start_timeout_ms", static_cast<std::uint64_t>(s.start_timeout.count())}};
 }
 
 void from_json(const json& j, sandbox_spec& s) {
     require_object(j, "sandbox spec",
                    {"id", "image", "runtime", "limits", "workspace_dir", "env", "uid", "gid",
-                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot"});
+                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot", "volumes"});
     read_string(j, "id", s.id);
     read_string(j, "image", s.image);
     read_string(j, "runtime", s.runtime);
@@ -92,6 +107,11 @@ void from_json(const json& j, sandbox_spec& s) {
     read_string(j, "workspace_dir", s.workspace_dir);
     read_string(j, "egress_dir", s.egress_dir);
     read_string(j, "from_snapshot", s.from_snapshot);
+    if (const auto it = j.find("volumes"); it != j.end()) {
+        if (!it->is_array() || it->size() > 8) throw spec_error("'volumes' must be an array of at most 8 mounts");
+        s.volumes.clear();
+        for (const auto& v : *it) s.volumes.push_back(v.get<volume_mount>());
+    }
     if (const auto it = j.find("env"); it != j.end()) {
         if (!it->is_object()) throw spec_error("'env' must be an object of strings");
         s.env.clear();

@@ -147,6 +147,18 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                              " with a simple name");
     }
 
+    if (spec.volumes.size() > 8) throw spec_error("at most 8 volumes per sandbox");
+    for (std::size_t i = 0; i < spec.volumes.size(); ++i) {
+        const auto& v = spec.volumes[i];
+        if (!is_valid_sandbox_id(v.volume)) throw spec_error("a volume id has 1 to 64 letters, digits, '-' and '_'");
+        const std::string prefix = "/volumes/";
+        if (!v.path.starts_with(prefix) || !is_valid_sandbox_id(v.path.substr(prefix.size())))
+            throw spec_error("a volume's path is /volumes/<name> (letters, digits, '-' and '_'): '" +
+                             v.path.substr(0, 100) + "'");
+        for (std::size_t j = 0; j < i; ++j)
+            if (spec.volumes[j].path == v.path || spec.volumes[j].volume == v.volume)
+                throw spec_error("a volume, and a path, may appear once per sandbox");
+    }
     if (!spec.from_snapshot.empty() && !is_valid_sandbox_id(spec.from_snapshot))
         throw spec_error("from_snapshot must be a snapshot name (1 to 64 letters, digits, '-' and '_')");
 

@@ -73,15 +73,45 @@ int remap_one(const char* path, const struct stat* st, int, struct FTW*) {
     return ::lchown(path, uid, gid) == 0 ? 0 : -1;
 }
 
+}  // namespace
+
 void remap_owners(const fs::path& dir, std::uint32_t from, std::uint32_t to) {
     if (from == to) return;
     remap_from = from;
     remap_to = to;
     if (::nftw(dir.c_str(), remap_one, 64, FTW_PHYS | FTW_MOUNT) != 0)
-        throw launch_error(step, "moving the seeded workspace's files to its own owners", errno);
+        throw launch_error(step, "moving the files of " + dir.string() + " to their new owners", errno);
 }
 
-}  // namespace
+void make_ext4_image(const fs::path& image, std::uint64_t bytes, std::uint32_t owner_uid, std::uint32_t owner_gid,
+                     const std::string& label) {
+    const int fd = ::open(image.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) throw launch_error(step, "create " + image.string(), errno);
+    const bool sized = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+    const int e = errno;
+    ::close(fd);
+    if (!sized) {
+        ::unlink(image.c_str());
+        throw launch_error(step, "size " + image.string(), e);
+    }
+    const auto mkfs = run_command(
+        {"mkfs.ext4", "-q", "-F", "-m", "0", "-L", label, "-E",
+         "root_owner=" + std::to_string(owner_uid) + ":" + std::to_string(owner_gid) +
+             ",lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+         image.string()},
+        std::chrono::seconds(60));
+    if (mkfs.exit_code != 0) {
+        ::unlink(image.c_str());
+        throw launch_error(step, "mkfs.ext4 failed: " + mkfs.output);
+    }
+}
+
+void mount_ext4_image(const fs::path& image, const fs::path& dir) {
+    const auto mounted = run_command(
+        {"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noexec,noatime", image.string(), dir.string()},
+        std::chrono::seconds(30));
+    if (mounted.exit_code != 0) throw launch_error(step, "mount " + image.string() + ": " + mounted.output);
+}
 
 workspace_store::workspace_store(fs::path root, std::uint32_t id_base, std::uint32_t max_slots)
     : root_(std::move(root)), id_base_(id_base), max_slots_(max_slots) {}
@@ -130,34 +160,18 @@ workspace workspace_store::ensure(const fs::path& dir, std::uint64_t bytes, std:
         copy_image_file(seed->image, image);
     } else if (::lstat(image.c_str(), &st) != 0) {
         ws.created = true;
-        const int fd = ::open(image.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0) throw launch_error(step, "create " + image.string(), errno);
-        const bool sized = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
-        const int e = errno;
-        ::close(fd);
-        if (!sized) throw launch_error(step, "size " + image.string(), e);
-        const auto mkfs = run_command(
-            {"mkfs.ext4", "-q", "-F", "-m", "0", "-L", "workspace", "-E",
-             "root_owner=" + std::to_string(owner_uid) + ":" + std::to_string(owner_gid) +
-                 ",lazy_itable_init=1,lazy_journal_init=1,nodiscard",
-             image.string()},
-            std::chrono::seconds(60));
-        if (mkfs.exit_code != 0) {
-            ::unlink(image.c_str());
-            throw launch_error(step, "mkfs.ext4 failed: " + mkfs.output);
-        }
+        make_ext4_image(image, bytes, owner_uid, owner_gid, "workspace");
     } else if (!S_ISREG(st.st_mode)) {
         throw launch_error(step, image.string() + " is not a regular file", EINVAL);
     }
 
     make_dir(step, dir, 0700);
-    const auto mounted = run_command(
-        {"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noexec,noatime", image.string(), dir.string()},
-        std::chrono::seconds(30));
-    if (mounted.exit_code != 0) {
+    try {
+        mount_ext4_image(image, dir);
+    } catch (...) {
         if (ws.created) ::unlink(image.c_str());
         ::rmdir(dir.c_str());
-        throw launch_error(step, "mount " + image.string() + ": " + mounted.output);
+        throw;
     }
     if (ws.created) ::rmdir((dir / "lost+found").c_str());
     if (ws.created && seed != nullptr) {

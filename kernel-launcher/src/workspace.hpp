@@ -34,6 +34,15 @@ struct image_copy {
     bool reflinked = false;
 };
 
+// An ext4 file system in a sparse image file of `bytes`, its root owned by
+// owner_uid:owner_gid; mounted loop, nosuid, nodev, noexec at `dir`.
+void make_ext4_image(const std::filesystem::path& image, std::uint64_t bytes, std::uint32_t owner_uid,
+                     std::uint32_t owner_gid, const std::string& label);
+void mount_ext4_image(const std::filesystem::path& image, const std::filesystem::path& dir);
+// Moves every owner in [from, from + 65536) under `dir` to the same offset
+// from `to`, never following a link nor leaving the file system.
+void remap_owners(const std::filesystem::path& dir, std::uint32_t from, std::uint32_t to);
+
 class workspace_store {
 public:
     workspace_store(std::filesystem::path root, std::uint32_t id_base, std::uint32_t max_slots);

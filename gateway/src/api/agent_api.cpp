@@ -558,7 +558,12 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"limits", limits},
             {"lifecycle", {{"on_idle", p.pause_on_idle ? "pause" : "delete"}, {"auto_resume", p.auto_resume}}},
             {"pause", k.pause_model()},
-            {"origin", k.origin()}};
+            {"origin", k.origin()},
+            {"volumes", [&] {
+                 json out = json::array();
+                 for (const auto& v : p.volumes) out.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+                 return out;
+             }()}};
 }
 
 std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {
@@ -581,7 +586,7 @@ void start_agent_session(services& s, const agent::agent_limits& limits, const s
         // The snapshot's kernelspec, environment and limits; the request's own
         // limits (timeout_s, lifecycle, …) on top.
         if (!from->is_string()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
-        for (const char* other : {"kernel", "env", "network"})
+        for (const char* other : {"kernel", "env", "network", "volumes"})
             if (body.contains(other) && !body[other].is_null())
                 throw api_exception(400, std::string("'") + other +
                                              "' cannot be given with 'from_snapshot': a session started from a "
@@ -604,6 +609,7 @@ void start_agent_session(services& s, const agent::agent_limits& limits, const s
         static const network_settings none;
         policy.network = normalize_network(*n, s.network ? *s.network : none);
     }
+    policy.volumes = volumes_from(s, tenant, body);
     s.kernels.start_kernel(tenant, name, strict_env(body), std::move(done), policy);
 }
 
@@ -632,6 +638,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_file_paths(r, s);
     register_one_shot(r, s, agents);
     register_snapshots(r, s, agents);
+    register_volumes(r, s);
 }
 
 }  // namespace cellgate::api

@@ -43,6 +43,10 @@ void register_agent_api(http::router& r, services& s, agent::agent_service& agen
 // /v1 snapshots and fork (snapshots_api.cpp; called by register_agent_api).
 void register_snapshots(http::router& r, services& s, agent::agent_service& agents);
 nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
+// /v1/volumes (volumes_api.cpp; called by register_agent_api), and a session
+// request's `volumes` resolved against the tenant's (400/404 for bad ones).
+void register_volumes(http::router& r, services& s);
+std::vector<kernels::volume_attachment> volumes_from(services& s, const std::string& tenant, const nlohmann::json& body);
 void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
 // /api/terminals and /terminals/websocket/{name}; the caller keeps what it
 // returns as long as the router.

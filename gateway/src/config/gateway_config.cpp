@@ -260,6 +260,8 @@ const std::map<std::string, setter>& setters() {
         {"max_sessions_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_sessions_per_tenant", v); }},
         {"max_launches_per_tenant", [](auto& c, const auto& v) { c.manager.max_launches_per_tenant = std::max<std::uint64_t>(1, to_u64("max_launches_per_tenant", v)); }},
         {"max_kernels_per_tenant", [](auto& c, const auto& v) { c.manager.max_kernels_per_tenant = to_u64("max_kernels_per_tenant", v); }},
+        {"max_volumes_per_tenant", [](auto& c, const auto& v) { c.manager.max_volumes_per_tenant = to_u64("max_volumes_per_tenant", v); }},
+        {"max_volume_bytes_per_tenant", [](auto& c, const auto& v) { c.manager.max_volume_bytes_per_tenant = to_u64("max_volume_bytes_per_tenant", v); }},
         {"max_snapshots_per_tenant", [](auto& c, const auto& v) { c.manager.max_snapshots_per_tenant = to_u64("max_snapshots_per_tenant", v); }},
         // The Jupyter surface's defaults (kernels started over /api/kernels and /api/sessions).
         {"cull_idle_timeout", [](auto& c, const auto& v) { c.manager.policies.jupyter.idle_timeout = std::chrono::seconds(to_u64("cull_idle_timeout", v)); }},

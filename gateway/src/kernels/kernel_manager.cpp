@@ -60,6 +60,7 @@ void kernel_manager::adopt(const persisted_kernel& row, const std::optional<laun
     {
         std::lock_guard lock(mutex_);
         admission_.readmit(row.tenant);  // already admitted once; never refused now
+        reclaim_volumes_locked(row.id, row.policy.volumes);
         kernels_.insert_or_assign(row.id, record(k, new_budget(), row.env, row.last_activity));
     }
     if (!running) {
@@ -92,6 +93,7 @@ launcher::sandbox_spec kernel_manager::spec_for(const kernel& k, const std::map<
         spec.id = k.id();
         spec.env = env;
     }
+    for (const auto& v : k.policy().volumes) spec.volumes.push_back({v.id, v.path, v.read_only});
     if (k.policy().network && !config_.launcher_rules.egress_root.empty())
         spec.egress_dir = (config_.launcher_rules.egress_root / k.id()).string();
     return spec;
@@ -147,11 +149,17 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
                                   std::optional<kernel_policy> policy) {
     if (auto refused = admit(tenant, spec_name, env)) return callback(std::move(refused), nullptr);
     const auto p = policy.value_or(config_.policies.resolve(surface::jupyter, spec_name, tenant));
+    const auto id = protocol::make_uuid();
+    if (auto busy = claim_volumes(tenant, id, p.volumes)) {
+        std::lock_guard lock(mutex_);
+        admission_.release(tenant);
+        return callback(std::move(busy), nullptr);
+    }
     kernel_ptr warm;
     {
         std::lock_guard lock(mutex_);
-        // A warm sandbox has no egress path: a session with a network starts its own.
-        if (!p.network)
+        // A warm sandbox has no egress path and no volumes: such a session starts its own.
+        if (!p.network && p.volumes.empty())
             warm = pool_.take(spec_name, [](const kernel& k) { return k.ready() && k.state() != kernel_state::dead; });
     }
     if (warm) {
@@ -159,7 +167,7 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         asio::post(ioc_, [this] { replenish(); });
         return;
     }
-    auto k = std::make_shared<kernel>(protocol::make_uuid(), spec_name, tenant, reactor_, config_.kernel, metrics_);
+    auto k = std::make_shared<kernel>(id, spec_name, tenant, reactor_, config_.kernel, metrics_);
     k->set_policy(p);
     launches_.submit(tenant, [this, k, spec = spec_for(*k, env), env, callback = std::move(callback)] {
         launch_new(k, spec, env, callback);
@@ -176,6 +184,7 @@ void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spe
         {
             std::lock_guard lock(mutex_);
             admission_.release(k->tenant());
+            release_volumes_locked(k->id());
         }
         callback(std::move(f), nullptr);
     };
@@ -452,6 +461,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
         {
             std::lock_guard lock(mutex_);
             admission_.release(k->tenant());
+            release_volumes_locked(k->id());
             listeners = removal_listeners_;
         }
         metrics_.forget_kernel(k->id());

@@ -8,6 +8,7 @@
 #include "kernels/launch_gate.hpp"
 #include "kernels/restart_budget.hpp"
 #include "kernels/snapshot.hpp"
+#include "kernels/volume.hpp"
 #include "kernels/warm_pool.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -66,6 +67,9 @@ struct manager_config {
     std::vector<std::string> pool_preload = {"numpy", "pandas", "matplotlib.pyplot"};
     // Snapshots one tenant may keep (each holds a copy of a workspace on disk). 0: no cap.
     std::size_t max_snapshots_per_tenant = 16;
+    // Named volumes one tenant may have, and their sizes together. 0: no cap.
+    std::size_t max_volumes_per_tenant = 8;
+    std::uint64_t max_volume_bytes_per_tenant = 32ull << 30;
 };
 
 // Starts, restarts, interrupts and stops kernels; owns the registry. Blocking
@@ -167,6 +171,22 @@ public:
     // made, and when the children fail the snapshot goes too.
     void fork(const kernel_ptr& k, std::size_t count, const std::string& name, done_fork callback);
 
+    // Named volumes (kernel_manager_volumes.cpp): per tenant, by name; an
+    // ext4 image each, mounted into sessions that name it at start
+    // (kernel_policy::volumes), outliving them. One session at a time may
+    // mount a volume read-write (busy otherwise); any number read-only.
+    using done_volume = std::function<void(std::optional<failure>, volume_record)>;
+    void create_volume(const std::string& tenant, const std::string& name, std::uint64_t bytes, done_volume callback);
+    std::optional<volume_record> find_volume(const std::string& tenant, const std::string& name) const;
+    std::vector<volume_record> volumes(const std::string& tenant) const;
+    // The sessions that mount it (id, attachment).
+    std::vector<std::pair<std::string, volume_attachment>> volume_users(const std::string& volume_id) const;
+    // Its size and use, from the launcher (blocks: call it off the io threads).
+    launcher::volume_info volume_usage(const std::string& volume_id);
+    // busy while a session mounts it.
+    void delete_volume(const std::string& tenant, const std::string& name, done callback);
+    void adopt_volume(const volume_record& v);  // kept by an earlier gateway; before start()
+
     const kernelspec_registry& specs() const noexcept { return specs_; }
     const manager_config& config() const noexcept { return config_; }
 
@@ -202,6 +222,12 @@ private:
                                  const std::map<std::string, std::string>& env);
     std::optional<failure> admit_many(const std::string& tenant, const std::string& spec_name,
                                       const std::map<std::string, std::string>& env, std::size_t count);
+    // A session's read-write volumes, claimed for `kernel_id` (busy when
+    // another session writes one; no_such_kernel for an unknown one).
+    std::optional<failure> claim_volumes(const std::string& tenant, const std::string& kernel_id,
+                                         const std::vector<volume_attachment>& volumes);
+    void release_volumes_locked(const std::string& kernel_id);
+    void reclaim_volumes_locked(const std::string& kernel_id, const std::vector<volume_attachment>& volumes);
     // Blocks (on a launch thread) while a snapshot copies this kernel's workspace.
     void wait_for_copies(const std::string& kernel_id);
     void launch_new(const kernel_ptr& k, const launcher::sandbox_spec& spec,
@@ -253,6 +279,8 @@ private:
     std::map<std::string, int> copying_;                 // kernel id → snapshots copying its workspace
     std::map<std::string, std::size_t> starting_from_;   // snapshot id → children starting from it
     std::condition_variable copy_done_;
+    std::map<std::string, volume_record> volumes_;        // by id
+    std::map<std::string, std::string> volume_writers_;  // volume id → the kernel that mounts it read-write
     state_store* store_ = nullptr;
 };
 

@@ -209,7 +209,8 @@ void kernel_manager::start_from_snapshot(const std::string& tenant, const std::s
     auto batch = std::make_shared<child_batch>();
     batch->count = batch->left = count;
     batch->callback = std::move(callback);
-    const auto p = policy.value_or(s->policy);
+    auto p = policy.value_or(s->policy);
+    p.volumes.clear();  // a snapshot holds the workspace only; volumes have one writer
     const nlohmann::json origin = {{"snapshot", s->id}, {"source", s->source}, {"mode", s->mode}};
     for (std::size_t i = 0; i < count; ++i) {
         auto k = std::make_shared<kernel>(protocol::make_uuid(), s->spec_name, tenant, reactor_, config_.kernel, metrics_);

@@ -248,6 +248,7 @@ void kernel_manager::adopt_paused(const persisted_kernel& row) {
     wake_on_demand(k);
     std::lock_guard lock(mutex_);
     admission_.readmit(row.tenant);
+    reclaim_volumes_locked(row.id, row.policy.volumes);
     kernels_.insert_or_assign(row.id, record(k, new_budget(), row.env, row.last_activity));
     spdlog::info("kernel {}: taken back paused ({} kept)", row.id, row.paused == "memory" ? "memory and files" : "files");
 }

@@ -18,12 +18,20 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
 namespace cellgate::kernels {
 
 // Zero means "none" for every member.
+// A named volume in a session: its id (the launcher's), its owner's name for
+// it, where it is mounted (/volumes/<name>), and how.
+struct volume_attachment {
+    std::string id, name, path;
+    bool read_only = false;
+};
+
 struct kernel_policy {
     std::chrono::seconds exec_timeout{300};     // per cell, from when the kernel starts it
     std::chrono::seconds idle_timeout{0};       // culled after this long without activity
@@ -43,6 +51,8 @@ struct kernel_policy {
     // What the end of its lifetime does: delete it (false), or pause it (the
     // E2B surface's autoPause; a later connect resumes it with a new end).
     bool pause_at_end = false;
+    // Named volumes mounted at start (at most 8; one writer each at a time).
+    std::vector<volume_attachment> volumes;
 };
 
 enum class surface { jupyter, agent };

@@ -74,7 +74,12 @@ nlohmann::json policy_to_json(const kernel_policy& p) {
             {"result_limit_bytes", p.result_limit_bytes}, {"upload_limit_bytes", p.upload_limit_bytes},
             {"network", p.network ? *p.network : nlohmann::json()},
             {"pause_on_idle", p.pause_on_idle},         {"auto_resume", p.auto_resume},
-            {"pause_at_end", p.pause_at_end}};
+            {"pause_at_end", p.pause_at_end},           {"volumes", [&] {
+                 auto out = nlohmann::json::array();
+                 for (const auto& v : p.volumes)
+                     out.push_back({{"id", v.id}, {"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+                 return out;
+             }()}};
 }
 
 kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fallback) {
@@ -90,6 +95,12 @@ kernel_policy policy_from_json(const nlohmann::json& j, const kernel_policy& fal
     p.pause_on_idle = j.value("pause_on_idle", p.pause_on_idle);
     p.auto_resume = j.value("auto_resume", p.auto_resume);
     p.pause_at_end = j.value("pause_at_end", p.pause_at_end);
+    if (const auto it = j.find("volumes"); it != j.end() && it->is_array()) {
+        p.volumes.clear();
+        for (const auto& v : *it)
+            if (v.is_object())
+                p.volumes.push_back({v.value("id", ""), v.value("name", ""), v.value("path", ""), v.value("read_only", false)});
+    }
     return p;
 }
 

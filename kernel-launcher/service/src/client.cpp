@@ -217,6 +217,29 @@ void client::remove_snapshot(const std::string& snapshot) {
     call(r);
 }
 
+void client::create_volume(const std::string& volume, std::uint64_t bytes) {
+    request r;
+    r.op = op::create_volume;
+    r.volume = volume;
+    r.bytes = bytes;
+    call(r);
+}
+
+volume_info client::volume_usage(const std::string& volume) {
+    request r;
+    r.op = op::volume_usage;
+    r.volume = volume;
+    const auto j = call(r);
+    return {j.at("bytes").get<std::uint64_t>(), j.at("used_bytes").get<std::uint64_t>()};
+}
+
+void client::remove_volume(const std::string& volume) {
+    request r;
+    r.op = op::remove_volume;
+    r.volume = volume;
+    call(r);
+}
+
 void client::remove(const std::string& id, remove_options options) {
     request r;
     r.op = op::remove;

@@ -15,7 +15,8 @@ const std::map<std::string, op>& ops() {
         {"status", op::status}, {"list", op::list},         {"remove", op::remove},
         {"set_cpu_shares", op::set_cpu_shares},             {"usage", op::usage},         {"reap", op::reap},
         {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore},
-        {"snapshot", op::snapshot}, {"remove_snapshot", op::remove_snapshot}};
+        {"snapshot", op::snapshot}, {"remove_snapshot", op::remove_snapshot},
+        {"create_volume", op::create_volume}, {"volume_usage", op::volume_usage}, {"remove_volume", op::remove_volume}};
     return table;
 }
 
@@ -35,7 +36,10 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::checkpoint, {"id"}},
         {op::restore, {"id"}},
         {op::snapshot, {"id", "snapshot"}},
-        {op::remove_snapshot, {"snapshot"}}};
+        {op::remove_snapshot, {"snapshot"}},
+        {op::create_volume, {"volume", "bytes"}},
+        {op::volume_usage, {"volume"}},
+        {op::remove_volume, {"volume"}}};
     return table;
 }
 
@@ -120,6 +124,15 @@ request parse_request(std::string_view line) {
         r.snapshot = read_id(j, "snapshot");
         break;
     case op::remove_snapshot: r.snapshot = read_id(j, "snapshot"); break;
+    case op::create_volume: {
+        r.volume = read_id(j, "volume");
+        const auto it = j.find("bytes");
+        if (it == j.end() || !it->is_number_unsigned()) throw bad_request("'bytes' must be a whole number");
+        r.bytes = it->get<std::uint64_t>();
+        break;
+    }
+    case op::volume_usage:
+    case op::remove_volume: r.volume = read_id(j, "volume"); break;
     case op::usage:
         r.id = read_id(j, "id");
         r.reset_peak = read_bool(j, "reset_peak");
@@ -178,6 +191,12 @@ json to_json(const request& r) {
         j["snapshot"] = r.snapshot;
         break;
     case op::remove_snapshot: j["snapshot"] = r.snapshot; break;
+    case op::create_volume:
+        j["volume"] = r.volume;
+        j["bytes"] = r.bytes;
+        break;
+    case op::volume_usage:
+    case op::remove_volume: j["volume"] = r.volume; break;
     case op::usage:
         j["id"] = r.id;
         j["reset_peak"] = r.reset_peak;

@@ -228,6 +228,22 @@ void fake_launcher::remove_snapshot(const std::string& snapshot) {
     calls_.emplace_back(snapshot, "remove_snapshot");
 }
 
+void fake_launcher::create_volume(const std::string& volume, std::uint64_t) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(volume, "create_volume");
+}
+
+launcher::volume_info fake_launcher::volume_usage(const std::string& volume) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(volume, "volume_usage");
+    return {};
+}
+
+void fake_launcher::remove_volume(const std::string& volume) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(volume, "remove_volume");
+}
+
 launcher::exec_process fake_launcher::exec(const std::string& id, const launcher::exec_spec&) {
     std::lock_guard lock(mutex_);
     calls_.emplace_back(id, "exec");

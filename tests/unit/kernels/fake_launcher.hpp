@@ -42,6 +42,9 @@ public:
     // Records the call; the fake keeps no files.
     launcher::snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
     void remove_snapshot(const std::string& snapshot) override;
+    void create_volume(const std::string& volume, std::uint64_t bytes) override;
+    launcher::volume_info volume_usage(const std::string& volume) override;
+    void remove_volume(const std::string& volume) override;
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

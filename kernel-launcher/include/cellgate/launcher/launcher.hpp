@@ -64,6 +64,9 @@ public:
     sandbox_info restore(const std::string& id) override;
     snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
     void remove_snapshot(const std::string& snapshot) override;
+    void create_volume(const std::string& volume, std::uint64_t bytes) override;
+    volume_info volume_usage(const std::string& volume) override;
+    void remove_volume(const std::string& volume) override;
 
     const launcher_config& config() const noexcept { return config_; }
 

@@ -31,6 +31,11 @@ struct snapshot_info {
     double ms = 0;                 // how long the sandbox's writes waited
 };
 
+// A named volume's size and what its files use of it.
+struct volume_info {
+    std::uint64_t bytes = 0, used_bytes = 0;
+};
+
 // What starts and stops sandboxes, as its users see it: the launcher in the
 // caller's process (launcher.hpp, which needs root) and the client of the
 // privileged launcher service (service.hpp, over a unix socket) both are one.
@@ -89,6 +94,14 @@ public:
     virtual snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) = 0;
     // Idempotent.
     virtual void remove_snapshot(const std::string& snapshot) = 0;
+    // Named volumes: an ext4 image of `bytes` (8 MiB to 64 GiB) in
+    // <state dir>/volumes/, mounted into sandboxes whose spec names it
+    // (spec.volumes). It outlives them until removed. launch_error: it exists
+    // already (EEXIST), or no such volume (ENOENT).
+    virtual void create_volume(const std::string& volume, std::uint64_t bytes) = 0;
+    virtual volume_info volume_usage(const std::string& volume) = 0;
+    // Idempotent. The caller makes sure no sandbox mounts it.
+    virtual void remove_volume(const std::string& volume) = 0;
 };
 
 }  // namespace cellgate::launcher

@@ -23,6 +23,19 @@ struct sandbox_limits {
     std::uint32_t cpu_shares = 1024;             // relative CPU weight (warm-pool kernels start low)
 };
 
+// A named volume (sandbox_launcher::create_volume) mounted into a sandbox at
+// `path`, /volumes/<name>; read-write unless `read_only`. Whoever mounts it
+// read-write owns its files from then on (they move to its uid range).
+struct volume_mount {
+    std::string volume;  // the volume's id
+    std::string path;
+    bool read_only = false;
+    bool operator==(const volume_mount&) const = default;
+};
+
+void to_json(nlohmann::json& j, const volume_mount& v);
+void from_json(const nlohmann::json& j, volume_mount& v);
+
 // What the caller asks for. Plain and serialisable: this is the request that a
 // later privileged launcher service receives over its unix socket.
 struct sandbox_spec {
@@ -42,6 +55,7 @@ struct sandbox_spec {
     // A snapshot (sandbox_launcher::snapshot_workspace) a new workspace
     // starts as a copy of; ignored when the workspace exists already.
     std::string from_snapshot;
+    std::vector<volume_mount> volumes;  // at most 8
     std::chrono::milliseconds start_timeout{30000};
 };
 

@@ -39,7 +39,7 @@ constexpr std::size_t max_reply_bytes = 64u << 20;
 
 enum class op {
     create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore,
-    snapshot, remove_snapshot
+    snapshot, remove_snapshot, create_volume, volume_usage, remove_volume
 };
 
 struct request {
@@ -47,6 +47,8 @@ struct request {
     sandbox_spec spec;                 // create, validate
     std::string id;                    // signal, status, remove, set_cpu_shares, exec, checkpoint, restore, snapshot
     std::string snapshot;              // snapshot, remove_snapshot
+    std::string volume;                // create_volume, volume_usage, remove_volume
+    std::uint64_t bytes = 0;           // create_volume
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
@@ -96,6 +98,9 @@ public:
     sandbox_info restore(const std::string& id) override;
     snapshot_info snapshot_workspace(const std::string& id, const std::string& snapshot) override;
     void remove_snapshot(const std::string& snapshot) override;
+    void create_volume(const std::string& volume, std::uint64_t bytes) override;
+    volume_info volume_usage(const std::string& volume) override;
+    void remove_volume(const std::string& volume) override;
 
 private:
     nlohmann::json call(const request& r) const;
