@@ -278,6 +278,30 @@ def test_a_fork_goes_through_the_service(split):
             split.api("DELETE", f"/v1/snapshots/{s['id']}")
 
 
+def test_volumes_go_through_the_service(split):
+    """create_volume, volume_usage and remove_volume are launchd ops: the
+    unprivileged gateway makes a volume, a session writes it, a later one
+    reads it, and its use is reported."""
+    r = split.api("POST", "/v1/volumes", json={"name": "pv", "size_bytes": 16 << 20})
+    assert r.status_code == 201, r.text
+    sids = []
+    try:
+        for code in ("open('/volumes/pv/x.txt', 'w').write('y' * 3_000_000)",
+                     "print(len(open('/volumes/pv/x.txt').read()))"):
+            r = split.api("POST", "/v1/sessions", json={"volumes": [{"name": "pv"}]})
+            assert r.status_code == 201, r.text
+            sids.append(r.json()["id"])
+            out = split.api("POST", f"/v1/sessions/{sids[-1]}/execute", json={"code": code}).json()
+            assert out["status"] == "ok", out
+            assert split.api("DELETE", f"/v1/sessions/{sids[-1]}").status_code == 204
+        assert out["stdout"] == "3000000\n"
+        assert split.api("GET", "/v1/volumes/pv").json()["used_bytes"] >= 3_000_000
+    finally:
+        for sid in sids:
+            split.api("DELETE", f"/v1/sessions/{sid}")
+        assert split.api("DELETE", "/v1/volumes/pv").status_code == 204
+
+
 @pytest.mark.parametrize("payload, expect", [
     (b'{"op":"spawn","cmd":"id"}\n', "unknown op"),
     (b'{"op":"exec","cmd":"id"}\n', "takes no field"),

@@ -67,6 +67,23 @@ TEST(service_protocol, every_request_round_trips) {
     back = parse_request(service::to_json(r).dump());
     EXPECT_EQ(back.op, op::remove_snapshot);
     EXPECT_EQ(back.snapshot, "snap-1");
+
+    r = {};
+    r.op = op::create_volume;
+    r.volume = "vol-1";
+    r.bytes = 64u << 20;
+    back = parse_request(service::to_json(r).dump());
+    EXPECT_EQ(back.op, op::create_volume);
+    EXPECT_EQ(back.volume, "vol-1");
+    EXPECT_EQ(back.bytes, 64u << 20);
+    for (const auto o : {op::volume_usage, op::remove_volume}) {
+        r = {};
+        r.op = o;
+        r.volume = "vol-1";
+        back = parse_request(service::to_json(r).dump());
+        EXPECT_EQ(back.op, o);
+        EXPECT_EQ(back.volume, "vol-1");
+    }
 }
 
 TEST(service_protocol, anything_outside_the_schema_is_refused) {
@@ -88,6 +105,11 @@ TEST(service_protocol, anything_outside_the_schema_is_refused) {
         R"({"op": "snapshot", "id": "a/b", "snapshot": "s"})", R"({"op": "snapshot", "id": "a", "snapshot": "s", "to": "/x"})",
         R"({"op": "remove_snapshot"})", R"({"op": "remove_snapshot", "snapshot": "/var"})",
         R"({"op": "remove_snapshot", "snapshot": "s", "id": "a"})",
+        // Volumes: an id, never a path; a size as a whole number.
+        R"({"op": "create_volume", "volume": "v"})", R"({"op": "create_volume", "volume": "../v", "bytes": 1})",
+        R"({"op": "create_volume", "volume": "v", "bytes": -1})", R"({"op": "create_volume", "volume": "v", "bytes": "1G"})",
+        R"({"op": "volume_usage", "volume": "/var/lib"})", R"({"op": "remove_volume"})",
+        R"({"op": "remove_volume", "volume": "v", "path": "/"})",
     };
     for (const char* line : bad) EXPECT_THROW(parse_request(line), bad_request) << line;
 }
@@ -97,6 +119,9 @@ TEST(service_protocol, specs_go_through_the_launchers_strict_parser) {
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"uid": -1}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"image": "/"}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"from_snapshot": 7}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"volumes": [{"volume": "v", "source": "/"}]}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"volumes": [{"volume": "v", "read_only": 1}]}})"), spec_error);
+    EXPECT_THROW(parse_request(R"({"op": "create", "spec": {"volumes": {}}})"), spec_error);
     EXPECT_THROW(parse_request(R"({"op": "validate", "spec": {"image": "/usr"}})"), spec_error);
     EXPECT_NO_THROW(parse_request(R"({"op": "create", "spec": {"image": "python"}})"));
 }

@@ -175,3 +175,27 @@ TEST_F(spec_validation, json_round_trip_keeps_every_field) {
     const auto back = nlohmann::json(s).get<sandbox_spec>();
     EXPECT_EQ(nlohmann::json(back), nlohmann::json(s));
 }
+
+TEST_F(spec_validation, volumes_are_ids_mounted_at_volumes_slash_a_name_once_each) {
+    sandbox_spec s;
+    s.volumes = {{"vol-1", "/volumes/data", false}, {"vol-2", "/volumes/ref", true}};
+    EXPECT_NO_THROW(validate_spec(s, cfg_));
+    s.volumes = {{"vol-1", "/etc", false}};
+    expect_refused(s, "/volumes/<name>");
+    s.volumes = {{"vol-1", "/volumes/../etc", false}};
+    expect_refused(s, "/volumes/<name>");
+    s.volumes = {{"vol-1", "/volumes/a/b", false}};
+    expect_refused(s, "/volumes/<name>");
+    s.volumes = {{"../vol", "/volumes/a", false}};
+    expect_refused(s, "volume id");
+    s.volumes = {{"vol-1", "/volumes/a", false}, {"vol-1", "/volumes/b", true}};
+    expect_refused(s, "once");
+    s.volumes = {{"vol-1", "/volumes/a", false}, {"vol-2", "/volumes/a", true}};
+    expect_refused(s, "once");
+    s.volumes.clear();
+    for (int i = 0; i < 9; ++i) s.volumes.push_back({"v" + std::to_string(i), "/volumes/v" + std::to_string(i), true});
+    expect_refused(s, "at most 8");
+    s.volumes.clear();
+    s.from_snapshot = "../../etc";
+    expect_refused(s, "from_snapshot");
+}
