@@ -40,6 +40,39 @@ export interface SessionModel {
   pause?: SessionPause;
   /** null, or where a session started from a snapshot (or a fork) came from */
   origin?: SessionOrigin | null;
+  /** the named volumes the session mounts */
+  volumes?: SessionVolume[];
+}
+
+/** A named volume as a session mounts it. */
+export interface SessionVolume {
+  name: string;
+  /** /volumes/<name> */
+  path: string;
+  read_only: boolean;
+}
+
+/** A volume to mount in `createSession({volumes})`; one writer at a time, read-only mounts are unlimited. */
+export interface VolumeMountOptions {
+  name: string;
+  /** /volumes/<something>; default /volumes/<volume name> */
+  path?: string;
+  /** sent as read_only (default false) */
+  readOnly?: boolean;
+  read_only?: boolean;
+}
+
+/** A named volume: a size-capped file system of the token's that outlives sessions. */
+export interface VolumeModel {
+  name: string;
+  /** its cap */
+  size_bytes: number;
+  /** what its files take */
+  used_bytes: number;
+  /** ISO 8601 */
+  created: string;
+  /** the sessions that mount it now */
+  mounts: { session: string; path: string; read_only: boolean }[];
 }
 
 export interface SessionOrigin {
@@ -109,6 +142,8 @@ export interface SessionOptions {
   network?: NetworkOptions;
   /** start on a copy of this snapshot's files (a model or its id); not with kernel, env or network */
   fromSnapshot?: string | SnapshotModel;
+  /** named volumes to mount (at most 8; names or mounts); VolumeNotFound for an unknown one, a 409 for a second writer */
+  volumes?: (string | VolumeMountOptions)[];
   signal?: AbortSignal;
   /** the API's own snake_case names (timeout_s, …) pass through as given */
   [apiName: string]: unknown;
@@ -384,10 +419,14 @@ export declare class NotFound extends CellgateError {}
 export declare class SessionNotFound extends NotFound {}
 /** 404 on a snapshot: deleted, or never there. */
 export declare class SnapshotNotFound extends NotFound {}
+/** 404 on a named volume: there is none of that name. */
+export declare class VolumeNotFound extends NotFound {}
 /** 429: too many sessions. */
 export declare class TooManySessions extends CellgateError {}
 /** 429 on a snapshot: the tenant keeps as many as it may; delete one first. */
 export declare class TooManySnapshots extends CellgateError {}
+/** 429 on a volume: the token's volume quota (count or total bytes) is full. */
+export declare class TooManyVolumes extends CellgateError {}
 /** A command exited non-zero or was killed; it carries the CommandResult's fields. */
 export declare class CommandExitError extends CellgateError {
   constructor(result: CommandResult);
@@ -416,6 +455,14 @@ export declare class Cellgate {
   getSnapshot(snapshot: string | SnapshotModel): Promise<SnapshotModel>;
   /** deletes a snapshot; sessions started from it keep their files (SnapshotNotFound if it is gone) */
   deleteSnapshot(snapshot: string | SnapshotModel): Promise<void>;
+  /** makes a named volume (sizeBytes 8 MiB to 64 GiB, default 1 GiB); a 409 if the name exists, TooManyVolumes past the quota */
+  createVolume(opts: { name: string; sizeBytes?: number; signal?: AbortSignal }): Promise<VolumeModel>;
+  /** the caller's volumes */
+  listVolumes(): Promise<VolumeModel[]>;
+  /** one volume (VolumeNotFound if there is none) */
+  getVolume(volume: string | VolumeModel): Promise<VolumeModel>;
+  /** deletes a volume and its files (VolumeNotFound if there is none, a 409 while a session mounts it) */
+  deleteVolume(volume: string | VolumeModel): Promise<void>;
   runOnce(code: string, files?: OneShotFiles, opts?: { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
   static runOnce(code: string, files?: OneShotFiles,
                  opts?: ClientOptions & { timeout?: number; signal?: AbortSignal }): Promise<Execution>;

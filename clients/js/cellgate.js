@@ -67,6 +67,14 @@ export class SnapshotNotFound extends NotFound {
   }
 }
 
+/** 404 on a named volume: there is none of that name (or it belongs to another tenant). */
+export class VolumeNotFound extends NotFound {
+  constructor(status, reason, message) {
+    super(status, reason, message);
+    this.name = 'VolumeNotFound';
+  }
+}
+
 /** 429: the gateway's (or the tenant's) session quota is full. */
 export class TooManySessions extends CellgateError {
   constructor(status, reason, message) {
@@ -80,6 +88,14 @@ export class TooManySnapshots extends CellgateError {
   constructor(status, reason, message) {
     super(status, reason, message);
     this.name = 'TooManySnapshots';
+  }
+}
+
+/** 429 on a volume: the token's volume quota (count or total bytes) is full. */
+export class TooManyVolumes extends CellgateError {
+  constructor(status, reason, message) {
+    super(status, reason, message);
+    this.name = 'TooManyVolumes';
   }
 }
 
@@ -122,6 +138,36 @@ function snapshotId(snapshot) {
   const id = snapshot && typeof snapshot === 'object' ? snapshot.id : snapshot;
   if (typeof id !== 'string' || !id) throw new TypeError(`not a snapshot or a snapshot id: ${snapshot}`);
   return id;
+}
+
+/**
+ * A volume's API path, from its model or its name.
+ * @param {string|{name: string}} volume
+ * @returns {string}
+ */
+function volumePath(volume) {
+  const name = volume && typeof volume === 'object' ? volume.name : volume;
+  if (typeof name !== 'string' || !name) throw new TypeError(`not a volume or a volume name: ${volume}`);
+  return `/v1/volumes/${encodeURIComponent(name)}`;
+}
+
+/**
+ * One entry of `createSession({volumes})` as the API takes it: a name, or
+ * {name, path?, readOnly?} (readOnly sent as read_only).
+ * @param {any} v
+ * @returns {{name: string, path?: string, read_only?: boolean}}
+ */
+function volumeMount(v) {
+  if (typeof v === 'string') return { name: v };
+  if (!v || typeof v !== 'object' || typeof v.name !== 'string') {
+    throw new TypeError(`not a volume mount: ${JSON.stringify(v)} (pass a name or {name, path?, readOnly?})`);
+  }
+  /** @type {{name: string, path?: string, read_only?: boolean}} */
+  const out = { name: v.name };
+  if (v.path !== undefined && v.path !== null) out.path = v.path;
+  const ro = v.readOnly ?? v.read_only;
+  if (ro !== undefined && ro !== null) out.read_only = ro;
+  return out;
 }
 
 /**
@@ -453,6 +499,10 @@ export class Cellgate {
    * snapshot's files with a new kernel of the snapshot's kernelspec,
    * environment and network (`kernel`, `env` and `network` cannot be given
    * with it: a 400); an unknown snapshot rejects with SnapshotNotFound.
+   * `volumes` mounts named volumes: names or `{name, path?, readOnly?}` (at
+   * most 8), at /volumes/<name> by default. A volume has one writer at a
+   * time: a second read-write mount rejects with a 409 CellgateError (mount
+   * it readOnly); an unknown volume rejects with VolumeNotFound.
    * @param {import('./cellgate').SessionOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -464,11 +514,22 @@ export class Cellgate {
     for (const [key, value] of Object.entries(opts || {})) {
       if (value === undefined || value === null || key === 'signal') continue;
       const name = /** @type {Record<string,string>} */ (map)[key] || key;  // snake_case names pass through
-      body[name] = name.endsWith('_s') ? seconds(value) : name === 'from_snapshot' ? snapshotId(value) : value;
+      body[name] = name.endsWith('_s') ? seconds(value) : name === 'from_snapshot' ? snapshotId(value)
+        : name === 'volumes' ? Array.from(/** @type {any[]} */ (value), volumeMount) : value;
     }
-    const model = await this.requestJson('POST', '/v1/sessions', {
-      json: body, signal: opts && opts.signal, notFound: SnapshotNotFound,
-    });
+    let model;
+    try {
+      model = await this.requestJson('POST', '/v1/sessions', {
+        json: body, signal: opts && opts.signal, notFound: SnapshotNotFound,
+      });
+    } catch (e) {
+      // A 404 is an unknown volume or an unknown snapshot.
+      const volumes = Array.isArray(body.volumes) && body.volumes.length > 0;
+      if (e instanceof SnapshotNotFound && volumes && (!body.from_snapshot || /^No such volume/.test(e.message))) {
+        throw new VolumeNotFound(e.status, e.reason, e.message);
+      }
+      throw e;
+    }
     return new Session(this, model);
   }
 
@@ -529,6 +590,51 @@ export class Cellgate {
   async deleteSnapshot(snapshot) {
     await this.request('DELETE', `/v1/snapshots/${encodeURIComponent(snapshotId(snapshot))}`,
       { notFound: SnapshotNotFound });
+  }
+
+  /**
+   * Makes a named volume: a size-capped file system of the token's that
+   * outlives sessions; `createSession({volumes})` mounts it. `name` is 1 to
+   * 64 letters, digits, '-' and '_'; `sizeBytes` 8 MiB to 64 GiB (default
+   * 1 GiB). A 409 CellgateError if the name exists, TooManyVolumes past the
+   * token's quota.
+   * @param {{name: string, sizeBytes?: number, signal?: AbortSignal}} opts
+   * @returns {Promise<import('./cellgate').VolumeModel>}
+   */
+  async createVolume(opts) {
+    const { name, sizeBytes, signal } = opts || /** @type {any} */ ({});
+    /** @type {Record<string, any>} */
+    const body = { name };
+    if (sizeBytes !== undefined && sizeBytes !== null) body.size_bytes = sizeBytes;
+    return this.requestJson('POST', '/v1/volumes', { json: body, signal, tooMany: TooManyVolumes });
+  }
+
+  /**
+   * The caller's volumes (models).
+   * @returns {Promise<import('./cellgate').VolumeModel[]>}
+   */
+  async listVolumes() {
+    const body = await this.requestJson('GET', '/v1/volumes');
+    return (body && body.volumes) || [];
+  }
+
+  /**
+   * One volume (a model or its name), refreshed; VolumeNotFound if there is none.
+   * @param {string|{name: string}} volume
+   * @returns {Promise<import('./cellgate').VolumeModel>}
+   */
+  async getVolume(volume) {
+    return this.requestJson('GET', volumePath(volume), { notFound: VolumeNotFound });
+  }
+
+  /**
+   * Deletes a volume (a model or its name) and its files. VolumeNotFound if
+   * there is none, a 409 CellgateError while a session mounts it.
+   * @param {string|{name: string}} volume
+   * @returns {Promise<void>}
+   */
+  async deleteVolume(volume) {
+    await this.request('DELETE', volumePath(volume), { notFound: VolumeNotFound });
   }
 
   /**

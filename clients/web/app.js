@@ -27,6 +27,7 @@ const ui = {
   newSession: $('new-session'),
   interrupt: $('interrupt'),
   restart: $('restart'),
+  fork: $('fork'),
   toggleFiles: $('toggle-files'),
   forget: $('forget-token'),
   login: $('login'),
@@ -65,6 +66,7 @@ const state = {
   running: 0,
   starting: false,
   restarting: false,
+  forking: false,
   ended: false,
   /** @type {Set<AbortController>} */ controllers: new Set(),
   cwd: '',
@@ -89,6 +91,7 @@ function setStatus() {
   ui.run.disabled = !ready;
   ui.newSession.disabled = !state.client || state.starting;
   ui.restart.disabled = !ready || state.restarting;
+  ui.fork.disabled = !ready || state.restarting || state.forking;
   ui.interrupt.disabled = !ready || state.running === 0;
   ui.networkApply.disabled = !state.client || state.starting;
   ui.networkApply.textContent = state.network && state.network.enabled ? 'Apply to this session' : 'Start a new session with it';
@@ -185,6 +188,13 @@ async function connect(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
   state.client = client;
   showApp();
+  // A tab the Fork button opened names its session in the URL's fragment
+  // (never sent to the server); the fragment is dropped once read.
+  const named = new URLSearchParams(location.hash.slice(1)).get('session');
+  if (named) {
+    sessionStorage.setItem(SESSION_KEY, named);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
   const previous = sessionStorage.getItem(SESSION_KEY);
   if (previous) {
     try {
@@ -252,6 +262,33 @@ async function restartKernel() {
     if (!commonFailure(e)) note(`Restart failed: ${describe(e)}`, 'error');
   } finally {
     state.restarting = false;
+    setStatus();
+  }
+}
+
+/** Copies the session's files into a new session and opens it in a new tab. */
+async function forkSession() {
+  const s = state.session;
+  if (!s || !state.client) return;
+  state.forking = true;
+  setStatus();
+  // Opened now, while the click still counts as the user's: a popup opened
+  // after the fork's await would be blocked.
+  const tab = window.open('', '_blank');
+  try {
+    const { snapshot, sessions } = await s.fork({ count: 1 });
+    const child = sessions[0];
+    // The page keeps no snapshots: the child has its own copy already.
+    state.client.deleteSnapshot(snapshot).catch(() => {});
+    const where = `${location.pathname}#session=${encodeURIComponent(child.id)}`;
+    if (tab) tab.location.href = where;
+    else window.open(where, '_blank');
+    note(`Forked into session ${child.id}, opened in a new tab: its files are a copy of this session's; its variables start empty.`);
+  } catch (e) {
+    if (tab) tab.close();
+    if (!commonFailure(e)) note(`Fork failed: ${describe(e)}`, 'error');
+  } finally {
+    state.forking = false;
     setStatus();
   }
 }
@@ -846,6 +883,7 @@ ui.code.addEventListener('keydown', (e) => {
 ui.newSession.addEventListener('click', () => newSession());
 ui.interrupt.addEventListener('click', () => interruptKernel());
 ui.restart.addEventListener('click', () => restartKernel());
+ui.fork.addEventListener('click', () => forkSession());
 ui.filesRefresh.addEventListener('click', () => refreshFiles());
 ui.networkAllow.value = sessionStorage.getItem(NETWORK_KEY) || '';
 ui.networkAllow.addEventListener('input', () => sessionStorage.setItem(NETWORK_KEY, ui.networkAllow.value));

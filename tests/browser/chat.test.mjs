@@ -415,3 +415,40 @@ plt.savefig("chart.png", dpi=120); plt.show()`;
     }
   });
 });
+
+describe('fork', () => {
+  test('the Fork button opens a new session in a new tab with a copy of the files, and leaves this one alone', async () => {
+    const { page, seen } = await openChat(browser.ctx);
+    const parent = await pageSessionId(page);
+    await runCell(page, "open('forked.txt', 'w').write('from the parent')\nmarker = 7");
+    const [tab] = await Promise.all([browser.ctx.waitForEvent('page'), page.getByTestId('fork').click()]);
+    try {
+      await tab.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 60_000 });
+      await waitIdle(tab, 120_000);
+      const child = await pageSessionId(tab);
+      assert.ok(child && child !== parent, `a new session (${child}), not the parent's`);
+      assert.ok(!tab.url().includes('#'), `the session's id left the URL: ${tab.url()}`);
+      // The token came along in the tab's copy of sessionStorage, never in the URL.
+      assert.ok(!tab.url().includes(token));
+      const turn = await runCell(tab, "print(open('forked.txt').read(), 'marker' in dir())");
+      assert.match(await turn.textContent(), /from the parent False/);
+      await runCell(tab, "open('forked.txt', 'w').write('changed in the child')");
+      const model = await (await api('GET', `/v1/sessions/${child}`)).json();
+      assert.equal(model.origin.source, parent);
+      // The parent tab is still on its own session, and its file is its own.
+      assert.equal(await pageSessionId(page), parent);
+      const mine = await runCell(page, "print(open('forked.txt').read(), marker)");
+      assert.match(await mine.textContent(), /from the parent 7/);
+      // The page keeps no snapshot behind.
+      for (let i = 0; i < 50; i++) {
+        if ((await (await api('GET', '/v1/snapshots')).json()).snapshots.length === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.deepEqual((await (await api('GET', '/v1/snapshots')).json()).snapshots, []);
+      assert.deepEqual(seen.pageErrors, []);
+    } finally {
+      await tab.close();
+      await page.close();
+    }
+  });
+});

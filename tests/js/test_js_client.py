@@ -1,5 +1,5 @@
-"""Runs the JavaScript client's tests (client.test.mjs, network.test.mjs, pause.test.mjs and fork.test.mjs,
-Node's built-in test runner) against the REAL cellgate gateway: built binary,
+"""Runs the JavaScript client's tests (client.test.mjs, network.test.mjs, pause.test.mjs, fork.test.mjs and
+volumes.test.mjs, Node's built-in test runner) against the REAL cellgate gateway: built binary,
 runc sandboxes, the built kernel image. The network tests get a gateway
 whose --egress-resolve map leads allowed.test and denied.test to a listener
 on 127.0.0.1, and nowhere else.
@@ -122,3 +122,7 @@ def test_js_client_pause(gateway, tmp_path):
 
 def test_js_client_fork(gateway, tmp_path):
     _run_node(gateway, "fork.test.mjs", tmp_path)
+
+
+def test_js_client_volumes(gateway, tmp_path):
+    _run_node(gateway, "volumes.test.mjs", tmp_path)

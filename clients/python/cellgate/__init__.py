@@ -10,18 +10,20 @@ Standard library only; Python 3.9+.
 """
 from .commands import CommandExitError, CommandHandle, CommandResult
 from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound, SnapshotNotFound, StreamIncomplete,
-                     TooManySessions, TooManySnapshots)
+                     TooManySessions, TooManySnapshots, TooManyVolumes, VolumeNotFound)
 from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnection, NetworkPolicy, Result,
-                     SessionInfo, Snapshot, Truncated)
-from .sandbox import ForkResult, Sandbox, delete_snapshot, get_snapshot, list_snapshots, run_once
+                     SessionInfo, Snapshot, Truncated, Volume, VolumeMount)
+from .sandbox import (ForkResult, Sandbox, create_volume, delete_snapshot, delete_volume, get_snapshot, get_volume,
+                      list_snapshots, list_volumes, run_once)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "run_once", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
+    "create_volume", "list_volumes", "get_volume", "delete_volume",
     "CommandExitError", "CommandHandle", "CommandResult",
     "Execution", "ExecutionError", "FileInfo", "Logs", "NetworkConnection", "NetworkPolicy", "Result",
-    "SessionInfo", "Snapshot", "Truncated",
+    "SessionInfo", "Snapshot", "Truncated", "Volume", "VolumeMount",
     "CellgateError", "ConnectionFailed", "NotFound", "SessionNotFound", "SnapshotNotFound", "StreamIncomplete",
-    "TooManySessions", "TooManySnapshots",
+    "TooManySessions", "TooManySnapshots", "TooManyVolumes", "VolumeNotFound",
 ]

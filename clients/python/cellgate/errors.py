@@ -28,12 +28,20 @@ class SnapshotNotFound(NotFound):
     """404 on a snapshot: it was deleted, or belongs to another tenant."""
 
 
+class VolumeNotFound(NotFound):
+    """404 on a named volume: it does not exist (or belongs to another tenant)."""
+
+
 class TooManySessions(CellgateError):
     """429: the gateway's (or the tenant's) session quota is full."""
 
 
 class TooManySnapshots(CellgateError):
     """429 on a snapshot: the tenant keeps as many as it may; delete one first."""
+
+
+class TooManyVolumes(CellgateError):
+    """429 on a volume: the token's volume quota (count or total bytes) is full."""
 
 
 class ConnectionFailed(CellgateError):

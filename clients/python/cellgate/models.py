@@ -333,6 +333,8 @@ class SessionInfo:
         # None, or {"snapshot": id, "source": session id, "mode": "files"} for a
         # session started from a snapshot (or a fork).
         self.origin = raw.get("origin")
+        # The named volumes the session mounts: [{"name", "path", "read_only"}].
+        self.volumes = list(raw.get("volumes") or [])
 
     @property
     def paused(self):
@@ -366,3 +368,45 @@ class Snapshot:
 
     def __repr__(self):
         return f"<Snapshot {self.id} {self.name!r} of {self.session} {self.mode} {self.bytes} B>"
+
+
+class VolumeMount:
+    """A named volume for ``Sandbox(volumes=[...])``: mounted at ``path``
+    (``/volumes/<name>``, by default ``/volumes/<volume name>``), read-write
+    unless ``read_only``. A volume has one writer at a time; read-only
+    mounts are unlimited. A plain dict ``{"name", "path", "read_only"}`` works too."""
+
+    def __init__(self, name, path=None, read_only=False):
+        self.name = name
+        self.path = path
+        self.read_only = bool(read_only)
+
+    def to_json(self):
+        body = {"name": self.name}
+        if self.path is not None:
+            body["path"] = self.path
+        if self.read_only:
+            body["read_only"] = True
+        return body
+
+    def __repr__(self):
+        return f"VolumeMount({self.name!r}, path={self.path!r}, read_only={self.read_only})"
+
+
+class Volume:
+    """A named volume: a size-capped file system of the tenant's that
+    outlives sessions. ``size_bytes`` is its cap, ``used_bytes`` what its
+    files take, ``created`` an ISO 8601 time and ``mounts`` the sessions
+    that mount it now: ``[{"session", "path", "read_only"}]``."""
+
+    def __init__(self, raw):
+        self.raw = raw or {}
+        r = self.raw
+        self.name = r.get("name")
+        self.size_bytes = r.get("size_bytes")
+        self.used_bytes = r.get("used_bytes")
+        self.created = r.get("created")
+        self.mounts = list(r.get("mounts") or [])
+
+    def __repr__(self):
+        return f"<Volume {self.name!r} {self.used_bytes}/{self.size_bytes} B mounts={len(self.mounts)}>"

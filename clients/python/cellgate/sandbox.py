@@ -5,13 +5,15 @@ import collections
 import io
 import json
 import os
+import urllib.parse
 import uuid
 
 from ._http import Client, close_response, iter_sse, quote_path
-from .errors import CellgateError, NotFound, SessionNotFound, SnapshotNotFound, StreamIncomplete, TooManySnapshots
+from .errors import (CellgateError, NotFound, SessionNotFound, SnapshotNotFound, StreamIncomplete, TooManySnapshots,
+                     TooManyVolumes, VolumeNotFound)
 from .commands import Commands
 from .models import (Execution, ExecutionError, FileInfo, NetworkConnection, NetworkPolicy, Result, SessionInfo,
-                     Snapshot)
+                     Snapshot, Volume, VolumeMount)
 
 DEFAULT_EXEC_TIMEOUT_S = 300
 # Time the gateway may need beyond the execution timeout (interrupt, then a
@@ -34,6 +36,36 @@ def _entries(value):
 def _snapshot_id(snapshot):
     """A snapshot id, from a Snapshot or the id itself."""
     return snapshot.id if isinstance(snapshot, Snapshot) else str(snapshot)
+
+
+def _volume_name(volume):
+    """A volume's name, from a Volume or the name itself."""
+    return volume.name if isinstance(volume, Volume) else str(volume)
+
+
+def _volume_path(volume):
+    return "/v1/volumes/" + urllib.parse.quote(_volume_name(volume), safe="")
+
+
+def _mount(entry):
+    """One entry of ``volumes=``: a VolumeMount, a dict {name, path?, read_only?},
+    a Volume or a volume name (mounted read-write at /volumes/<name>)."""
+    if isinstance(entry, VolumeMount):
+        return entry.to_json()
+    if isinstance(entry, dict):
+        return dict(entry)
+    if isinstance(entry, (str, Volume)):
+        return {"name": _volume_name(entry)}
+    raise TypeError(f"not a volume mount: {entry!r} (pass a VolumeMount, a dict or a volume name)")
+
+
+def _session_not_found(from_snapshot, volumes):
+    """The error class for a 404 on POST /v1/sessions: an unknown snapshot or volume."""
+    def make(status, reason, message):
+        if volumes and (from_snapshot is None or str(message).startswith("No such volume")):
+            return VolumeNotFound(status, reason, message)
+        return SnapshotNotFound(status, reason, message)
+    return make
 
 
 def _read_source(data):
@@ -80,11 +112,17 @@ class Sandbox:
     environment and network: ``kernel``, ``env`` and ``network`` cannot be
     given with it (CellgateError 400); the limits and lifecycle can. An
     unknown snapshot raises SnapshotNotFound.
+    ``volumes`` mounts named volumes (create_volume()): a list of
+    VolumeMount, dicts ``{"name", "path"?, "read_only"?}`` or volume names
+    (at most 8). Each is mounted at ``/volumes/<name>`` unless ``path`` (also
+    ``/volumes/<something>``) says otherwise. A volume has one writer at a
+    time: a second read-write mount raises CellgateError 409 (mount it
+    read_only); an unknown volume raises VolumeNotFound.
     """
 
     def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
                  env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, from_snapshot=None,
-                 request_timeout=60.0, _session=None):
+                 volumes=None, request_timeout=60.0, _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
@@ -97,12 +135,15 @@ class Sandbox:
                     body[key] = _seconds(value)
             if network is not None:
                 body["network"] = network
+            if volumes is not None:
+                body["volumes"] = [_mount(v) for v in volumes]
             lifecycle = {k: v for k, v in (("on_idle", on_idle), ("auto_resume", auto_resume)) if v is not None}
             if lifecycle:
                 body["lifecycle"] = lifecycle
             # Starting a sandbox can take a while on a busy host.
             _session = self._client.request("POST", "/v1/sessions", json_body=body,
-                                            timeout=max(request_timeout, 180), not_found=SnapshotNotFound)
+                                            timeout=max(request_timeout, 180),
+                                            not_found=_session_not_found(from_snapshot, volumes))
         self._set_model(_session)
 
     @classmethod
@@ -470,6 +511,38 @@ def delete_snapshot(snapshot, url=None, token=None):
     CellgateError 409 while sessions are starting from it."""
     Client(url, token).request("DELETE", f"/v1/snapshots/{quote_path(_snapshot_id(snapshot))}",
                                not_found=SnapshotNotFound)
+
+
+def create_volume(name, size_bytes=None, url=None, token=None):
+    """Makes a named volume: a size-capped file system of the token's that
+    outlives sessions; Sandbox(volumes=[...]) mounts it. ``name`` is 1 to 64
+    letters, digits, '-' and '_'; ``size_bytes`` 8 MiB to 64 GiB (the
+    gateway's default: 1 GiB). CellgateError 409 if the name exists, 400 for
+    bad input; TooManyVolumes past the token's quota. Returns the Volume."""
+    body = {"name": name}
+    if size_bytes is not None:
+        body["size_bytes"] = int(size_bytes)
+    return Volume(Client(url, token).request("POST", "/v1/volumes", json_body=body, too_many=TooManyVolumes,
+                                             timeout=180))
+
+
+def list_volumes(url=None, token=None):
+    """The caller's volumes, as Volume."""
+    body = Client(url, token).request("GET", "/v1/volumes") or {}
+    return [Volume(v) for v in body.get("volumes", [])]
+
+
+def get_volume(volume, url=None, token=None):
+    """One volume (a Volume or its name), refreshed; VolumeNotFound if there is none."""
+    return Volume(Client(url, token).request("GET", _volume_path(volume),
+                                             not_found=VolumeNotFound))
+
+
+def delete_volume(volume, url=None, token=None):
+    """Deletes a volume (a Volume or its name) and its files. VolumeNotFound
+    if there is none; CellgateError 409 while a session mounts it."""
+    Client(url, token).request("DELETE", _volume_path(volume),
+                               not_found=VolumeNotFound, timeout=180)
 
 
 def run_once(code, files=None, url=None, token=None, timeout=None):
