@@ -169,6 +169,14 @@ std::string rename_target_from(const json& body) {
     return to->get<std::string>();
 }
 
+void only_members(const json& body, std::initializer_list<const char*> allowed, const char* what) {
+    for (const auto& [key, v] : body.items()) {
+        bool ok = false;
+        for (const char* a : allowed) ok = ok || key == a;
+        if (!ok) throw api_exception(400, "Unknown member '" + key.substr(0, 64) + "' in " + what);
+    }
+}
+
 std::string agent_kernel_name(const json& body) {
     const auto it = body.find("kernel");
     if (it == body.end() || it->is_null()) return {};

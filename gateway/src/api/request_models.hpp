@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,8 @@ namespace cellgate::api {
 
 // An optional string member: absent or null gives `fallback`.
 std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "");
+// 400 "Unknown member 'x' in <what>" for a member of `body` not in `allowed`.
+void only_members(const nlohmann::json& body, std::initializer_list<const char*> allowed, const char* what);
 // An object of strings under `key` ({} when absent or null); api_exception(400)
 // naming `where` (the key's full name in the request) otherwise.
 std::map<std::string, std::string> string_object(const nlohmann::json& body, const char* key, const std::string& where);

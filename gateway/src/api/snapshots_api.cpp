@@ -26,14 +26,6 @@ std::string snapshot_name(const json& body) {
     return name;
 }
 
-void only_members(const json& body, std::initializer_list<const char*> allowed, const char* what) {
-    for (const auto& [key, v] : body.items()) {
-        bool ok = false;
-        for (const char* a : allowed) ok = ok || key == a;
-        if (!ok) throw api_exception(400, "Unknown member '" + key.substr(0, 64) + "' in " + what);
-    }
-}
-
 kernels::snapshot_record snapshot_or_404(services& s, const request_ptr& req) {
     auto snap = s.kernels.find_snapshot(req->who.tenant, req->param("snapshot"));
     if (!snap) throw api_exception(404, "No such snapshot");

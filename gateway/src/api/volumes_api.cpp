@@ -44,9 +44,7 @@ std::vector<kernels::volume_attachment> volumes_from(services& s, const std::str
     if (!it->is_array() || it->size() > 8) throw api_exception(400, "'volumes' must be an array of at most 8 {name, path?, read_only?}");
     for (const auto& m : *it) {
         if (!m.is_object()) throw api_exception(400, "each of 'volumes' is an object {name, path?, read_only?}");
-        for (const auto& [key, v] : m.items())
-            if (key != "name" && key != "path" && key != "read_only")
-                throw api_exception(400, "Unknown member '" + key.substr(0, 64) + "' in a volume (name, path, read_only)");
+        only_members(m, {"name", "path", "read_only"}, "a volume (name, path, read_only)");
         if (!m.contains("name") || !m["name"].is_string()) throw api_exception(400, "a volume needs its 'name'");
         const auto name = m["name"].get<std::string>();
         const auto v = s.kernels.find_volume(tenant, name);
@@ -75,9 +73,7 @@ void register_volumes(router& r, services& s) {
     r.add(bhttp::verb::post, "/v1/volumes", [&s](const request_ptr& req, reply_fn reply) {
         const auto b = req->json_body(false);
         if (!b.is_object()) throw api_exception(400, "The body must be a JSON object {name, size_bytes?}");
-        for (const auto& [key, v] : b.items())
-            if (key != "name" && key != "size_bytes")
-                throw api_exception(400, "Unknown member '" + key.substr(0, 64) + "' (name, size_bytes)");
+        only_members(b, {"name", "size_bytes"}, "a volume request (name, size_bytes)");
         if (!b.contains("name") || !b["name"].is_string() || !is_volume_name(b["name"].get<std::string>()))
             throw api_exception(400, "'name' is 1 to 64 letters, digits, '-' and '_'");
         std::uint64_t bytes = 1ull << 30;
