@@ -663,16 +663,6 @@ snapshot_info launcher::impl::snapshot_workspace(const std::string& id, const st
     const auto t0 = clock_type::now();
     const auto info = read_info(id);
     fs::path ws_dir = info ? fs::path(info->workspace_dir) : cfg.workspace_root / id;
-    std::uint32_t base = 0;
-    if (info) {
-        base = info->host_uid_base;
-    } else {
-        // Paused with its files only: no run dir, the slot says.
-        std::error_code ec;
-        if (!fs::exists(ws_dir.string() + ".img", ec))
-            throw launch_error("snapshot", "sandbox '" + id + "' has no workspace", ENOENT);
-        base = workspaces.ensure(ws_dir, 0, 1000, 1000).host_id_base;
-    }
     make_dir("snapshot", cfg.state_dir / "snapshots", 0700);
     const fs::path sdir = snapshot_dir(snapshot);
     make_dir("snapshot", sdir, 0700, /*must_not_exist=*/true);
@@ -681,7 +671,9 @@ snapshot_info launcher::impl::snapshot_workspace(const std::string& id, const st
         std::error_code ec;
         fs::remove_all(sdir, ec);
     });
-    const auto copy = workspaces.copy_image(ws_dir, sdir / "workspace.img");
+    const auto copy = workspaces.copy_image(ws_dir, sdir / "workspace.img");  // ENOENT: no workspace
+    // Paused with its files only, a sandbox has no run dir: its slot says.
+    const std::uint32_t base = info ? info->host_uid_base : workspaces.host_id_base(ws_dir);
     snapshot_info out;
     out.bytes = copy.bytes;
     out.disk_bytes = copy.disk_bytes;

@@ -212,6 +212,13 @@ image_copy workspace_store::copy_image(const fs::path& dir, const fs::path& to) 
     return copy_image_file(image, to);
 }
 
+std::uint32_t workspace_store::host_id_base(const fs::path& dir) {
+    make_dir(step, root_, 0711);
+    make_dir(step, slots_dir(), 0700);
+    root_lock lock(root_);
+    return id_base_ + claim_slot(dir.filename().string()) * 65536u;
+}
+
 void workspace_store::remove(const fs::path& dir) {
     std::error_code ec;
     if (!fs::exists(root_, ec)) return;

@@ -56,6 +56,8 @@ public:
     // `to`, while a sandbox may be writing to it: the file system is frozen
     // (its writers wait) for the length of the copy.
     image_copy copy_image(const std::filesystem::path& dir, const std::filesystem::path& to);
+    // The host id base of the workspace at `dir` (its slot, claimed if it had none).
+    std::uint32_t host_id_base(const std::filesystem::path& dir);
     // Unmounts and deletes the workspace and frees its slot. Missing is fine.
     void remove(const std::filesystem::path& dir);
     // Frees slots whose workspace no longer exists; returns how many.
