@@ -309,3 +309,26 @@ class HttpListener:
         self.server.shutdown()
         self.server.server_close()
 
+
+
+def runtime_gateway(request, tmp_path_factory, suite, *args, config=None):
+    """Yields a started Gateway whose python3 kernelspec runs under
+    request.param (runc or runsc), with `config` merged into its config file,
+    and stops and cleans it up after. Without root or that runtime the test
+    is skipped, or fails when CELLGATE_REQUIRE_SANDBOX=1 (as in CI)."""
+    import shutil
+    import pytest
+    runtime = request.param
+    if os.geteuid() != 0 or shutil.which(runtime) is None:
+        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"{suite} tests need root and {runtime}")
+        pytest.skip(f"needs root and {runtime}")
+    path = tmp_path_factory.mktemp(f"{suite}-{runtime}") / "config.json"
+    path.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}, **(config or {})}))
+    g = Gateway("--config", str(path), *args).start()
+    g.runtime = runtime
+    try:
+        yield g
+    finally:
+        g.stop()
+        g.cleanup()

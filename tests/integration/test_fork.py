@@ -4,14 +4,12 @@ N children) in one call. Children are new sessions (new ids, new Jupyter
 kernel ids, their own keys and sandboxes) on their own copy of the files,
 and share no writable state with the source or each other. Real gateway,
 real runc and runsc sandboxes, the kernel image."""
-import hashlib
 import json
 import os
-import shutil
 
 import pytest
 
-from gateway import Gateway
+from gateway import runtime_gateway
 
 RUNTIMES = ["runc", "runsc"]
 
@@ -44,19 +42,8 @@ print(json.dumps(out, sort_keys=True))
 
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
-    runtime = request.param
-    if os.geteuid() != 0 or shutil.which(runtime) is None:
-        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"fork tests need root and {runtime}")
-        pytest.skip(f"needs root and {runtime}")
-    d = tmp_path_factory.mktemp(f"fork-{runtime}")
-    config = d / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}, "max_snapshots_per_tenant": 3}))
-    g = Gateway("--config", str(config), "--max-kernels", "12", "--max-kernels-per-tenant", "6").start()
-    g.runtime = runtime
-    yield g
-    g.stop()
-    g.cleanup()
+    yield from runtime_gateway(request, tmp_path_factory, "fork", "--max-kernels", "12", "--max-kernels-per-tenant", "6",
+                               config={"max_snapshots_per_tenant": 3})
 
 
 def new_session(gw, **body):
@@ -207,6 +194,23 @@ def test_snapshots_past_the_tokens_cap_are_refused_until_one_is_deleted(gw):
         assert gw.api("DELETE", f"/v1/snapshots/{snaps[0]}").status_code == 204
         r = gw.api("POST", f"/v1/sessions/{s}/snapshots", json={}, timeout=300)
         assert r.status_code == 201, r.text
+    finally:
+        delete_all(gw)
+
+
+def test_a_paused_session_can_be_snapshotted_and_its_copy_is_the_childs_own(gw):
+    src = new_session(gw)["id"]
+    try:
+        run(gw, src, "open('/workspace/p.txt', 'w').write('kept while paused')")
+        r = gw.api("POST", f"/v1/sessions/{src}/pause", timeout=180)
+        assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+        r = gw.api("POST", f"/v1/sessions/{src}/snapshots", timeout=300)
+        assert r.status_code == 201, r.text
+        child = new_session(gw, from_snapshot=r.json()["id"])["id"]
+        # Readable, and writable: the copy's files moved to the child's own user.
+        assert run(gw, child, "open('/workspace/p.txt', 'a').write('!'); print(open('/workspace/p.txt').read())") == \
+            "kept while paused!"
+        assert gw.api("GET", f"/v1/sessions/{src}").json()["state"] == "paused"
     finally:
         delete_all(gw)
 

@@ -4,15 +4,12 @@ and memory and keeps its id and files, and under gVisor its kernel's memory
 this host's kernel), which the session model says. Real gateway, real runc
 and runsc sandboxes, the kernel image."""
 import json
-import os
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from gateway import BUILD, IMAGE_STORE, Gateway
+from gateway import BUILD, IMAGE_STORE, runtime_gateway
 
 RUNTIMES = ["runc", "runsc"]
 
@@ -31,20 +28,9 @@ EXPECTED = f"{sum(range(1_000_000))} xyz 42"
 
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
-    runtime = request.param
-    if os.geteuid() != 0 or shutil.which(runtime) is None:
-        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"pause tests need root and {runtime}")
-        pytest.skip(f"needs root and {runtime}")
-    d = tmp_path_factory.mktemp(f"pause-{runtime}")
-    config = d / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}}))
-    g = Gateway("--config", str(config), "--max-kernels", "8").start()
-    g.runtime = runtime
-    g.memory = runtime == "runsc"  # what the runtime's pause keeps
-    yield g
-    g.stop()
-    g.cleanup()
+    for g in runtime_gateway(request, tmp_path_factory, "pause", "--max-kernels", "8"):
+        g.memory = g.runtime == "runsc"  # what the runtime's pause keeps
+        yield g
 
 
 def new_session(gw, **body):

@@ -3,32 +3,18 @@ sessions, mounted at /volumes/<name> by the sessions that name them at
 start; one writer at a time, any number of read-only mounts. Real gateway,
 real runc and runsc sandboxes, the kernel image."""
 import json
-import os
-import shutil
 
 import pytest
 
-from gateway import Gateway
+from gateway import runtime_gateway
 
 RUNTIMES = ["runc", "runsc"]
 
 
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
-    runtime = request.param
-    if os.geteuid() != 0 or shutil.which(runtime) is None:
-        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"volume tests need root and {runtime}")
-        pytest.skip(f"needs root and {runtime}")
-    d = tmp_path_factory.mktemp(f"volumes-{runtime}")
-    config = d / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}},
-                                  "max_volumes_per_tenant": 3, "max_volume_bytes_per_tenant": 200 << 20}))
-    g = Gateway("--config", str(config), "--max-kernels", "8").start()
-    g.runtime = runtime
-    yield g
-    g.stop()
-    g.cleanup()
+    yield from runtime_gateway(request, tmp_path_factory, "volumes", "--max-kernels", "8",
+                               config={"max_volumes_per_tenant": 3, "max_volume_bytes_per_tenant": 200 << 20})
 
 
 def new_session(gw, **body):
