@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <memory>
+#include <mutex>
 
 namespace cellgate::e2b {
 
@@ -152,16 +154,57 @@ std::optional<json> e2b_network(const json& body) {
     return json{{"allow", list("allowOut")}, {"deny", list("denyOut")}};
 }
 
+// The E2B record of a session just started for the caller: tokens, the end
+// of its timeout, its environment applied in its kernel.
+sandbox_record admit_sandbox(surface& e, const kernels::kernel_ptr& k, const std::string& template_id,
+                             std::chrono::seconds timeout, std::map<std::string, std::string> metadata,
+                             std::map<std::string, std::string> env) {
+    sandbox_record r;
+    r.id = k->id();
+    r.tenant = k->tenant();
+    r.template_id = template_id;
+    r.client_id = "cellgate";
+    r.envd_token = make_access_token();
+    r.traffic_token = make_access_token();
+    r.metadata = std::move(metadata);
+    r.env_vars = std::move(env);
+    r.started = sys_clock::now();
+    r.end_at = r.started + timeout;
+    apply_end(k, r.end_at);  // a warm sandbox's clock started before this claim
+    e.book.put(r);
+    apply_env(k, r.env_vars);
+    return r;
+}
+
+// A template id that names one of the caller's snapshots: its id, or its
+// name (E2B's "team/name:tag" forms too: the newest snapshot of that name).
+std::optional<kernels::snapshot_record> snapshot_template(const surface& e, const std::string& tenant,
+                                                          const std::string& template_id) {
+    if (template_id.empty()) return std::nullopt;
+    if (auto s = e.services.kernels.find_snapshot(tenant, template_id)) return s;
+    auto name = std::string_view(template_id);
+    if (const auto slash = name.rfind('/'); slash != std::string_view::npos) name.remove_prefix(slash + 1);
+    if (const auto colon = name.find(':'); colon != std::string_view::npos) name = name.substr(0, colon);
+    std::optional<kernels::snapshot_record> newest;
+    for (auto& s : e.services.kernels.snapshots(tenant))
+        if (!s.name.empty() && (s.name == name || s.name == template_id) && (!newest || s.created >= newest->created))
+            newest = std::move(s);
+    return newest;
+}
+
 void create(surface& e, const request_ptr& req, reply_fn reply) {
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
     const auto template_id = template_of(body);
-    const auto spec = spec_for_template(e, template_id);
+    const auto snap = snapshot_template(e, req->who.tenant, template_id);
+    const auto spec = snap ? snap->spec_name : spec_for_template(e, template_id);
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
     auto metadata = string_map(body, "metadata", max_metadata_entries, max_metadata_bytes);
     auto env = string_map(body, "envVars", max_env_entries, max_env_bytes);
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'envVars': " + why);
-    auto policy = e.services.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant);
+    // A snapshot's sandboxes run with what its source ran (limits, network).
+    auto policy = snap ? snap->policy
+                       : e.services.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant);
     policy.idle_timeout = std::chrono::seconds(0);
     policy.lifetime = timeout;
     // autoPause: the timeout pauses the sandbox instead of killing it; a
@@ -171,33 +214,171 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
         policy.pause_at_end = it->get<bool>();
     }
     if (auto n = e2b_network(body)) {
+        if (snap)
+            throw api_exception(400, "'network' cannot be given with a snapshot's template: its sandboxes keep the "
+                                     "network of the sandbox it was taken from");
         static const api::network_settings none;
         policy.network = api::normalize_network(*n, e.services.network ? *e.services.network : none);
     }
-    e.services.kernels.start_kernel(
-        req->who.tenant, spec, {},
-        [&e, reply, template_id, timeout, metadata = std::move(metadata), env = std::move(env)](
-            std::optional<kernels::failure> f, kernels::kernel_ptr k) {
+    auto started = [&e, reply, template_id, timeout, metadata = std::move(metadata), env = std::move(env)](
+                       std::optional<kernels::failure> f, kernels::kernel_ptr k) mutable {
+        if (f) return reply(api::failure_response(*f));
+        const auto r = admit_sandbox(e, k, template_id, timeout, std::move(metadata), std::move(env));
+        spdlog::info("e2b: sandbox {} created for tenant {} (template {}, timeout {} s)", r.id, r.tenant,
+                     template_id, timeout.count());
+        reply(json_response(201, sandbox_json(e, r)));  // the Python SDK reads only a 201
+    };
+    if (!snap) return e.services.kernels.start_kernel(req->who.tenant, spec, {}, std::move(started), policy);
+    e.services.kernels.start_from_snapshot(
+        req->who.tenant, snap->id, 1, policy,
+        [started = std::move(started)](std::optional<kernels::failure> f, std::vector<kernels::kernel_ptr> ks) mutable {
+            auto k = f ? nullptr : ks.front();
+            started(std::move(f), std::move(k));
+        });
+}
+
+// E2B's SnapshotInfo: the id is what Sandbox.create() takes; names, the
+// name it was given (which create takes too).
+json snapshot_info(const kernels::snapshot_record& s) {
+    json names = json::array();
+    if (!s.name.empty()) names.push_back(s.name);
+    return {{"snapshotID", s.id}, {"names", names}};
+}
+
+// createSnapshot: a snapshot of the sandbox's files (cellgate's mode
+// "files"), taken while it runs on. 201 SnapshotInfo.
+void create_snapshot(surface& e, const request_ptr& req, reply_fn reply) {
+    auto [r, k] = owned(e, req);
+    const auto body = req->json_body();
+    if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
+    std::string name;
+    if (const auto it = body.is_object() ? body.find("name") : body.end(); it != body.end() && !it->is_null()) {
+        if (!it->is_string()) throw api_exception(400, "'name' must be a string");
+        name = it->get<std::string>();
+        if (name.empty() || name.size() > 128) throw api_exception(400, "'name' must have 1 to 128 characters");
+        for (const char ch : name)
+            if (const auto c = static_cast<unsigned char>(ch); c <= 0x20 || c == 0x7f || c == '/' || c == ':')
+                throw api_exception(400, "'name' must not hold spaces, control characters, '/' or ':'");
+        // Sandbox.create() takes the name as a template: it must not be
+        // another snapshot's id or a built-in template's name.
+        bool built_in = true;
+        try {
+            spec_for_template(e, name);
+        } catch (const api_exception&) {
+            built_in = false;
+        }
+        if (built_in || e.services.kernels.find_snapshot(req->who.tenant, name))
+            throw api_exception(400, "'name' must not be a built-in template's name or a snapshot id");
+    }
+    e.services.kernels.snapshot(k, name, [reply](std::optional<kernels::failure> f, kernels::snapshot_record s) {
+        reply(f ? api::failure_response(*f) : json_response(201, snapshot_info(s)));
+    });
+}
+
+// GET /snapshots?sandboxID=&name=&limit=&nextToken=: the caller's
+// snapshots, oldest first, paged by the last id seen (X-Next-Token).
+void list_snapshots(surface& e, const request_ptr& req, reply_fn reply) {
+    auto all = e.services.kernels.snapshots(req->who.tenant);
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+        return a.created != b.created ? a.created < b.created : a.id < b.id;
+    });
+    const auto source = req->query_value("sandboxID").value_or("");
+    const auto name = req->query_value("name").value_or("");
+    const auto match = name.empty() ? std::nullopt : snapshot_template(e, req->who.tenant, name);
+    std::size_t limit = e.options.max_page;
+    if (const auto l = req->query_value("limit"); l && !l->empty()) {
+        std::size_t n = 0;
+        const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), n);
+        if (ec != std::errc() || end != l->data() + l->size() || n == 0)
+            throw api_exception(400, "'limit' must be a positive whole number");
+        limit = std::min(n, e.options.max_page);
+    }
+    const auto after = req->query_value("nextToken").value_or("");
+    bool skipping = !after.empty();
+    json out = json::array();
+    std::string last;
+    bool more = false;
+    for (const auto& s : all) {
+        if (skipping) {
+            if (s.id == after) skipping = false;
+            continue;
+        }
+        if (!source.empty() && s.source != source) continue;
+        if (!name.empty() && s.id != name && !(match && !s.name.empty() && s.name == match->name)) continue;
+        if (out.size() == limit) {
+            more = true;
+            break;
+        }
+        out.push_back(snapshot_info(s));
+        last = s.id;
+    }
+    auto res = json_response(200, out);
+    if (more) res.headers.emplace_back("X-Next-Token", last);
+    reply(std::move(res));
+}
+
+// DELETE /templates/{id}: a snapshot by id, or every snapshot of a name (a
+// template and its builds, in E2B's words). 404 when none: the SDK's false.
+void delete_template(surface& e, const request_ptr& req, reply_fn reply) {
+    const auto& id = req->param("id");
+    std::vector<std::string> ids;
+    if (const auto snap = e.services.kernels.find_snapshot(req->who.tenant, id)) ids.push_back(snap->id);
+    else if (const auto match = snapshot_template(e, req->who.tenant, id))
+        for (const auto& s : e.services.kernels.snapshots(req->who.tenant))
+            if (s.name == match->name) ids.push_back(s.id);
+    if (ids.empty())
+        throw api_exception(404, "Snapshot '" + id.substr(0, 100) +
+                                     "' not found (cellgate's templates are built in; only snapshots can be deleted)");
+    struct pending {
+        std::mutex mutex;
+        std::size_t left;
+        std::optional<kernels::failure> first;
+    };
+    auto p = std::make_shared<pending>();
+    p->left = ids.size();
+    for (const auto& sid : ids)
+        e.services.kernels.delete_snapshot(req->who.tenant, sid, [p, reply](std::optional<kernels::failure> f) {
+            std::unique_lock lock(p->mutex);
+            if (f && !p->first) p->first = std::move(f);
+            if (--p->left) return;
+            const auto first = std::move(p->first);
+            lock.unlock();
+            reply(first ? api::failure_response(*first) : empty_response(204));
+        });
+}
+
+// Fork: cellgate's fork (a snapshot of the files + `count` children, all
+// or none), each child a new E2B sandbox with the source's template,
+// metadata and envVars and the request's timeout. The fork's snapshot is
+// deleted once the children run (E2B lists none for a fork). 201
+// [{"sandbox": Sandbox}, ...]; past a quota, 429 and nothing made.
+void fork(surface& e, const request_ptr& req, reply_fn reply) {
+    auto [r, k] = owned(e, req);
+    const auto body = req->json_body();
+    if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
+    std::size_t count = 1;
+    if (const auto it = body.is_object() ? body.find("count") : body.end(); it != body.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<long long>() < 1 || it->get<long long>() > 16)
+            throw api_exception(400, "'count' must be a whole number from 1 to 16");
+        count = it->get<std::size_t>();
+    }
+    const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
+    e.services.kernels.fork(
+        k, count, "",
+        [&e, reply, source = r, timeout](std::optional<kernels::failure> f, kernels::snapshot_record snap,
+                                         std::vector<kernels::kernel_ptr> children) {
             if (f) return reply(api::failure_response(*f));
-            sandbox_record r;
-            r.id = k->id();
-            r.tenant = k->tenant();
-            r.template_id = template_id;
-            r.client_id = "cellgate";
-            r.envd_token = make_access_token();
-            r.traffic_token = make_access_token();
-            r.metadata = metadata;
-            r.env_vars = env;
-            r.started = sys_clock::now();
-            r.end_at = r.started + timeout;
-            apply_end(k, r.end_at);  // a warm sandbox's clock started before this claim
-            e.book.put(r);
-            apply_env(k, r.env_vars);
-            spdlog::info("e2b: sandbox {} created for tenant {} (template {}, timeout {} s)", r.id, r.tenant,
-                         template_id, timeout.count());
-            reply(json_response(201, sandbox_json(e, r)));  // the Python SDK reads only a 201
-        },
-        policy);
+            json out = json::array();
+            for (const auto& c : children) {
+                const auto rec = admit_sandbox(e, c, source.template_id, timeout, source.metadata, source.env_vars);
+                out.push_back({{"sandbox", sandbox_json(e, rec)}});
+            }
+            spdlog::info("e2b: sandbox {} forked into {} (tenant {})", source.id, children.size(), source.tenant);
+            e.services.kernels.delete_snapshot(snap.tenant, snap.id, [reply, out](std::optional<kernels::failure> gone) {
+                if (gone) spdlog::warn("e2b: a fork's snapshot was not deleted: {}", gone->message);
+                reply(json_response(201, out));
+            });
+        });
 }
 
 // Connect (and the older resume): a paused sandbox is resumed first, with its
@@ -326,6 +507,12 @@ void register_control_plane(router& r, surface& e) {
     add(bhttp::verb::post, "/sandboxes/{id}/resume", connected);
     add(bhttp::verb::post, "/sandboxes/{id}/pause",
         [&e](const request_ptr& req, reply_fn reply) { pause(e, req, std::move(reply)); });
+    add(bhttp::verb::post, "/sandboxes/{id}/snapshots",
+        [&e](const request_ptr& req, reply_fn reply) { create_snapshot(e, req, std::move(reply)); });
+    add(bhttp::verb::post, "/sandboxes/{id}/fork", [&e](const request_ptr& req, reply_fn reply) { fork(e, req, std::move(reply)); });
+    add(bhttp::verb::get, "/snapshots", [&e](const request_ptr& req, reply_fn reply) { list_snapshots(e, req, std::move(reply)); });
+    add(bhttp::verb::delete_, "/templates/{id}",
+        [&e](const request_ptr& req, reply_fn reply) { delete_template(e, req, std::move(reply)); });
     add(bhttp::verb::post, "/sandboxes/{id}/timeout",
         [&e](const request_ptr& req, reply_fn reply) { set_timeout(e, req, std::move(reply)); });
     add(bhttp::verb::delete_, "/sandboxes/{id}", [&e](const request_ptr& req, reply_fn reply) { kill(e, req, std::move(reply)); });
