@@ -144,6 +144,8 @@ export interface SessionOptions {
   fromSnapshot?: string | SnapshotModel;
   /** named volumes to mount (at most 8; names or mounts); VolumeNotFound for an unknown one, a 409 for a second writer */
   volumes?: (string | VolumeMountOptions)[];
+  /** a tar archive unpacked into the new session's workspace before it is handed over (report: session.model.imported) */
+  workspace?: Blob | ArrayBuffer | ArrayBufferView;
   signal?: AbortSignal;
   /** the API's own snake_case names (timeout_s, …) pass through as given */
   [apiName: string]: unknown;

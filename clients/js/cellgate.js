@@ -503,6 +503,10 @@ export class Cellgate {
    * most 8), at /volumes/<name> by default. A volume has one writer at a
    * time: a second read-write mount rejects with a 409 CellgateError (mount
    * it readOnly); an unknown volume rejects with VolumeNotFound.
+   * `workspace` (a tar archive: Blob, ArrayBuffer or typed array, e.g. what
+   * exportWorkspace gave) is unpacked into the new session's workspace
+   * before it is handed over (`session.model.imported` is the report); a
+   * malformed archive rejects with a 400 CellgateError and leaves no session.
    * @param {import('./cellgate').SessionOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -512,15 +516,25 @@ export class Cellgate {
     const map = { kernel: 'kernel', timeout: 'timeout_s', idleTimeout: 'idle_timeout_s', lifetime: 'lifetime_s',
       outputLimit: 'output_limit_bytes', env: 'env', network: 'network', fromSnapshot: 'from_snapshot' };
     for (const [key, value] of Object.entries(opts || {})) {
-      if (value === undefined || value === null || key === 'signal') continue;
+      if (value === undefined || value === null || key === 'signal' || key === 'workspace') continue;
       const name = /** @type {Record<string,string>} */ (map)[key] || key;  // snake_case names pass through
       body[name] = name.endsWith('_s') ? seconds(value) : name === 'from_snapshot' ? snapshotId(value)
         : name === 'volumes' ? Array.from(/** @type {any[]} */ (value), volumeMount) : value;
     }
+    // With an archive: a form of the request's JSON and the archive.
+    const archive = opts && opts.workspace;
+    let sent = { json: body };
+    if (archive !== undefined && archive !== null) {
+      const form = new FormData();
+      form.append('session', new Blob([JSON.stringify(body)], { type: JSON_TYPE }), 'session.json');
+      const data = toBody(/** @type {any} */ (archive));
+      form.append('workspace', data instanceof Blob ? data : new Blob([data], { type: 'application/x-tar' }), 'workspace.tar');
+      sent = /** @type {any} */ ({ body: form });
+    }
     let model;
     try {
       model = await this.requestJson('POST', '/v1/sessions', {
-        json: body, signal: opts && opts.signal, notFound: SnapshotNotFound,
+        ...sent, signal: opts && opts.signal, notFound: SnapshotNotFound,
       });
     } catch (e) {
       // A 404 is an unknown volume or an unknown snapshot.

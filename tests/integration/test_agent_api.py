@@ -376,6 +376,97 @@ def test_a_tar_archive_imports_into_a_workspace_and_nothing_escapes(gw, session)
         api(gw, "DELETE", f"/v1/sessions/{other}")
 
 
+def _sessions(gw, token=None):
+    r = api(gw, "GET", "/v1/sessions", token=token)
+    assert r.status_code == 200, r.text
+    return [x["id"] for x in r.json()["sessions"]]
+
+
+def test_a_session_starts_from_a_tar_archive_or_a_form_with_its_request(gw, session):
+    """POST /v1/sessions with an application/x-tar body (the default
+    request) or a multipart form ("session": its JSON, "workspace": the
+    archive): 201 once the files are in, the model says what was imported.
+    A bad archive or form ends the new session: nothing is left."""
+    import io
+    import tarfile
+    sid = session["id"]
+    run(gw, sid, "import os\nos.makedirs('proj/data', exist_ok=True)\n"
+                 "open('proj/data/rows.csv', 'w').write('a,b\\n1,2\\n')\nopen('proj/blob.bin', 'wb').write(bytes(range(256)) * 1000)\n"
+                 "os.symlink('data/rows.csv', 'proj/link.csv')")
+    exported = api(gw, "GET", f"/v1/sessions/{sid}/workspace")
+    assert exported.headers["X-Cellgate-Skipped"] == "1"  # the link stays behind
+    archive = exported.content
+    made = []
+    try:
+        # A tar body: the default request.
+        r = api(gw, "POST", "/v1/sessions", data=archive, headers={"Content-Type": "application/x-tar"})
+        assert r.status_code == 201, r.text
+        a = r.json()
+        made.append(a["id"])
+        assert r.headers["Location"] == f"/v1/sessions/{a['id']}"
+        assert a["imported"]["files"] == 2 and a["imported"]["skipped_count"] == 0, a["imported"]
+        assert a["imported"]["bytes"] == 256008 and a["state"] in ("idle", "busy", "starting"), a
+        out = run(gw, a["id"], "import pandas as pd, hashlib\nprint(pd.read_csv('proj/data/rows.csv').b.sum(),"
+                               " hashlib.md5(open('proj/blob.bin','rb').read()).hexdigest())")
+        import hashlib
+        assert out["stdout"] == f"2 {hashlib.md5(bytes(range(256)) * 1000).hexdigest()}\n", out
+
+        # A form: the request's own limits apply, and the archive lands too.
+        files = {"session": (None, json.dumps({"timeout_s": 33}), "application/json"),
+                 "workspace": ("workspace.tar", archive, "application/x-tar")}
+        r = api(gw, "POST", "/v1/sessions", files=files)
+        assert r.status_code == 201, r.text
+        b = r.json()
+        made.append(b["id"])
+        assert b["imported"]["files"] == 2 and b["limits"]["timeout_s"] == 33, b
+        assert run(gw, b["id"], "print(open('proj/data/rows.csv').read())")["stdout"] == "a,b\n1,2\n\n"
+        # The two are separate copies.
+        run(gw, a["id"], "open('proj/data/rows.csv', 'w').write('changed')")
+        assert run(gw, b["id"], "print(open('proj/data/rows.csv').read())")["stdout"] == "a,b\n1,2\n\n"
+
+        # A JSON create is unchanged (and a JSON body is not mistaken for an archive).
+        r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 20})
+        assert r.status_code == 201 and "imported" not in r.json(), r.text
+        made.append(r.json()["id"])
+
+        # Bad bodies: clear errors, and no session is left behind.
+        before = set(_sessions(gw))
+        cases = [
+            (dict(data=b"not a tar archive" * 100, headers={"Content-Type": "application/x-tar"}), 400, "archive"),
+            (dict(data=archive[:1500], headers={"Content-Type": "application/x-tar"}), 400, "ends in the middle"),
+            (dict(data=b"\0" * (5 << 20), headers={"Content-Type": "application/x-tar"}), 413, "larger than"),
+            (dict(files={"session": (None, "{not json"), "workspace": ("w.tar", archive)}), 400, "'session'"),
+            (dict(files={"session": (None, "[1]"), "workspace": ("w.tar", archive)}), 400, "'session'"),
+            (dict(files={"session": (None, json.dumps({"timeout_s": -1})), "workspace": ("w.tar", archive)}), 400, "timeout_s"),
+            (dict(files={"session": (None, json.dumps({"kernel": "no-such"})), "workspace": ("w.tar", archive)}), 404, ""),
+            (dict(files={"session": (None, "{}")}), 400, "'workspace'"),
+            (dict(files={"workspace": ("w.tar", archive), "other": (None, "x")}), 400, "'other'"),
+            (dict(data=b"--x\r\n", headers={"Content-Type": "multipart/form-data; boundary=x"}), 400, "malformed"),
+            (dict(data=b"", headers={"Content-Type": "multipart/form-data"}), 400, "boundary"),
+        ]
+        for kw, status, words in cases:
+            r = api(gw, "POST", "/v1/sessions", **kw)
+            assert r.status_code == status, (kw.get("headers"), status, r.status_code, r.text)
+            assert words in r.json()["message"], (words, r.text)
+        deadline = time.time() + 30
+        while set(_sessions(gw)) != before and time.time() < deadline:
+            time.sleep(0.2)
+        assert set(_sessions(gw)) == before
+        # Another tenant's quota (max_sessions 2) full: 429 and nothing made.
+        held = [api(gw, "POST", "/v1/sessions", token=TENANT_B, json={"timeout_s": 20}).json()["id"] for _ in range(2)]
+        try:
+            r = api(gw, "POST", "/v1/sessions", token=TENANT_B, data=archive, headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 429, r.text
+            assert sorted(_sessions(gw, TENANT_B)) == sorted(held)
+        finally:
+            for h in held:
+                api(gw, "DELETE", f"/v1/sessions/{h}", token=TENANT_B)
+        assert run(gw, sid, "1 + 1")["status"] == "ok"
+    finally:
+        for m in made:
+            api(gw, "DELETE", f"/v1/sessions/{m}")
+
+
 # --- one-shot ----------------------------------------------------------------------------
 
 def test_one_shot_execute_takes_files_and_returns_produced_files_inline(gw):

@@ -307,6 +307,18 @@ describe('a session', () => {
     assert.equal(report.files, 5);
     assert.equal(report.skipped_count, 0);
     assert.equal(await s.download('copy/all.bin', { as: 'text' }), 'short');
+    // A new session starts on the archive, with its own request's limits.
+    const moved = await cg.createSession({ workspace: tar, lifetime: 500 });
+    try {
+      assert.equal(moved.model.imported.files, 5);
+      assert.equal(moved.model.limits.lifetime_s, 500);
+      assert.equal(await moved.download('all.bin', { as: 'text' }), 'short');
+      assert.equal((await moved.execute("print(open('big.bin','rb').read() == open('big.bin','rb').read(), len(open('all.bin').read()))")).stdout, 'True 5\n');
+    } finally {
+      await moved.close();
+    }
+    await assert.rejects(cg.createSession({ workspace: new TextEncoder().encode('not a tar archive'.repeat(64)) }),
+      (e) => e instanceof CellgateError && e.status === 400 && /archive/.test(e.message));
   });
 
   test('a file the kernel wrote downloads byte-identical', async () => {

@@ -238,7 +238,7 @@ def test_output_limit_is_shared_and_flags_the_stream_that_lost_output(gateway):
 
 # --- files -------------------------------------------------------------------------------------
 
-def test_produced_files_listed_and_downloaded_byte_identical(sandbox, tmp_path):
+def test_produced_files_listed_and_downloaded_byte_identical(sandbox, connection, tmp_path):
     ex = sandbox.run_code(
         "import os, hashlib\n"
         "os.makedirs('out', exist_ok=True)\n"
@@ -273,6 +273,19 @@ def test_produced_files_listed_and_downloaded_byte_identical(sandbox, tmp_path):
     report = sandbox.import_workspace(saved, path="restored")
     assert report["skipped_count"] == 0 and report["files"] >= 2, report
     assert sandbox.download("restored/out/blob.bin") == data
+    # A new session starts on the archive (from a path, then a file object),
+    # with its own request's limits.
+    for source in (saved, open(saved, "rb")):
+        with Sandbox(**connection, workspace=source, lifetime=600) as moved:
+            assert moved.imported["files"] >= 2 and moved.imported["skipped_count"] == 0, moved.imported
+            assert moved.limits["lifetime_s"] == 600
+            assert moved.run_code("import hashlib\nhashlib.sha256(open('out/blob.bin','rb').read()).hexdigest()").text \
+                == repr(digest)
+        if hasattr(source, "close"):
+            source.close()
+    with pytest.raises(CellgateError) as bad:
+        Sandbox(**connection, workspace=b"not a tar archive" * 64)
+    assert bad.value.status == 400 and "archive" in str(bad.value)
 
     # Changing a file again reports it, as changed rather than created (the
     # contract does not name the value).

@@ -94,6 +94,40 @@ def _read_source(data):
     raise TypeError(f"cannot upload a {type(data).__name__}: pass bytes, a local path or a binary file object")
 
 
+def _create_with_archive(client, body, archive, timeout, not_found):
+    """POST /v1/sessions as a form: the request's JSON and the archive,
+    streamed from its source (never held whole unless it was bytes)."""
+    source, size, owned = _read_source(archive)
+    boundary = "cellgate-" + uuid.uuid4().hex
+    head = (f'--{boundary}\r\nContent-Disposition: form-data; name="session"\r\n'
+            f'Content-Type: application/json\r\n\r\n{json.dumps(body)}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="workspace"; filename="workspace.tar"\r\n'
+            f'Content-Type: application/x-tar\r\n\r\n').encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+
+    def chunks():
+        yield head
+        if isinstance(source, bytes):
+            yield source
+        else:
+            left = size
+            while left > 0:
+                chunk = source.read(min(left, 1 << 20))
+                if not chunk:
+                    raise ValueError("the archive ended before its announced size")
+                left -= len(chunk)
+                yield chunk
+        yield tail
+
+    try:
+        return client.request("POST", "/v1/sessions", body=chunks(), timeout=timeout, not_found=not_found,
+                              headers={"Content-Type": f"multipart/form-data; boundary={boundary}",
+                                       "Content-Length": str(len(head) + size + len(tail))})
+    finally:
+        if owned is not None:
+            owned.close()
+
+
 class Sandbox:
     """A session: ``with Sandbox() as sb: sb.run_code("1 + 1").text``.
 
@@ -118,11 +152,16 @@ class Sandbox:
     ``/volumes/<something>``) says otherwise. A volume has one writer at a
     time: a second read-write mount raises CellgateError 409 (mount it
     read_only); an unknown volume raises VolumeNotFound.
+    ``workspace`` (a tar archive: bytes, a local path or a binary file
+    object, e.g. what export_workspace gave) is unpacked into the new
+    session's workspace before it is handed over; ``sb.imported`` then holds
+    the gateway's report. A malformed archive raises CellgateError 400 and
+    no session is left.
     """
 
     def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
                  env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, from_snapshot=None,
-                 volumes=None, request_timeout=60.0, _session=None):
+                 volumes=None, workspace=None, request_timeout=60.0, _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
@@ -141,9 +180,13 @@ class Sandbox:
             if lifecycle:
                 body["lifecycle"] = lifecycle
             # Starting a sandbox can take a while on a busy host.
-            _session = self._client.request("POST", "/v1/sessions", json_body=body,
-                                            timeout=max(request_timeout, 180),
-                                            not_found=_session_not_found(from_snapshot, volumes))
+            if workspace is None:
+                _session = self._client.request("POST", "/v1/sessions", json_body=body,
+                                                timeout=max(request_timeout, 180),
+                                                not_found=_session_not_found(from_snapshot, volumes))
+            else:
+                _session = _create_with_archive(self._client, body, workspace, max(request_timeout, 600),
+                                                _session_not_found(from_snapshot, volumes))
         self._set_model(_session)
 
     @classmethod
@@ -160,6 +203,7 @@ class Sandbox:
         return [SessionInfo(s) for s in body.get("sessions", [])]
 
     def _set_model(self, model):
+        self.imported = model.get("imported")
         self._info = SessionInfo(model)
         self.id = self._info.id
         self.commands = Commands(self)

@@ -398,76 +398,6 @@ void register_file_paths(router& r, services& s) {
             res.headers.emplace_back("Content-Disposition", attachment_disposition(name));
         reply(std::move(res));
     }));
-    // The workspace (or ?path= one directory of it) as a tar archive, for
-    // backups and for moving work between gateways. Built in an unnamed
-    // temporary file (at most the workspace's cap) and streamed from there.
-    r.add(bhttp::verb::get, "/v1/sessions/{id}/workspace", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
-        const auto k = kernel_or_404(s, req, req->param("id"));
-        const auto store = store_of(k);
-        const auto root = guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
-        k->touch();
-        const char* tmp = std::getenv("TMPDIR");
-        const int fd = ::open(tmp && *tmp ? tmp : "/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-        if (fd < 0) throw api_exception(500, "cannot make a temporary file for the archive");
-        contents::beneath::unique_fd guard(fd);
-        constexpr std::uint64_t max_entries = 100000;
-        const auto done = guarded([&] { return contents::export_tar(*store, root, fd, max_entries); });
-        ::lseek(fd, 0, SEEK_SET);
-        response res;
-        res.content_type = "application/x-tar";
-        res.file_fd = guard.release();
-        res.file_size = done.bytes;
-        const auto base = root.empty() ? std::string("workspace") : std::filesystem::path(root).filename().string();
-        res.headers.emplace_back("Content-Disposition", attachment_disposition(base + ".tar"));
-        res.headers.emplace_back("X-Cellgate-Entries", std::to_string(done.entries));
-        res.headers.emplace_back("X-Cellgate-Skipped", std::to_string(done.skipped));
-        reply(std::move(res));
-    }));
-    // A tar archive unpacked into the workspace (or ?path= a directory of
-    // it): the body goes to an unnamed temporary file first (at most the
-    // upload limit), so a dropped upload changes nothing.
-    r.add_upload(bhttp::verb::put, "/v1/sessions/{id}/workspace",
-                 {[&s](const request_ptr& req) {
-                      const auto k = kernel_or_404(s, req, req->param("id"));
-                      guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
-                      k->touch();
-                      const char* tmp = std::getenv("TMPDIR");
-                      const int fd = ::open(tmp && *tmp ? tmp : "/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-                      if (fd < 0) throw api_exception(500, "cannot make a temporary file for the archive");
-                      // The server closes the fd it writes to; this one is read after.
-                      const int keep = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-                      if (keep < 0) {
-                          ::close(fd);
-                          throw api_exception(500, "cannot keep the archive's temporary file");
-                      }
-                      req->params["archive_fd"] = std::to_string(keep);
-                      upload_target t;
-                      t.fd = fd;
-                      t.max_bytes = k->policy().upload_limit_bytes;
-                      t.discard = [keep] { ::close(keep); };
-                      return t;
-                  },
-                  [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
-                      auto archive = std::make_shared<contents::beneath::unique_fd>(std::stoi(req->params["archive_fd"]));
-                      run_file_work(s, req, std::move(reply), [&s, req, archive](const reply_fn& rep) {
-                          const auto k = kernel_or_404(s, req, req->param("id"));
-                          const auto store = store_of(k);
-                          struct stat st {};
-                          if (::fstat(archive->get(), &st) != 0) throw api_exception(500, "cannot read the archive back");
-                          const auto root = req->query_value("path").value_or("");
-                          const auto done = guarded([&] {
-                              return contents::import_tar(*store, root, archive->get(), static_cast<std::uint64_t>(st.st_size),
-                                                          100000);
-                          });
-                          json skipped = json::array();
-                          for (const auto& sk : done.skipped) skipped.push_back({{"path", sk.path}, {"why", sk.why}});
-                          rep(json_response(200, {{"files", done.files},
-                                                  {"directories", done.directories},
-                                                  {"bytes", done.bytes},
-                                                  {"skipped", skipped},
-                                                  {"skipped_count", done.skipped_count}}));
-                      });
-                  }});
     r.add(bhttp::verb::delete_, "/v1/sessions/{id}/files/{path*}", on_pool(s, [&s](const request_ptr& req, const reply_fn& reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto path = guarded([&] { return contents_store::check_path(req->param("path")); });
@@ -638,6 +568,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_file_paths(r, s);
     register_one_shot(r, s, agents);
     register_snapshots(r, s, agents);
+    register_workspace_api(r, s, agents);
     register_volumes(r, s);
 }
 

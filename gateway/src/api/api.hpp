@@ -43,6 +43,10 @@ void register_agent_api(http::router& r, services& s, agent::agent_service& agen
 // /v1 snapshots and fork (snapshots_api.cpp; called by register_agent_api).
 void register_snapshots(http::router& r, services& s, agent::agent_service& agents);
 nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
+// /v1 workspace archives (workspace_api.cpp; called by register_agent_api
+// after POST /v1/sessions exists): GET/PUT …/workspace, and POST
+// /v1/sessions with a tar or form body.
+void register_workspace_api(http::router& r, services& s, agent::agent_service& agents);
 // /v1/volumes (volumes_api.cpp; called by register_agent_api), and a session
 // request's `volumes` resolved against the tenant's (400/404 for bad ones).
 void register_volumes(http::router& r, services& s);

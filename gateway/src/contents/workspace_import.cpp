@@ -54,7 +54,7 @@ std::string tidy(std::string p) {
 }  // namespace
 
 import_result import_tar(contents_store& store, std::string_view root_in, int fd, std::uint64_t size,
-                         std::uint64_t max_entries) {
+                         std::uint64_t max_entries, std::uint64_t base) {
     const auto root = contents_store::check_path(root_in);
     if (!root.empty() && !store.exists(root)) {
         store.make_parents(root);
@@ -73,7 +73,7 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
     std::uint64_t entries = 0;
     std::vector<char> buf(1 << 16);
     for (std::uint64_t off = 0; off + tar_block <= size;) {
-        const auto h = parse_tar_header(read_at(fd, off, tar_block));
+        const auto h = parse_tar_header(read_at(fd, base + off, tar_block));
         off += tar_block;
         if (h.what == tar_header_info::status::end) break;
         if (h.what == tar_header_info::status::malformed) malformed(h.error);
@@ -85,7 +85,7 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
         off += padded;
         if (h.kind == tar_kind::pax || h.kind == tar_kind::gnu_long_name) {
             if (data_size > max_tar_meta_bytes) malformed("an extended header over 64 KiB");
-            const auto data = read_at(fd, data_off, data_size);
+            const auto data = read_at(fd, base + data_off, data_size);
             if (h.kind == tar_kind::gnu_long_name) {
                 next_path = gnu_long_name(data);
                 continue;
@@ -136,7 +136,7 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
             beneath::unique_fd out(store.open_for_write(path, created));
             for (std::uint64_t left = data_size, at = data_off; left > 0;) {
                 const auto n = ::pread(fd, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())),
-                                       static_cast<off_t>(at));
+                                       static_cast<off_t>(base + at));
                 if (n < 0 && errno == EINTR) continue;
                 if (n <= 0) malformed("it ends in the middle of '" + path + "'");
                 write_all(out.get(), buf.data(), static_cast<std::size_t>(n));

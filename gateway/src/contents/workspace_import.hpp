@@ -25,11 +25,11 @@ struct import_result {
     std::uint64_t skipped_count = 0;
 };
 
-// Reads the archive from `fd` (a regular file of `size` bytes, read with
-// pread) into `root` ("" for the workspace; created if missing). Throws
+// Reads the archive from `fd` (`size` bytes from offset `base` of a regular
+// file, read with pread) into `root` ("" for the workspace; created if missing). Throws
 // contents_error: bad_path for a malformed archive, too_large past
 // `max_entries`, no_space when the workspace fills.
 import_result import_tar(contents_store& store, std::string_view root, int fd, std::uint64_t size,
-                         std::uint64_t max_entries);
+                         std::uint64_t max_entries, std::uint64_t base = 0);
 
 }  // namespace cellgate::contents

@@ -5,6 +5,8 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace cellgate::http {
@@ -34,6 +36,17 @@ body_info body_of(const bhttp::request_header<>& h) {
     b.length = n;
     b.present = n > 0;
     return b;
+}
+
+// Whether the request's body goes to the route's upload handler.
+bool takes_upload(const upload_handler& u, const bhttp::request_header<>& h) {
+    if (u.content_types.empty()) return true;
+    const auto field = h[bhttp::field::content_type];
+    std::string type(field.data(), field.size());
+    type = type.substr(0, type.find(';'));
+    while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+    for (auto& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return std::find(u.content_types.begin(), u.content_types.end(), type) != u.content_types.end();
 }
 
 admission respond(admission a, response r, const body_info& body) {
@@ -106,7 +119,7 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
         a.what = admission::action::upgrade;
         return a;
     }
-    if (m.upload != nullptr) {
+    if (m.upload != nullptr && (takes_upload(*m.upload, h) || !*m.handler)) {
         a.what = admission::action::upload;
         a.upload = m.upload;
         return a;

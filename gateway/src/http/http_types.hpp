@@ -102,6 +102,10 @@ struct upload_target {
 struct upload_handler {
     std::function<upload_target(const request_ptr&)> prepare;
     std::function<void(const request_ptr&, std::uint64_t bytes, reply_fn)> finish;
+    // When set, only bodies of these media types (lower case, no
+    // parameters) are streamed to the upload; the others go to the route's
+    // plain handler, read into memory within the usual body limit.
+    std::vector<std::string> content_types = {};
 };
 
 class authenticator;

@@ -19,6 +19,13 @@ std::vector<std::string_view> split(std::string_view path) {
 }  // namespace
 
 void router::add_upload(bhttp::verb method, std::string pattern, upload_handler handler) {
+    // Beside a plain route of the same method and path (an upload that
+    // takes only some content types): one route with both.
+    for (auto& r : routes_)
+        if (r.method == method && r.pattern == pattern && !r.upload) {
+            r.upload = std::move(handler);
+            return;
+        }
     add(method, std::move(pattern), nullptr);
     routes_.back().upload = std::move(handler);
 }
