@@ -35,6 +35,8 @@ struct fixture {
             throw std::runtime_error("/var/lib/cellgate/secret path");
         });
         routes.add_upload(bhttp::verb::put, "/v1/sessions/{id}/files/{path*}", {});
+        // Beside the plain POST /v1/sessions: archives and forms only.
+        routes.add_upload(bhttp::verb::post, "/v1/sessions", {{}, {}, {"application/x-tar", "multipart/form-data"}});
         routes.add_socket("/terminals/websocket/{name}", [](const http::request_ptr&) { return http::socket_accept{}; });
         options.max_body_bytes = 1000;
         options.max_public_body_bytes = 10;
@@ -131,6 +133,32 @@ TEST(admit, uploads_need_a_token_like_any_private_route) {
     EXPECT_EQ(a.what, action::upload);
     EXPECT_NE(a.upload, nullptr);
     EXPECT_EQ(a.ctx->param("path"), "a.csv");
+}
+
+TEST(admit, an_upload_beside_a_plain_route_takes_only_its_content_types) {
+    fixture f;
+    auto with_type = [](std::string type) {
+        auto h = header(bhttp::verb::post, "/v1/sessions", "secret-token-1", 50);
+        if (!type.empty()) h.set(bhttp::field::content_type, type);
+        return h;
+    };
+    for (const auto* type : {"application/x-tar", "Application/X-Tar", "multipart/form-data; boundary=abc",
+                             "multipart/form-data ;boundary=x"}) {
+        const auto a = f.admit(with_type(type));
+        EXPECT_EQ(a.what, action::upload) << type;
+        EXPECT_NE(a.upload, nullptr) << type;
+    }
+    for (const auto* type : {"application/json", "", "text/plain", "application/x-tarball", "multipart/mixed"}) {
+        const auto a = f.admit(with_type(type));
+        EXPECT_EQ(a.what, action::read_body) << type;
+        EXPECT_EQ(a.body_limit, 1000u) << type;  // the plain route's limit, not the upload's
+    }
+    // Over the plain limit as JSON: refused from the headers; as an archive: streamed.
+    auto big = with_type("application/json");
+    big.set(bhttp::field::content_length, "5000");
+    EXPECT_EQ(f.admit(big).reply.status, 413u);
+    big.set(bhttp::field::content_type, "application/x-tar");
+    EXPECT_EQ(f.admit(big).what, action::upload);
 }
 
 TEST(admit, websocket_upgrades_only_on_the_kernel_channels) {
