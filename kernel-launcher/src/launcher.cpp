@@ -470,6 +470,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     oci_runtime& rt = runtime(spec.runtime);
     const bool relayed = rt.traits().relays_kernel_sockets;
     sandbox_info info = describe(spec);
+    info.platform = rt.platform();
     step_timer steps(info);
 
     // Run dir: a small tmpfs of its own, so nothing the kernel writes to its

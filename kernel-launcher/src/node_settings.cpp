@@ -90,6 +90,10 @@ bool apply_node_option(launcher_config& cfg, const std::string& name, const std:
         const auto n = parse_number(value, name);
         if (n > 0xFFFFFFFFull) throw spec_error(name + " is past 2^32-1");
         cfg.host_id_base = static_cast<std::uint32_t>(n);
+    } else if (name == "--runsc-platform") {
+        if (value != "auto" && value != "kvm" && value != "ptrace" && value != "systrap")
+            throw spec_error(name + " must be auto, kvm, ptrace or systrap");
+        cfg.runsc_platform = value;
     } else if (name == "--uid-range-slots") {
         const auto n = parse_number(value, name);
         if (n == 0 || n > 65536) throw spec_error(name + " must be 1…65536");

@@ -27,8 +27,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 namespace cellgate::launcher {
@@ -39,9 +44,10 @@ namespace {
 class runsc_runtime final : public cli_runtime {
 public:
     runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform)
-        : cli_runtime(std::move(runsc_path), std::move(state_root)), platform_(std::move(platform)) {}
+        : cli_runtime(std::move(runsc_path), std::move(state_root)), platform_(resolve_runsc_platform(platform)) {}
 
     std::string_view name() const override { return "runsc"; }
+    std::string platform() const override { return platform_; }
 
     runtime_traits traits() const override { return {.relays_kernel_sockets = true, .signals_through_runtime = true}; }
 
@@ -119,6 +125,33 @@ private:
 };
 
 }  // namespace
+
+std::string resolve_runsc_platform(const std::string& requested, std::string* why, const fs::path& kvm_device) {
+    if (requested != "auto") {
+        if (why) *why = "as configured";
+        return requested;
+    }
+    const auto say = [why](std::string text) {
+        if (why) *why = std::move(text);
+    };
+    const int fd = ::open(kvm_device.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        say(kvm_device.string() + " cannot be opened: " + std::strerror(errno));
+        return "ptrace";
+    }
+    std::string platform = "ptrace";
+    if (const int v = ::ioctl(fd, KVM_GET_API_VERSION, 0); v != KVM_API_VERSION) {
+        say(kvm_device.string() + " answers KVM_GET_API_VERSION with " + std::to_string(v));
+    } else if (const int vm = ::ioctl(fd, KVM_CREATE_VM, 0); vm < 0) {
+        say(kvm_device.string() + " refuses KVM_CREATE_VM: " + std::strerror(errno));
+    } else {
+        ::close(vm);
+        say(kvm_device.string() + " makes virtual machines");
+        platform = "kvm";
+    }
+    ::close(fd);
+    return platform;
+}
 
 std::unique_ptr<oci_runtime> make_runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform) {
     return std::make_unique<runsc_runtime>(std::move(runsc_path), std::move(state_root), std::move(platform));

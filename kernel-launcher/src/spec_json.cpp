@@ -155,6 +155,7 @@ void to_json(json& j, const sandbox_info& i) {
     j = json{{"id", i.id},
              {"image", i.image},
              {"runtime", i.runtime},
+             {"platform", i.platform},
              {"run_dir", i.run_dir},
              {"workspace_dir", i.workspace_dir},
              {"pid", i.pid},
@@ -190,6 +191,7 @@ sandbox_info sandbox_info_from_json(const json& j) {
     i.id = j.at("id").get<std::string>();
     i.image = j.at("image").get<std::string>();
     i.runtime = j.at("runtime").get<std::string>();
+    i.platform = j.value("platform", std::string());
     i.run_dir = j.at("run_dir").get<std::string>();
     i.workspace_dir = j.at("workspace_dir").get<std::string>();
     i.pid = j.at("pid").get<std::int64_t>();

@@ -32,15 +32,6 @@ using contents::contents_store;
 
 namespace {
 
-template <class Fn>
-auto guarded(Fn fn) {
-    try {
-        return fn();
-    } catch (const contents_error& e) {
-        throw api_exception(contents_status(e.kind()), e.what());
-    }
-}
-
 std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) { return workspace_store(k); }
 
 std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
@@ -489,6 +480,7 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
             {"lifecycle", {{"on_idle", p.pause_on_idle ? "pause" : "delete"}, {"auto_resume", p.auto_resume}}},
             {"pause", k.pause_model()},
             {"origin", k.origin()},
+            {"sandbox", model["cellgate"]["sandbox"]},
             {"volumes", [&] {
                  json out = json::array();
                  for (const auto& v : p.volumes) out.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});

@@ -6,6 +6,7 @@
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
 #include "metrics/metrics.hpp"
+#include "util/api_error.hpp"
 #include "util/file_io_pool.hpp"
 
 #include <filesystem>
@@ -69,6 +70,16 @@ http::response failure_response(const kernels::failure& f);
 
 // A workspace error's status: 400, 404, 409, 413, 507, 403 or 500.
 unsigned contents_status(contents::error_kind k) noexcept;
+// Runs a workspace operation; its contents_error leaves as the api_exception
+// of that status, with its message.
+template <class Fn>
+auto guarded(Fn fn) -> decltype(fn()) {
+    try {
+        return fn();
+    } catch (const contents::contents_error& e) {
+        throw api_exception(contents_status(e.kind()), e.what());
+    }
+}
 // Whether the client asked for Server-Sent Events (Accept: text/event-stream).
 bool wants_event_stream(const http::request_ptr& req);
 

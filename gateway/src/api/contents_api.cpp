@@ -162,15 +162,6 @@ nlohmann::json root_model(services& s, const request_ptr& req, bool with_content
     return m;
 }
 
-template <class Fn>
-auto guarded(Fn fn) {
-    try {
-        return fn();
-    } catch (const contents_error& e) {
-        throw api_exception(contents_status(e.kind()), e.what());
-    }
-}
-
 nlohmann::json checkpoint_model(const entry_info& e) {
     return {{"id", "checkpoint"}, {"last_modified", iso_from_ns(e.mtime_ns)}};
 }

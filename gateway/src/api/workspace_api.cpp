@@ -33,15 +33,6 @@ namespace {
 
 constexpr std::uint64_t max_archive_entries = 100000;
 
-template <class Fn>
-auto guarded(Fn fn) {
-    try {
-        return fn();
-    } catch (const contents_error& e) {
-        throw api_exception(contents_status(e.kind()), e.what());
-    }
-}
-
 // An unnamed temporary file (gone with its last descriptor) under $TMPDIR.
 contents::beneath::unique_fd temp_archive() {
     const char* tmp = std::getenv("TMPDIR");

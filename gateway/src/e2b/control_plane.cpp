@@ -237,6 +237,17 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
         });
 }
 
+// ?limit=: a page's size, at most (and by default) the surface's maximum.
+std::size_t page_limit(const surface& e, const request_context& ctx) {
+    const auto l = ctx.query_value("limit");
+    if (!l || l->empty()) return e.options.max_page;
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), n);
+    if (ec != std::errc() || end != l->data() + l->size() || n == 0)
+        throw api_exception(400, "'limit' must be a positive whole number");
+    return std::min(n, e.options.max_page);
+}
+
 // E2B's SnapshotInfo: the id is what Sandbox.create() takes; names, the
 // name it was given (which create takes too).
 json snapshot_info(const kernels::snapshot_record& s) {
@@ -285,14 +296,7 @@ void list_snapshots(surface& e, const request_ptr& req, reply_fn reply) {
     const auto source = req->query_value("sandboxID").value_or("");
     const auto name = req->query_value("name").value_or("");
     const auto match = name.empty() ? std::nullopt : snapshot_template(e, req->who.tenant, name);
-    std::size_t limit = e.options.max_page;
-    if (const auto l = req->query_value("limit"); l && !l->empty()) {
-        std::size_t n = 0;
-        const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), n);
-        if (ec != std::errc() || end != l->data() + l->size() || n == 0)
-            throw api_exception(400, "'limit' must be a positive whole number");
-        limit = std::min(n, e.options.max_page);
-    }
+    const auto limit = page_limit(e, *req);
     const auto after = req->query_value("nextToken").value_or("");
     bool skipping = !after.empty();
     json out = json::array();
@@ -458,14 +462,7 @@ void list(surface& e, const request_ptr& req, reply_fn reply, bool paged) {
     std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
         return a.started != b.started ? a.started < b.started : a.id < b.id;
     });
-    std::size_t limit = e.options.max_page;
-    if (const auto l = req->query_value("limit"); l && !l->empty()) {
-        std::size_t n = 0;
-        const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), n);
-        if (ec != std::errc() || end != l->data() + l->size() || n == 0)
-            throw api_exception(400, "'limit' must be a positive whole number");
-        limit = std::min(n, e.options.max_page);
-    }
+    const auto limit = page_limit(e, *req);
     const auto after = req->query_value("nextToken").value_or("");
     bool skipping = paged && !after.empty();
     json out = json::array();

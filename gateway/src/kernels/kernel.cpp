@@ -544,7 +544,15 @@ nlohmann::json kernel::model() const {
             {"connections", connections},
             // Not in Jupyter's model (clients ignore unknown members): the
             // limits this session runs under, as the config resolved them.
-            {"cellgate", {{"limits", to_json(policy_)}, {"pause", pause_json_locked()}, {"origin", origin_}}}};
+            {"cellgate",
+             {{"limits", to_json(policy_)},
+              {"pause", pause_json_locked()},
+              {"origin", origin_},
+              // What the kernel runs in now (none while paused or between two sandboxes).
+              {"sandbox", sandbox_ ? nlohmann::json{{"runtime", sandbox_->runtime},
+                                                   {"platform", sandbox_->platform.empty() ? nlohmann::json(nullptr)
+                                                                                           : nlohmann::json(sandbox_->platform)}}
+                                   : nlohmann::json(nullptr)}}}};
 }
 
 void kernel::run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,

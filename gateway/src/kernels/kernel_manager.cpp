@@ -546,6 +546,20 @@ void kernel_manager::gauges(std::string& out) const {
     out += "# HELP cellgate_kernels kernels by execution state\n# TYPE cellgate_kernels gauge\n";
     for (const auto& [state, n] : by_state)
         out += "cellgate_kernels{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+    // Sandboxes by runtime and, for gVisor, platform (kvm or ptrace: which
+    // one the launcher's probe chose).
+    std::vector<kernel_ptr> all;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, r] : kernels_) all.push_back(r.k);
+    }
+    std::map<std::pair<std::string, std::string>, int> by_runtime;
+    for (const auto& k : all)
+        if (const auto sb = k->sandbox()) ++by_runtime[{sb->runtime, sb->platform}];
+    out += "# HELP cellgate_sandboxes running sandboxes by runtime and platform\n# TYPE cellgate_sandboxes gauge\n";
+    for (const auto& [key, n] : by_runtime)
+        out += "cellgate_sandboxes{runtime=\"" + key.first + "\",platform=\"" + key.second + "\"} " +
+               std::to_string(n) + "\n";
 }
 
 }  // namespace cellgate::kernels

@@ -49,6 +49,9 @@ TEST(gateway_config, per_node_settings_reach_the_launcher) {
     EXPECT_EQ(c.launcher.max_slots, 8u);
     EXPECT_THROW(parse({"--uid-range-slots", "0"}), config::config_error);
     EXPECT_THROW(parse({"--uid-range-start", "x"}), config::config_error);
+    EXPECT_EQ(parse({}).launcher.runsc_platform, "auto");
+    EXPECT_EQ(parse({"--runsc-platform", "ptrace"}).launcher.runsc_platform, "ptrace");
+    EXPECT_THROW(parse({"--runsc-platform", "vmware"}), config::config_error);
 }
 
 TEST(gateway_config, policies_per_surface_kernelspec_and_tenant) {

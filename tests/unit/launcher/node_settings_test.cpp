@@ -1,5 +1,6 @@
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/node_settings.hpp"
+#include "cellgate/launcher/oci_runtime.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -82,4 +83,30 @@ TEST(node_settings, start_up_check_refuses_a_range_listed_in_a_subid_file) {
     c.host_id_base = 2000000;  // starts past podman's range
     EXPECT_NO_THROW(check_node_settings(c));
     std::filesystem::remove_all(dir);
+}
+
+TEST(node_settings, the_runsc_platform_option_and_its_auto_probe) {
+    auto c = no_subid_files();
+    EXPECT_EQ(c.runsc_platform, "auto");
+    for (const char* ok : {"kvm", "ptrace", "auto"}) {
+        EXPECT_TRUE(apply_node_option(c, "--runsc-platform", ok));
+        EXPECT_EQ(c.runsc_platform, ok);
+    }
+    for (const char* bad : {"", "KVM", "qemu", "kvm "}) EXPECT_THROW(apply_node_option(c, "--runsc-platform", bad), spec_error) << bad;
+
+    std::string why;
+    EXPECT_EQ(resolve_runsc_platform("ptrace", &why), "ptrace");
+    EXPECT_EQ(why, "as configured");
+    EXPECT_EQ(resolve_runsc_platform("kvm", &why), "kvm");  // an explicit kvm is kept (the runtime then says if it cannot)
+    // No device: ptrace, and why.
+    EXPECT_EQ(resolve_runsc_platform("auto", &why, "/nonexistent/kvm"), "ptrace");
+    EXPECT_NE(why.find("/nonexistent/kvm cannot be opened"), std::string::npos) << why;
+    // A device that is not KVM's: it opens, but the ioctl fails.
+    EXPECT_EQ(resolve_runsc_platform("auto", &why, "/dev/null"), "ptrace");
+    EXPECT_NE(why.find("KVM_GET_API_VERSION"), std::string::npos) << why;
+    // This machine: kvm exactly when /dev/kvm makes virtual machines.
+    const auto here = resolve_runsc_platform("auto", &why);
+    if (::access("/dev/kvm", R_OK | W_OK) != 0) EXPECT_EQ(here, "ptrace") << why;
+    EXPECT_TRUE(here == "kvm" || here == "ptrace") << here;
+    EXPECT_EQ(here == "kvm", why == "/dev/kvm makes virtual machines") << why;
 }

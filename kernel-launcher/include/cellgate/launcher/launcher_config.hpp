@@ -20,9 +20,10 @@ struct launcher_config {
     std::filesystem::path egress_root;
     std::string runc_path = "runc";
     // gVisor: `spec.runtime = "runsc"`. ptrace needs no /dev/kvm; kvm is faster
-    // where nested virtualisation works.
+    // where /dev/kvm works (bare metal, or nested virtualisation). "auto":
+    // kvm when a probe of /dev/kvm succeeds at start, else ptrace.
     std::string runsc_path = "runsc";
-    std::string runsc_platform = "ptrace";
+    std::string runsc_platform = "auto";
     // The host half of the gVisor relay; empty: next to the running program,
     // else in PATH.
     std::string relay_path;

@@ -70,6 +70,9 @@ public:
     // Why this runtime cannot run sandboxes on this machine (not installed,
     // say); empty when it can.
     virtual std::string unavailable_reason() const = 0;
+    // What the runtime runs sandboxes on, when it has a choice (runsc's
+    // platform: "kvm" or "ptrace"); empty otherwise.
+    virtual std::string platform() const { return {}; }
 
     // Creates and starts the container from `bundle` (which holds config.json)
     // and returns once its init runs. Returns the host pid to watch: the
@@ -103,6 +106,12 @@ std::unique_ptr<oci_runtime> make_runc_runtime(std::string runc_path,
                                                std::filesystem::path state_root);
 
 // `runsc --root <state_root> --platform <platform> --network=none --oci-seccomp …`
+// runsc's platform for `requested`: "auto" is "kvm" where /dev/kvm (or
+// `kvm_device`) opens and answers KVM_GET_API_VERSION and KVM_CREATE_VM,
+// else "ptrace"; anything else is returned as given. `why` says how "auto"
+// chose.
+std::string resolve_runsc_platform(const std::string& requested, std::string* why = nullptr,
+                                   const std::filesystem::path& kvm_device = "/dev/kvm");
 std::unique_ptr<oci_runtime> make_runsc_runtime(std::string runsc_path, std::filesystem::path state_root,
                                                 std::string platform);
 

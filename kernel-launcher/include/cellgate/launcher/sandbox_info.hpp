@@ -24,6 +24,7 @@ struct sandbox_info {
     std::string id;
     std::string image;      // resolved rootfs path
     std::string runtime;
+    std::string platform;   // runsc's platform ("kvm", "ptrace"); empty under runc
     std::string run_dir;
     std::string workspace_dir;
     std::int64_t pid = 0;   // host pid of the sandbox's init
