@@ -207,6 +207,8 @@ def test_a_gvisor_session_runs_through_the_service(split):
     r = split.api("POST", "/v1/sessions", json={"kernel": "python3-gvisor"})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
+    # The service's launcher chose the platform; the gateway reports it.
+    assert r.json()["sandbox"]["runtime"] == "runsc" and r.json()["sandbox"]["platform"] in ("ptrace", "kvm"), r.json()
     try:
         r = split.api("POST", f"/v1/sessions/{sid}/execute",
                       json={"code": "import platform\nopen('g.txt', 'w').write('gvisor')\nprint(6 * 7)"}).json()
