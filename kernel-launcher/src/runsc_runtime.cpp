@@ -24,6 +24,7 @@
 //   does not apply the OCI seccomp profile to an exec'd process (gVisor issue
 //   12693, fixed upstream in 2026): see SECURITY.md.
 #include "cli_runtime.hpp"
+#include "command.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -44,7 +45,7 @@ namespace {
 class runsc_runtime final : public cli_runtime {
 public:
     runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform)
-        : cli_runtime(std::move(runsc_path), std::move(state_root)), platform_(resolve_runsc_platform(platform)) {}
+        : cli_runtime(std::move(runsc_path), std::move(state_root)), platform_(chosen_platform(platform)) {}
 
     std::string_view name() const override { return "runsc"; }
     std::string platform() const override { return platform_; }
@@ -119,6 +120,25 @@ private:
     std::vector<std::string> sandbox_flags() const {
         return {"--platform", platform_, "--network=none", "--host-uds=none", "--host-fifo=none", "--oci-seccomp",
                 "--cpu-num-from-quota"};
+    }
+
+    // "auto": kvm only when /dev/kvm makes VMs *and* runsc itself runs a
+    // process on it (`runsc do true`: a /dev/kvm that opens may still not be
+    // one gVisor can use, e.g. a paravirtualised one), else ptrace. Checked
+    // once, when the launcher starts; a few seconds where /dev/kvm exists,
+    // nothing where it does not.
+    std::string chosen_platform(const std::string& requested) const {
+        const auto p = resolve_runsc_platform(requested);
+        if (requested != "auto" || p != "kvm" || find_executable(program()).empty()) return p;
+        char tmpl[] = "/tmp/cellgate-runsc-kvm-probe-XXXXXX";
+        if (::mkdtemp(tmpl) == nullptr) return "ptrace";
+        const fs::path dir = tmpl;
+        const auto r = run_command({program(), "--root", (dir / "root").string(), "--platform=kvm", "--network=none",
+                                    "do", "/bin/true"},
+                                   std::chrono::seconds(30));
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        return r.exit_code == 0 ? "kvm" : "ptrace";
     }
 
     std::string platform_;
