@@ -105,14 +105,17 @@ class Channel:
                                                          "user_expressions": {}, "allow_stdin": False,
                                                          "stop_on_error": False})
         replied = idle = False
+        status = None
         while not (replied and idle):
             channel, msg_type, parent, content = self.recv()
             if parent != msg_id:
                 continue
             if msg_type == "execute_reply":
                 replied = True
+                status = content.get("status")
             elif msg_type == "status" and content["execution_state"] == "idle":
                 idle = True
+        return status
 
     def kernel_info(self):
         msg_id = self.send("shell", "kernel_info_request", {})
@@ -526,7 +529,11 @@ def scenario_memory(args, results):
     try:
         for _ in range(n):
             ch = WsChannel(js.ws_url, js.start_kernel(), js.token)
-            ch.execute(STACK)
+            # The reference must hold the same modules: a kernel whose import
+            # failed is a bare kernel, and the ratio would be meaningless.
+            if ch.execute(STACK) != "ok":
+                raise RuntimeError("the unsandboxed reference kernel cannot import numpy, pandas and matplotlib: "
+                                   "apt-get install python3-numpy python3-pandas python3-matplotlib on the host")
             ch.close()
         time.sleep(2)
         js_pss = pss_kib(js.kernel_pids()) / n
@@ -538,7 +545,8 @@ def scenario_memory(args, results):
         for _ in range(n):
             kid = cg.start_kernel()
             ch = WsChannel(cg.ws_url, kid, cg.token)
-            ch.execute(STACK)
+            if ch.execute(STACK) != "ok":
+                raise RuntimeError("a cellgate kernel cannot import numpy, pandas and matplotlib")
             ch.close()
             ids.append(kid)
         time.sleep(2)
