@@ -442,10 +442,18 @@ def scenario_rtt(args, results):
     results["rtt"] = r
 
 
+def ran_ok(status, code):
+    """A cell that failed (say, matplotlib missing beside the reference
+    kernel) would be timed as a fast error: refuse it."""
+    if status != "ok":
+        raise RuntimeError(f"the cell {code!r} answered {status!r}: the comparison would be meaningless "
+                           "(the unsandboxed reference needs python3-numpy, python3-pandas, python3-matplotlib)")
+
+
 def scenario_output(args, results):
     print("== 1 MB stdout cell, Matplotlib PNG cell", flush=True)
-    out = with_three(lambda ch: {"mb": timed(lambda: ch.execute(MB_PRINT), args.output_count, warmup=3),
-                                 "png": timed(lambda: ch.execute(PLOT), args.output_count, warmup=3)})
+    out = with_three(lambda ch: {"mb": timed(lambda: ran_ok(ch.execute(MB_PRINT), MB_PRINT), args.output_count, warmup=3),
+                                 "png": timed(lambda: ran_ok(ch.execute(PLOT), PLOT), args.output_count, warmup=3)})
     results["output"] = {k: {"mb_stdout": summary(v["mb"]), "png": summary(v["png"])}
                          for k, v in out.items() if isinstance(v, dict) and "mb" in v}
 
