@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""A burst of session creates (issue 16, "Bursts"): N clients at once each
+POST /v1/sessions and run `1+1`; the time from the burst's start to each
+client's first result, p50 and p99, with a warm pool smaller than the burst.
+One gateway started by this script (loopback, port 0, runc), the pool filled
+before each burst, sessions deleted after it.
+
+    /usr/bin/python3 bench/burst.py [--sizes 20,50] [--pool 4] [--rounds 2]
+        [--json bench/results/burst.json]
+
+Bounded: bursts of at most 64, at most 5 rounds. The reference in the same
+run is one lone create + `1+1` with the pool full (what a client that does
+not share the machine with a burst waits), so the ratio says what the burst
+costs its members. Run as root from a built tree.
+"""
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench import Cellgate  # noqa: E402
+
+MAX_BURST, MAX_ROUNDS = 64, 5
+
+
+def pct(values, q):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def first_result(cg, start, out, errors):
+    try:
+        r = cg.api("POST", "/v1/sessions", json={"timeout_s": 120})
+        if r.status_code != 201:
+            raise RuntimeError(f"create: {r.status_code} {r.text[:200]}")
+        sid = r.json()["id"]
+        res = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
+        if res.get("status") != "ok":
+            raise RuntimeError(f"1+1: {res}")
+        out.append((time.perf_counter() - start, sid))
+    except Exception as e:  # counted, reported
+        errors.append(str(e))
+
+
+def burst(cg, n):
+    out, errors, threads = [], [], []
+    start = time.perf_counter()
+    for _ in range(n):
+        t = threading.Thread(target=first_result, args=(cg, start, out, errors))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout=600)
+    for _, sid in out:
+        cg.api("DELETE", f"/v1/sessions/{sid}")
+    return [s for s, _ in out], errors
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="20,50")
+    ap.add_argument("--pool", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json", default=str(REPO / "bench" / "results" / "burst.json"))
+    args = ap.parse_args()
+    sizes = [max(1, min(int(x), MAX_BURST)) for x in args.sizes.split(",")]
+    rounds = max(1, min(args.rounds, MAX_ROUNDS))
+    cg = Cellgate("--pool-size", str(args.pool), "--max-kernels", str(max(sizes) + args.pool + 4),
+                  "--max-kernels-per-tenant", "0", "--max-launches-per-tenant", "16")
+    results = {"pool": args.pool}
+    try:
+        cg.wait_pool(args.pool)
+        lone = []
+        for _ in range(5):
+            times, errors = burst(cg, 1)
+            if errors:
+                raise RuntimeError(errors[0])
+            lone += times
+            cg.wait_pool(args.pool)
+        results["lone_median_s"] = statistics.median(lone)
+        for n in sizes:
+            samples, failed = [], []
+            for _ in range(rounds):
+                cg.wait_pool(args.pool)
+                times, errors = burst(cg, n)
+                samples += times
+                failed += errors
+            results[f"burst_{n}"] = {"p50_s": statistics.median(samples), "p99_s": pct(samples, 0.99),
+                                     "max_s": max(samples), "failed": len(failed), "errors": failed[:3],
+                                     "p50_ratio": statistics.median(samples) / results["lone_median_s"]}
+            print(f"burst of {n} (pool {args.pool}): p50 {statistics.median(samples):.2f} s, "
+                  f"p99 {pct(samples, 0.99):.2f} s, failed {len(failed)}", flush=True)
+    finally:
+        cg.g.stop()
+        cg.g.cleanup()
+    print(f"lone create + 1+1 with the pool full: {results['lone_median_s'] * 1000:.0f} ms")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
