@@ -19,6 +19,22 @@ def require_e2b(suite):
     require(suite, gateway_missing() or node_missing("npm"))
 
 
+def tokens_gateway(tmp_path_factory, suite, tokens, *args):
+    """Yields a started Gateway whose tokens file holds `tokens` (a list of
+    {"token", "tenant", …}), stopped and cleaned up after."""
+    import json
+    from gateway import Gateway
+    require_e2b(f"E2B SDK {suite} tests")
+    path = tmp_path_factory.mktemp(f"e2b-{suite}") / "tokens.json"
+    path.write_text(json.dumps(tokens))
+    gw = Gateway("--tokens-file", str(path), *args).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+        gw.cleanup()
+
+
 def e2b_env(gw, key):
     """E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL, and nothing else of E2B's or cellgate's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CELLGATE_"))}

@@ -9,7 +9,6 @@ Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and
 npm; without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1
 (CI).
 """
-import json
 import sys
 import uuid
 from pathlib import Path
@@ -20,8 +19,7 @@ import requests
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "integration"))
 
-from e2b_support import e2b_env, require_e2b, run_node_suite  # noqa: E402
-from gateway import Gateway  # noqa: E402
+from e2b_support import e2b_env, run_node_suite, tokens_gateway  # noqa: E402
 
 KEY = "e2b-fork-" + uuid.uuid4().hex
 OTHER = "e2b-fork-other-" + uuid.uuid4().hex
@@ -29,17 +27,10 @@ OTHER = "e2b-fork-other-" + uuid.uuid4().hex
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    require_e2b("E2B SDK fork tests")
-    d = tmp_path_factory.mktemp("e2b-fork")
-    tokens = d / "tokens.json"
-    tokens.write_text(json.dumps([{"token": KEY, "tenant": "e2b-fork"},
-                                  {"token": OTHER, "tenant": "e2b-fork-other", "max_sessions": 3}]))
-    gw = Gateway("--tokens-file", str(tokens), "--max-kernels", "16").start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-        gw.cleanup()
+    yield from tokens_gateway(tmp_path_factory, "fork",
+                              [{"token": KEY, "tenant": "e2b-fork"},
+                               {"token": OTHER, "tenant": "e2b-fork-other", "max_sessions": 3}],
+                              "--max-kernels", "16")
 
 
 def _api(gw, method, path, key=KEY, **kw):

@@ -9,7 +9,6 @@ README's "Coming from E2B" says. Needs root, runc, build/bin/cellgate, the
 kernel image, Node.js ≥ 20 and npm; without them the tests are skipped,
 unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
-import json
 import sys
 import time
 import uuid
@@ -22,28 +21,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from e2b_support import e2b_env, require_e2b, run_node_suite  # noqa: E402
-from gateway import Gateway  # noqa: E402
+from e2b_support import e2b_env, run_node_suite, tokens_gateway  # noqa: E402
 
 KEY = "e2b-pause-" + uuid.uuid4().hex
 
 
-def _require():
-    require_e2b("E2B SDK pause tests")
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    _require()
-    d = tmp_path_factory.mktemp("e2b-pause")
-    tokens = d / "tokens.json"
-    tokens.write_text(json.dumps([{"token": KEY, "tenant": "e2b-pause"}]))
-    gw = Gateway("--tokens-file", str(tokens), "--max-kernels", "16").start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-        gw.cleanup()
+    yield from tokens_gateway(tmp_path_factory, "pause", [{"token": KEY, "tenant": "e2b-pause"}], "--max-kernels", "16")
 
 
 def _sessions(gw):

@@ -12,7 +12,13 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::size_t max_fork_children = 16;
+kernels::snapshot_record snapshot_or_404(services& s, const request_ptr& req) {
+    auto snap = s.kernels.find_snapshot(req->who.tenant, req->param("snapshot"));
+    if (!snap) throw api_exception(404, "No such snapshot");
+    return *snap;
+}
+
+}  // namespace
 
 // An optional snapshot name: what its owner calls it (ids stay UUIDs).
 std::string snapshot_name(const json& body) {
@@ -21,18 +27,10 @@ std::string snapshot_name(const json& body) {
     if (!it->is_string()) throw api_exception(400, "'name' must be a string");
     auto name = it->get<std::string>();
     if (name.empty() || name.size() > 128) throw api_exception(400, "'name' must have 1 to 128 characters");
-    for (const unsigned char c : name)
-        if (c < 0x20 || c == 0x7f) throw api_exception(400, "'name' must not hold control characters");
+    for (const char ch : name)
+        if (const auto c = static_cast<unsigned char>(ch); c < 0x20 || c == 0x7f) throw api_exception(400, "'name' must not hold control characters");
     return name;
 }
-
-kernels::snapshot_record snapshot_or_404(services& s, const request_ptr& req) {
-    auto snap = s.kernels.find_snapshot(req->who.tenant, req->param("snapshot"));
-    if (!snap) throw api_exception(404, "No such snapshot");
-    return *snap;
-}
-
-}  // namespace
 
 json snapshot_model(const kernels::snapshot_record& snap) {
     return {{"id", snap.id},

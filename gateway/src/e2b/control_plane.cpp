@@ -248,6 +248,38 @@ std::size_t page_limit(const surface& e, const request_context& ctx) {
     return std::min(n, e.options.max_page);
 }
 
+// One page of `items` (sorted oldest first), as E2B's lists answer: after
+// ?nextToken (the last id of the previous page), at most ?limit of those
+// `render` keeps (it returns nothing for the others), with X-Next-Token when
+// more remain. Unpaged: every item kept.
+template <class Item, class Render>
+response page_of(const surface& e, const request_context& ctx, const std::vector<Item>& items, bool paged,
+                 Render render) {
+    const auto limit = page_limit(e, ctx);
+    const auto after = ctx.query_value("nextToken").value_or("");
+    bool skipping = paged && !after.empty();
+    json out = json::array();
+    std::string last;
+    bool more = false;
+    for (const auto& item : items) {
+        if (skipping) {
+            if (item.id == after) skipping = false;
+            continue;
+        }
+        auto rendered = render(item);
+        if (!rendered) continue;
+        if (paged && out.size() == limit) {
+            more = true;
+            break;
+        }
+        out.push_back(std::move(*rendered));
+        last = item.id;
+    }
+    auto res = json_response(200, out);
+    if (more) res.headers.emplace_back("X-Next-Token", last);
+    return res;
+}
+
 // E2B's SnapshotInfo: the id is what Sandbox.create() takes; names, the
 // name it was given (which create takes too).
 json snapshot_info(const kernels::snapshot_record& s) {
@@ -262,16 +294,13 @@ void create_snapshot(surface& e, const request_ptr& req, reply_fn reply) {
     auto [r, k] = owned(e, req);
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
-    std::string name;
-    if (const auto it = body.is_object() ? body.find("name") : body.end(); it != body.end() && !it->is_null()) {
-        if (!it->is_string()) throw api_exception(400, "'name' must be a string");
-        name = it->get<std::string>();
-        if (name.empty() || name.size() > 128) throw api_exception(400, "'name' must have 1 to 128 characters");
-        for (const char ch : name)
-            if (const auto c = static_cast<unsigned char>(ch); c <= 0x20 || c == 0x7f || c == '/' || c == ':')
-                throw api_exception(400, "'name' must not hold spaces, control characters, '/' or ':'");
-        // Sandbox.create() takes the name as a template: it must not be
-        // another snapshot's id or a built-in template's name.
+    // /v1's check, and what E2B's templates need besides: Sandbox.create()
+    // takes the name as a template, so no '/', ':' or spaces, and not
+    // another snapshot's id or a built-in template's name.
+    const auto name = body.is_object() ? api::snapshot_name(body) : std::string();
+    if (!name.empty()) {
+        if (name.find_first_of(" /:") != std::string::npos)
+            throw api_exception(400, "'name' must not hold spaces, control characters, '/' or ':'");
         bool built_in = true;
         try {
             spec_for_template(e, name);
@@ -296,29 +325,11 @@ void list_snapshots(surface& e, const request_ptr& req, reply_fn reply) {
     const auto source = req->query_value("sandboxID").value_or("");
     const auto name = req->query_value("name").value_or("");
     const auto match = name.empty() ? std::nullopt : snapshot_template(e, req->who.tenant, name);
-    const auto limit = page_limit(e, *req);
-    const auto after = req->query_value("nextToken").value_or("");
-    bool skipping = !after.empty();
-    json out = json::array();
-    std::string last;
-    bool more = false;
-    for (const auto& s : all) {
-        if (skipping) {
-            if (s.id == after) skipping = false;
-            continue;
-        }
-        if (!source.empty() && s.source != source) continue;
-        if (!name.empty() && s.id != name && !(match && !s.name.empty() && s.name == match->name)) continue;
-        if (out.size() == limit) {
-            more = true;
-            break;
-        }
-        out.push_back(snapshot_info(s));
-        last = s.id;
-    }
-    auto res = json_response(200, out);
-    if (more) res.headers.emplace_back("X-Next-Token", last);
-    reply(std::move(res));
+    reply(page_of(e, *req, all, true, [&](const kernels::snapshot_record& s) -> std::optional<json> {
+        if (!source.empty() && s.source != source) return std::nullopt;
+        if (!name.empty() && s.id != name && !(match && !s.name.empty() && s.name == match->name)) return std::nullopt;
+        return snapshot_info(s);
+    }));
 }
 
 // DELETE /templates/{id}: a snapshot by id, or every snapshot of a name (a
@@ -362,8 +373,9 @@ void fork(surface& e, const request_ptr& req, reply_fn reply) {
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
     std::size_t count = 1;
     if (const auto it = body.is_object() ? body.find("count") : body.end(); it != body.end() && !it->is_null()) {
-        if (!it->is_number_integer() || it->get<long long>() < 1 || it->get<long long>() > 16)
-            throw api_exception(400, "'count' must be a whole number from 1 to 16");
+        if (!it->is_number_integer() || it->get<long long>() < 1 ||
+            it->get<long long>() > static_cast<long long>(api::max_fork_children))
+            throw api_exception(400, "'count' must be a whole number from 1 to " + std::to_string(api::max_fork_children));
         count = it->get<std::size_t>();
     }
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
@@ -462,31 +474,12 @@ void list(surface& e, const request_ptr& req, reply_fn reply, bool paged) {
     std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
         return a.started != b.started ? a.started < b.started : a.id < b.id;
     });
-    const auto limit = page_limit(e, *req);
-    const auto after = req->query_value("nextToken").value_or("");
-    bool skipping = paged && !after.empty();
-    json out = json::array();
-    std::string last;
-    bool more = false;
-    for (const auto& r : records) {
-        if (skipping) {
-            if (r.id == after) skipping = false;
-            continue;
-        }
-        if (!matches(r, filter)) continue;
+    reply(page_of(e, *req, records, paged, [&](const sandbox_record& r) -> std::optional<json> {
+        if (!matches(r, filter)) return std::nullopt;
         const auto k = e.services.kernels.find(req->who.tenant, r.id);
-        if (!k) continue;
-        if (!(k->state() == kernels::kernel_state::paused ? want_paused : want_running)) continue;
-        if (paged && out.size() == limit) {
-            more = true;
-            break;
-        }
-        out.push_back(detail_json(e, r, *k, false));
-        last = r.id;
-    }
-    auto res = json_response(200, out);
-    if (more) res.headers.emplace_back("X-Next-Token", last);
-    reply(std::move(res));
+        if (!k || !(k->state() == kernels::kernel_state::paused ? want_paused : want_running)) return std::nullopt;
+        return detail_json(e, r, *k, false);
+    }));
 }
 
 }  // namespace

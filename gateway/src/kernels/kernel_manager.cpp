@@ -535,9 +535,13 @@ void kernel_manager::gauges(std::string& out) const {
     for (auto s : {kernel_state::starting, kernel_state::idle, kernel_state::busy, kernel_state::restarting,
                    kernel_state::dead, kernel_state::terminating})
         by_state[std::string(to_string(s))] = 0;
+    std::vector<kernel_ptr> all;  // for the sandbox count below, asked outside the lock
     {
         std::lock_guard lock(mutex_);
-        for (const auto& [id, r] : kernels_) ++by_state[std::string(to_string(r.k->state()))];
+        for (const auto& [id, r] : kernels_) {
+            ++by_state[std::string(to_string(r.k->state()))];
+            all.push_back(r.k);
+        }
     }
     {
         std::lock_guard lock(mutex_);
@@ -548,11 +552,6 @@ void kernel_manager::gauges(std::string& out) const {
         out += "cellgate_kernels{state=\"" + state + "\"} " + std::to_string(n) + "\n";
     // Sandboxes by runtime and, for gVisor, platform (kvm or ptrace: which
     // one the launcher's probe chose).
-    std::vector<kernel_ptr> all;
-    {
-        std::lock_guard lock(mutex_);
-        for (const auto& [id, r] : kernels_) all.push_back(r.k);
-    }
     std::map<std::pair<std::string, std::string>, int> by_runtime;
     for (const auto& k : all)
         if (const auto sb = k->sandbox()) ++by_runtime[{sb->runtime, sb->platform}];
