@@ -251,6 +251,8 @@ const std::map<std::string, setter>& setters() {
         {"state_db", [](auto& c, const auto& v) { c.state_db = v; }},
         {"launcher_socket", [](auto& c, const auto& v) { c.launcher_socket = v; }},
         {"pool_size", [](auto& c, const auto& v) { c.pool_size = to_u64("pool_size", v); }},
+        {"pool_max", [](auto& c, const auto& v) { c.pool_max = to_u64("pool_max", v); }},
+        {"pool_growth_window", [](auto& c, const auto& v) { c.manager.pool_growth_window = std::chrono::seconds(std::max<std::uint64_t>(1, to_u64("pool_growth_window", v))); }},
         {"pool_concurrency", [](auto& c, const auto& v) { c.manager.pool_concurrency = std::max<std::uint64_t>(1, to_u64("pool_concurrency", v)); }},
         {"pool_preload", [](auto& c, const auto& v) {
              c.manager.pool_preload.clear();
@@ -429,6 +431,10 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
             throw config_error("a token needs " + std::to_string(min_token_chars) + " or more characters (tenant '" +
                                t.tenant + "')");
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
+    if (c.pool_max) {
+        if (*c.pool_max < c.pool_size) throw config_error("--pool-max is below --pool-size");
+        c.manager.pool_max[c.default_kernelspec] = *c.pool_max;
+    }
     c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book
     if (c.egress && c.launcher.egress_root.empty()) c.launcher.egress_root = c.launcher.state_dir / "egress";
     if (!c.egress) c.launcher.egress_root.clear();
@@ -444,7 +450,7 @@ std::string usage() {
            "                [--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N]\n"
            "                [--runsc-platform auto|kvm|ptrace]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
-           "                [--pool-size N] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
+           "                [--pool-size N] [--pool-max N] [--pool-growth-window S] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--result-limit BYTES]\n"
            "                [--upload-limit BYTES] (the /v1 surface's defaults)\n"

@@ -33,6 +33,8 @@ struct gateway_config {
     int io_threads = 0;  // 0: one per core, at least 2
     util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
+    // How far misses may raise that pool for a while (unset: 4 × pool_size).
+    std::optional<std::size_t> pool_max;
     std::string static_dir;       // serve the chat page from here (development)
     // The session registry's database; "" = <state_dir>/gateway.db, "none" = memory only
     // (a restarted gateway then removes every sandbox it finds).

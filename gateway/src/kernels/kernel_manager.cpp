@@ -18,13 +18,26 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
+namespace {
+
+std::map<std::string, warm_pool::target> pool_targets(const manager_config& c) {
+    std::map<std::string, warm_pool::target> t;
+    for (const auto& [name, n] : c.pool_size) {
+        const auto max = c.pool_max.find(name);
+        t[name] = {n, max != c.pool_max.end() ? std::max(n, max->second) : 4 * n};
+    }
+    return t;
+}
+
+}  // namespace
+
 kernel_manager::kernel_manager(asio::io_context& ioc, launcher::sandbox_launcher& launcher, wire::zmq_reactor& reactor,
                                const kernelspec_registry& specs, metrics::registry& metrics, manager_config config)
     : ioc_(ioc), launcher_(launcher), reactor_(reactor), specs_(specs), metrics_(metrics),
       config_(std::move(config)), launch_pool_(config_.launch_threads),
       launches_(config_.max_launches_per_tenant, [this](launch_gate::job j) { asio::post(launch_pool_, std::move(j)); }),
       tick_timer_(ioc), cell_timer_(ioc), admission_(config_.max_kernels, config_.max_kernels_per_tenant),
-      pool_(config_.pool_size, config_.pool_concurrency) {
+      pool_(pool_targets(config_), config_.pool_concurrency, config_.pool_growth_window) {
     metrics_.add_gauge_source([this](std::string& out) { gauges(out); });
 }
 
@@ -166,6 +179,28 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
         claim(warm, tenant, env, p, std::move(callback));
         asio::post(ioc_, [this] { replenish(); });
         return;
+    }
+    if (!p.network && p.volumes.empty()) {
+        std::lock_guard lock(mutex_);
+        if (pool_.has_pool(spec_name)) {
+            // A miss waits for the next kernel of this spec to be ready,
+            // whichever start brings it (warm_pool.hpp, "Bursts").
+            auto cb = std::make_shared<done_kernel>(std::move(callback));
+            pool_.wait(spec_name,
+                       {tenant, [this, tenant, env, p, cb](kernel_ptr k) { claim(k, tenant, env, p, *cb); },
+                        [this, tenant, cb](const std::string& why) {
+                            bool stopping = false;
+                            {
+                                std::lock_guard lock(mutex_);
+                                admission_.release(tenant);
+                                stopping = shutting_down_;
+                            }
+                            (*cb)(failure{stopping ? failure_kind::unavailable : failure_kind::start_failed, why},
+                                  nullptr);
+                        }});
+            asio::post(ioc_, [this] { replenish(); });
+            return;
+        }
     }
     auto k = std::make_shared<kernel>(id, spec_name, tenant, reactor_, config_.kernel, metrics_);
     k->set_policy(p);
@@ -474,6 +509,7 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
 void kernel_manager::shutdown_all() {
     std::vector<kernel_ptr> all;
     std::vector<kernel_ptr> warm;
+    std::vector<warm_pool::waiter> waiters;
     {
         std::lock_guard lock(mutex_);
         shutting_down_ = true;
@@ -482,7 +518,9 @@ void kernel_manager::shutdown_all() {
         for (auto& [id, r] : kernels_)
             if (r.k->state() != kernel_state::paused) all.push_back(r.k);
         warm = pool_.drain();
+        waiters = pool_.drain_waiters();
     }
+    for (auto& w : waiters) w.refuse("The gateway is shutting down");
     // Warm kernels belong to nobody: they are registered for a moment so the
     // shutdown below removes them like any other.
     {

@@ -63,7 +63,13 @@ struct manager_config {
     // Warm pool: sandboxes started ahead of demand with these modules already
     // imported; claiming one is a pop, not a start. Per kernelspec name.
     std::map<std::string, std::size_t> pool_size;
-    std::size_t pool_concurrency = 2;  // pool starts under way at once
+    // How far misses may raise a spec's pool for `pool_growth_window` (a burst
+    // makes the next one find more ready); unset: 4 × its size.
+    std::map<std::string, std::size_t> pool_max;
+    std::chrono::seconds pool_growth_window{300};
+    // Pool starts under way at once; as many again for claims that missed
+    // (warm_pool.hpp: a burst's starts run in turn, not all at once).
+    std::size_t pool_concurrency = 2;
     std::vector<std::string> pool_preload = {"numpy", "pandas", "matplotlib.pyplot"};
     // Snapshots one tenant may keep (each holds a copy of a workspace on disk). 0: no cap.
     std::size_t max_snapshots_per_tenant = 16;
@@ -251,6 +257,7 @@ private:
     void gauges(std::string& out) const;
     // Warm pool.
     void replenish();
+    void start_pooled(const kernel_ptr& k, const launcher::sandbox_spec& spec, const warm_pool::start& order);
     void claim(const kernel_ptr& k, const std::string& tenant, const std::map<std::string, std::string>& env,
                const kernel_policy& policy, done_kernel callback);
     void drop_from_pool(const kernel_ptr& k, const std::string& why);

@@ -64,61 +64,95 @@ void kernel_manager::drop_from_pool(const kernel_ptr& k, const std::string& why)
 }
 
 void kernel_manager::replenish() {
-    std::vector<std::string> to_start;
+    std::vector<warm_pool::start> to_start;
+    std::vector<kernel_ptr> extra;
     {
         std::lock_guard lock(mutex_);
         if (shutting_down_) return;
         const auto admitted = admission_.admitted();
-        to_start = pool_.plan(steady::now(), admitted < admission_.max_total() ? admission_.max_total() - admitted : 0);
+        const auto now = steady::now();
+        to_start = pool_.plan(now, admitted < admission_.max_total() ? admission_.max_total() - admitted : 0);
+        extra = pool_.trim(now);
     }
-    for (const auto& name : to_start) {
-        auto k = std::make_shared<kernel>(protocol::make_uuid(), name, std::string(), reactor_, config_.kernel, metrics_);
-        auto spec = spec_for(*k, {});
-        spec.preload = config_.pool_preload;
-        // Warming up runs at a low CPU weight, so it never slows live sessions.
-        spec.limits.cpu_shares = 2;
-        asio::post(launch_pool_, [this, k, spec, name] {
-            launcher::sandbox_info info;
+    for (auto& k : extra) {
+        spdlog::info("warm kernel {}: above the pool's target since misses stopped; stopping it", k->id());
+        k->close("the warm pool shrank");
+        asio::post(launch_pool_, [this, k] {
             try {
-                info = launcher_.launch(spec);
+                launcher_.remove(k->id());
             } catch (const std::exception& e) {
-                ++metrics_.sandbox_start_failures;
-                spdlog::error("warm pool: starting a {} kernel failed: {}", name, e.what());
-                std::lock_guard lock(mutex_);
-                pool_.start_failed(name, steady::now());
-                return;
+                spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
             }
-            ++metrics_.sandbox_starts;
-            bring_up(k, std::move(info), [this, k, name](bool ok) {
-                if (ok) {
-                    // One throwaway cell pays the first execution's lazy set-up
-                    // now, so the claimer's first cell (or its env) is fast.
-                    k->run_silent("pass", [this, k, name](const nlohmann::json& reply) {
-                        {
-                            std::lock_guard lock(mutex_);
-                            pool_.start_ended(name, reply.is_object() && !shutting_down_ ? k : nullptr);
-                        }
-                        asio::post(ioc_, [this] { replenish(); });
-                    });
-                    return;
-                }
-                {
-                    std::lock_guard lock(mutex_);
-                    pool_.start_ended(name, nullptr);
-                }
-                if (!ok) {
-                    k->close("warm kernel never became ready");
-                    asio::post(launch_pool_, [this, k] {
-                        try {
-                            launcher_.remove(k->id());
-                        } catch (...) {
-                        }
-                    });
-                }
-                replenish();
-            });
         });
     }
+    for (const auto& order : to_start) {
+        auto k = std::make_shared<kernel>(protocol::make_uuid(), order.spec, std::string(), reactor_, config_.kernel,
+                                          metrics_);
+        auto spec = spec_for(*k, {});
+        if (!order.demand) {
+            spec.preload = config_.pool_preload;
+            // Warming up runs at a low CPU weight, so it never slows live sessions.
+            spec.limits.cpu_shares = 2;
+        }
+        // A start for waiting claims is a plain cold start (no preload: its
+        // claimer is waiting) at the spec's own weight.
+        asio::post(launch_pool_, [this, k, spec, order] { start_pooled(k, spec, order); });
+    }
+}
+
+// On the launch pool: one start of replenish()'s plan, to its end. Its kernel
+// goes to a waiting claim or into the pool (warm_pool::start_ended).
+void kernel_manager::start_pooled(const kernel_ptr& k, const launcher::sandbox_spec& spec,
+                                  const warm_pool::start& order) {
+    const auto& name = order.spec;
+    // The start's end, with its kernel when it is ready: to a waiter, the pool,
+    // or (not ready) away, refusing the waiter a failed claim start was for.
+    auto ended = [this, k, order](bool ready) {
+        std::optional<warm_pool::waiter> w;
+        {
+            std::lock_guard lock(mutex_);
+            ready = ready && !shutting_down_;
+            w = pool_.start_ended(order.spec, order.demand, ready ? k : nullptr);
+        }
+        if (!ready) {
+            k->close("warm kernel never became ready");
+            asio::post(launch_pool_, [this, k] {
+                try {
+                    launcher_.remove(k->id());
+                } catch (...) {
+                }
+            });
+            if (w) w->refuse("The kernel's sandbox could not be started");
+        } else if (w) {
+            // The claim talks to the launcher (CPU weight): off this reply's thread.
+            spdlog::info("kernel {}: goes to a claim that found the pool empty", k->id());
+            asio::post(launch_pool_, [k, w = std::move(*w)] { w.give(k); });
+        }
+        asio::post(ioc_, [this] { replenish(); });
+    };
+    launcher::sandbox_info info;
+    try {
+        info = launcher_.launch(spec);
+    } catch (const std::exception& e) {
+        ++metrics_.sandbox_start_failures;
+        spdlog::error("warm pool: starting a {} kernel failed: {}", name, util::log_safe(e.what()));
+        std::optional<warm_pool::waiter> w;
+        {
+            std::lock_guard lock(mutex_);
+            if (order.demand) w = pool_.start_ended(name, true, nullptr);
+            else pool_.start_failed(name, steady::now());
+        }
+        if (w) w->refuse("The kernel's sandbox could not be started");
+        asio::post(ioc_, [this] { replenish(); });
+        return;
+    }
+    ++metrics_.sandbox_starts;
+    bring_up(k, std::move(info), [k, ended](bool ok) {
+        if (!ok) return ended(false);
+        // One throwaway cell pays the first execution's lazy set-up now, so
+        // the claimer's first cell (or its env) is fast.
+        k->run_silent("pass", [ended](const nlohmann::json& reply) { ended(reply.is_object()); });
+    });
 }
 
 }  // namespace cellgate::kernels

@@ -125,6 +125,7 @@ void kernel_manager::tick() {
             if (f) spdlog::warn("kernel {}: pausing it when idle failed: {}", id, f->message);
         });
     }
+    replenish();  // the pool's target falls back once misses stop (warm_pool::trim)
     tick_timer_.expires_after(config_.heartbeat_interval);
     tick_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec) tick();
