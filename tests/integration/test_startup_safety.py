@@ -63,6 +63,24 @@ def plant_code():
     return "\n".join(lines)
 
 
+def test_the_kernel_starts_without_debugpy_yet_a_cell_can_import_it(gw):
+    """The kernelspec offers no debugger, so the entry point keeps ipykernel
+    from importing debugpy at start (issue 16: a quarter of a cold start's
+    imports, 11 MiB per kernel); it is hidden only while ipykernel loads."""
+    s = api(gw, "POST", "/v1/sessions").json()
+    try:
+        probe = run(gw, s["id"], "import sys, ipykernel.debugger as d\n"
+                                 "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                                 "('debugpy', 'pydevd', '_pydevd_bundle', '_pydev_bundle')), d._is_debugpy_available)")
+        assert probe["status"] == "ok", probe
+        assert probe["stdout"].strip() == "[] False"
+        again = run(gw, s["id"], "import debugpy, sys\nprint(type(debugpy.__version__).__name__, sys.modules['debugpy'] is debugpy)")
+        assert again["status"] == "ok", again
+        assert again["stdout"].strip() == "str True"
+    finally:
+        api(gw, "DELETE", f"/v1/sessions/{s['id']}")
+
+
 def test_files_planted_in_the_workspace_do_not_run_after_a_restart(gw):
     s = api(gw, "POST", "/v1/sessions").json()
     try:
