@@ -2,8 +2,9 @@
 # read by the build (gateway/CMakeLists.txt makes one library per room that
 # links only these) and by the include check (cmake/check_rooms.cmake).
 # docs/architecture.md draws it.
-set(cellgate_rooms util egress metrics contents jupyter wire kernels agent processes http api e2b mcp config)
+set(cellgate_rooms util cluster egress metrics contents jupyter wire kernels agent processes http api e2b mcp config)
 set(cellgate_room_uses_util "")
+set(cellgate_room_uses_cluster util)
 set(cellgate_room_uses_egress "")
 set(cellgate_room_uses_metrics "")
 set(cellgate_room_uses_contents util)
@@ -16,4 +17,4 @@ set(cellgate_room_uses_http kernels wire jupyter metrics util)
 set(cellgate_room_uses_api processes http agent kernels wire jupyter contents metrics egress util)
 set(cellgate_room_uses_e2b processes api http agent kernels wire jupyter contents metrics egress util)
 set(cellgate_room_uses_mcp api http agent kernels wire jupyter contents metrics egress util)
-set(cellgate_room_uses_config mcp e2b processes api http agent kernels wire jupyter contents metrics egress util)
+set(cellgate_room_uses_config cluster mcp e2b processes api http agent kernels wire jupyter contents metrics egress util)

@@ -13,6 +13,9 @@ packages=(
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
   python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
   python3-websocket python3-jupyter-server python3-nbformat python3-openpyxl python3-jsonschema
+  # cluster tests (issue 16): a real 3-member etcd and HAProxy, on loopback.
+  # Their packaged services are not used (the tests start their own).
+  etcd-server etcd-client haproxy
   # client and browser tests: Node.js with npm (the machine's nodesource build or
   # Debian's), Debian's Chromium for Playwright (never a downloaded browser)
   nodejs chromium chromium-driver fonts-dejavu-core

@@ -10,8 +10,10 @@
 #include "cellgate/launcher/service.hpp"
 #include "config/gateway_config.hpp"
 #include "http/listener.hpp"
+#include "cluster/membership.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/kernelspecs.hpp"
+#include "kernels/node_id.hpp"
 #include "kernels/session_registry.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
@@ -273,6 +275,7 @@ int main(int argc, char** argv) {
         std::cerr << "cellgate: " << e.what() << "\n";
         return 2;
     }
+    kernels::set_node_tag(cfg.node_tag);  // checked by parse_config; before any id is made
     spdlog::set_level(spdlog::level::from_str(cfg.log_level));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
@@ -299,6 +302,11 @@ int main(int argc, char** argv) {
         wire::zmq_reactor reactor(wire_options);
         reactor.start();
         metrics::registry metrics;
+        if (!cfg.node_tag.empty())
+            metrics.add_gauge_source([tag = cfg.node_tag](std::string& out) {
+                out += "# HELP cellgate_node_info this node's tag, the first group of its ids\n"
+                       "# TYPE cellgate_node_info gauge\ncellgate_node_info{tag=\"" + tag + "\"} 1\n";
+            });
 
         asio::io_context ioc;
         cfg.manager.launcher_rules = cfg.launcher;
@@ -363,9 +371,28 @@ int main(int argc, char** argv) {
         http::listener server(ioc, ctx, make_tls(cfg));
         const auto port = server.listen();
         if (egress_proxy) egress_proxy->forbid_port(port);  // sandboxes never reach the gateway itself
+        // A cluster node: its record on a lease in etcd, and no new session
+        // while that lease may lapse (cluster/membership.hpp).
+        std::unique_ptr<cluster::membership> member;
+        if (!cfg.etcd.empty()) {
+            cluster::membership::options mo;
+            mo.etcd = cluster::etcd_client::parse_endpoints(cfg.etcd);
+            mo.tag = cfg.node_tag;
+            mo.address = cfg.node_address.empty() ? cfg.server.ip + ":" + std::to_string(port) : cfg.node_address;
+            mo.ttl = std::chrono::seconds(cfg.lease_ttl);
+            member = std::make_unique<cluster::membership>(std::move(mo), [&manager] {
+                const auto load = manager.load();
+                return nlohmann::json{{"admitted", load.admitted}, {"max_kernels", load.max_kernels},
+                                      {"pool_ready", load.pool_ready}, {"pool_waiting", load.pool_waiting}};
+            });
+            manager.set_admission_gate([m = member.get()] { return m->refusal(); });
+            metrics.add_gauge_source([m = member.get()](std::string& out) { m->render(out); });
+            member->start();
+        }
         announce(cfg, port, generated_token);
         manager.start();
         serve(ioc, server, manager, cfg.io_threads);
+        if (member) member->stop();  // the lease is revoked: the node's record goes now
         file_io.stop();  // its jobs use the services and the manager below
         reactor.stop();
         spdlog::info("cellgate stopped");

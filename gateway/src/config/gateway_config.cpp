@@ -1,5 +1,8 @@
 #include "config/gateway_config.hpp"
 
+#include "cluster/etcd_client.hpp"
+#include "kernels/node_id.hpp"
+
 #include "cellgate/launcher/node_settings.hpp"
 
 #include <nlohmann/json.hpp>
@@ -245,6 +248,10 @@ const std::map<std::string, setter>& setters() {
         {"file_io_threads", [](auto& c, const auto& v) { c.file_io.threads = std::max<std::uint64_t>(1, to_u64("file_io_threads", v)); }},
         {"file_io_per_tenant", [](auto& c, const auto& v) { c.file_io.per_tenant_running = std::max<std::uint64_t>(1, to_u64("file_io_per_tenant", v)); }},
         {"default_kernelspec", [](auto& c, const auto& v) { c.default_kernelspec = v; }},
+        {"node_tag", [](auto& c, const auto& v) { c.node_tag = v; }},
+        {"etcd", [](auto& c, const auto& v) { c.etcd = v; }},
+        {"node_address", [](auto& c, const auto& v) { c.node_address = v; }},
+        {"lease_ttl", [](auto& c, const auto& v) { c.lease_ttl = to_u64("lease_ttl", v); }},
         {"tokens_file", [](auto& c, const auto& v) { load_tokens_file(c, v); }},
         {"static_dir", [](auto& c, const auto& v) { c.static_dir = v; }},
         {"e2b_domain", [](auto& c, const auto& v) { c.e2b.domain = v; }},
@@ -430,6 +437,17 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         if (t.token.size() < min_token_chars)
             throw config_error("a token needs " + std::to_string(min_token_chars) + " or more characters (tenant '" +
                                t.tenant + "')");
+    if (!c.node_tag.empty() && !kernels::valid_node_tag(c.node_tag))
+        throw config_error("--node-tag must be 8 lowercase hex digits (the first group of this node's ids)");
+    if (!c.etcd.empty()) {
+        if (c.node_tag.empty()) throw config_error("--etcd needs --node-tag (the first group of this node's ids)");
+        try {
+            cluster::etcd_client(cluster::etcd_client::parse_endpoints(c.etcd));
+        } catch (const std::invalid_argument& e) {
+            throw config_error(std::string("--etcd: ") + e.what());
+        }
+        if (c.lease_ttl < 2 || c.lease_ttl > 300) throw config_error("--lease-ttl is 2 to 300 seconds");
+    }
     if (c.pool_size > 0) c.manager.pool_size[c.default_kernelspec] = c.pool_size;
     if (c.pool_max) {
         if (*c.pool_max < c.pool_size) throw config_error("--pool-max is below --pool-size");
@@ -450,7 +468,7 @@ std::string usage() {
            "                [--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N]\n"
            "                [--runsc-platform auto|kvm|ptrace]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
-           "                [--pool-size N] [--pool-max N] [--pool-growth-window S] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
+           "                [--node-tag HEX8] [--etcd http://H:P,…] [--node-address H:P] [--lease-ttl S] [--pool-size N] [--pool-max N] [--pool-growth-window S] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--result-limit BYTES]\n"
            "                [--upload-limit BYTES] (the /v1 surface's defaults)\n"

@@ -29,6 +29,15 @@ struct gateway_config {
     agent::agent_limits agent;
     std::vector<kernels::kernelspec> kernelspecs;
     std::string default_kernelspec = "python3";
+    // This node's tag in a cluster: the first group of every id it makes
+    // (kernels/node_id.hpp). Empty: plain random ids.
+    std::string node_tag;
+    // A cluster node's etcd members (http://host:port,…; needs node_tag), the
+    // address peers and the router reach it at (default ip:port), and its
+    // lease's TTL in seconds.
+    std::string etcd;
+    std::string node_address;
+    std::uint64_t lease_ttl = 10;
     std::string log_level = "info";
     int io_threads = 0;  // 0: one per core, at least 2
     util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share

@@ -1,4 +1,5 @@
 #include "kernels/kernel_manager.hpp"
+#include "kernels/node_id.hpp"
 
 #include "cellgate/launcher/env_rules.hpp"
 #include "cellgate/launcher/launch_error.hpp"
@@ -150,6 +151,8 @@ std::optional<failure> kernel_manager::admit(const std::string& tenant, const st
     } catch (const launcher::spec_error& e) {
         return failure{failure_kind::invalid, e.what()};
     }
+    if (admission_gate_)
+        if (auto why = admission_gate_()) return failure{failure_kind::unavailable, std::move(*why)};
     std::lock_guard lock(mutex_);
     if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
     // Counted now, so concurrent starts cannot race past the limits.
@@ -162,7 +165,7 @@ void kernel_manager::start_kernel(const std::string& tenant, const std::string& 
                                   std::optional<kernel_policy> policy) {
     if (auto refused = admit(tenant, spec_name, env)) return callback(std::move(refused), nullptr);
     const auto p = policy.value_or(config_.policies.resolve(surface::jupyter, spec_name, tenant));
-    const auto id = protocol::make_uuid();
+    const auto id = make_node_id();
     if (auto busy = claim_volumes(tenant, id, p.volumes)) {
         std::lock_guard lock(mutex_);
         admission_.release(tenant);

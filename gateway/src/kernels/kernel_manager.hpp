@@ -114,6 +114,11 @@ public:
                       std::optional<kernel_policy> policy = std::nullopt);
     // Called (on the launch pool) after a kernel is gone for good, however it went.
     void on_removed(std::function<void(const std::string& kernel_id)> listener);
+    // Asked before every new kernel is admitted (starts, forks; not restarts
+    // or resumes of kernels already held): a reason refuses it with
+    // `unavailable` (503). A cluster node that has lost etcd says so
+    // (cluster/membership.hpp). Set before start().
+    void set_admission_gate(std::function<std::optional<std::string>()> gate) { admission_gate_ = std::move(gate); }
     // A kernel whose policy has a network gets <egress_root>/<id>/ (made
     // here) mounted in its sandbox; this is called with that directory before
     // every launch of it and when a restarted gateway takes it back, so the
@@ -128,6 +133,11 @@ public:
     kernel_ptr find(const std::string& tenant, const std::string& id) const;
     std::vector<kernel_ptr> list(const std::string& tenant) const;
     std::size_t count() const;
+    // What a cluster node publishes about itself (cluster/membership.hpp).
+    struct load_figures {
+        std::size_t admitted = 0, max_kernels = 0, pool_ready = 0, pool_waiting = 0;
+    };
+    load_figures load() const;
 
     void interrupt(const kernel_ptr& k, done callback);
     void restart(const kernel_ptr& k, done callback);
@@ -277,6 +287,7 @@ private:
     std::map<std::string, record> kernels_;
     admission admission_;  // kernels plus starts under way, under mutex_
     bool shutting_down_ = false;
+    std::function<std::optional<std::string>()> admission_gate_;
     std::vector<std::function<void(const std::string&)>> removal_listeners_;
     std::function<void(const kernel&, const std::filesystem::path&)> egress_hook_;
     // Makes the kernel's egress dir and calls the hook; throws.

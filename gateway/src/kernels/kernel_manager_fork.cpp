@@ -7,6 +7,7 @@
 // sandbox: no writable state is shared with the source or each other. A
 // fork is a snapshot and its children in one call, admitted all or none.
 #include "kernels/kernel_manager.hpp"
+#include "kernels/node_id.hpp"
 
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/env_rules.hpp"
@@ -57,7 +58,7 @@ snapshot_record snapshot_from_json(const nlohmann::json& j, const kernel_policy&
 
 void kernel_manager::snapshot(const kernel_ptr& k, const std::string& name, done_snapshot callback) {
     snapshot_record s;
-    s.id = protocol::make_uuid();
+    s.id = make_node_id();
     s.name = name.empty() ? s.id : name;
     s.tenant = k->tenant();
     s.source = k->id();
@@ -169,6 +170,8 @@ std::optional<failure> kernel_manager::admit_many(const std::string& tenant, con
     } catch (const launcher::spec_error& e) {
         return failure{failure_kind::invalid, e.what()};
     }
+    if (admission_gate_)
+        if (auto why = admission_gate_()) return failure{failure_kind::unavailable, std::move(*why)};
     std::lock_guard lock(mutex_);
     if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
     for (std::size_t i = 0; i < count; ++i) {
@@ -213,7 +216,7 @@ void kernel_manager::start_from_snapshot(const std::string& tenant, const std::s
     p.volumes.clear();  // a snapshot holds the workspace only; volumes have one writer
     const nlohmann::json origin = {{"snapshot", s->id}, {"source", s->source}, {"mode", s->mode}};
     for (std::size_t i = 0; i < count; ++i) {
-        auto k = std::make_shared<kernel>(protocol::make_uuid(), s->spec_name, tenant, reactor_, config_.kernel, metrics_);
+        auto k = std::make_shared<kernel>(make_node_id(), s->spec_name, tenant, reactor_, config_.kernel, metrics_);
         k->set_policy(p);
         k->set_origin(origin);
         auto spec = spec_for(*k, s->env);

@@ -1,6 +1,7 @@
 // The kernel manager's warm pool: claiming a ready kernel, dropping one that
 // died in the pool, and keeping the pool full (its books: warm_pool.hpp).
 #include "kernels/kernel_manager.hpp"
+#include "kernels/node_id.hpp"
 
 #include "util/log_safe.hpp"
 
@@ -46,6 +47,11 @@ void kernel_manager::claim(const kernel_ptr& k, const std::string& tenant, const
     callback(std::nullopt, k);
 }
 
+kernel_manager::load_figures kernel_manager::load() const {
+    std::lock_guard lock(mutex_);
+    return {admission_.admitted(), admission_.max_total(), pool_.ready(), pool_.waiting()};
+}
+
 void kernel_manager::drop_from_pool(const kernel_ptr& k, const std::string& why) {
     {
         std::lock_guard lock(mutex_);
@@ -86,7 +92,7 @@ void kernel_manager::replenish() {
         });
     }
     for (const auto& order : to_start) {
-        auto k = std::make_shared<kernel>(protocol::make_uuid(), order.spec, std::string(), reactor_, config_.kernel,
+        auto k = std::make_shared<kernel>(make_node_id(), order.spec, std::string(), reactor_, config_.kernel,
                                           metrics_);
         auto spec = spec_for(*k, {});
         if (!order.demand) {

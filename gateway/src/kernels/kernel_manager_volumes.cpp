@@ -5,6 +5,7 @@
 // read-write claims it from admission until it is gone); readers are not
 // limited. A volume outlives every session that mounted it.
 #include "kernels/kernel_manager.hpp"
+#include "kernels/node_id.hpp"
 
 #include "cellgate/protocol/message.hpp"
 #include "util/log_safe.hpp"
@@ -38,7 +39,7 @@ volume_record volume_from_json(const nlohmann::json& j) {
 void kernel_manager::create_volume(const std::string& tenant, const std::string& name, std::uint64_t bytes,
                                    done_volume callback) {
     volume_record v;
-    v.id = protocol::make_uuid();
+    v.id = make_node_id();
     v.name = name;
     v.tenant = tenant;
     v.bytes = bytes;

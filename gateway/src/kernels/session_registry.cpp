@@ -1,4 +1,5 @@
 #include "kernels/session_registry.hpp"
+#include "kernels/node_id.hpp"
 
 #include "cellgate/protocol/message.hpp"
 #include "kernels/state_store.hpp"
@@ -6,7 +7,7 @@
 namespace cellgate::kernels {
 
 std::optional<session_record> session_registry::add(session_record s) {
-    s.id = protocol::make_uuid();
+    s.id = make_node_id();
     std::lock_guard lock(mutex_);
     std::size_t mine = 0;
     for (const auto& [id, r] : sessions_) mine += r.tenant == s.tenant ? 1u : 0u;

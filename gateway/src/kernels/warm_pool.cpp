@@ -38,6 +38,12 @@ std::size_t warm_pool::waiting() const {
     return n;
 }
 
+std::size_t warm_pool::ready() const {
+    std::size_t n = 0;
+    for (const auto& [name, q] : ready_) n += q.size();
+    return n;
+}
+
 void warm_pool::forget_old_misses(const std::string& spec, clock::time_point now) {
     auto& q = misses_at_[spec];
     while (!q.empty() && now - q.front() >= growth_window_) q.pop_front();

@@ -77,6 +77,7 @@ public:
     // After a miss: the claim waits for the next ready kernel of `spec`.
     void wait(const std::string& spec, waiter w);
     std::size_t waiting() const;
+    std::size_t ready() const;  // of every spec
     // Every waiting claim, leaving none (shutdown).
     std::vector<waiter> drain_waiters();
     // The ready kernels above the current target, once misses have stopped

@@ -114,3 +114,17 @@ TEST(gateway_config, every_token_has_eight_characters_or_more) {
     EXPECT_THROW(parse({"--config", file.string()}), config::config_error);
     std::filesystem::remove(file);
 }
+
+TEST(gateway_config, the_pool_may_grow_to_its_max_and_a_node_tag_is_checked) {
+    const auto c = parse({"--pool-size", "3"});
+    EXPECT_EQ(c.manager.pool_size.at("python3"), 3u);
+    EXPECT_TRUE(c.manager.pool_max.empty());  // the manager's default: 4 × the size
+    const auto g = parse({"--pool-size", "3", "--pool-max", "10", "--pool-growth-window", "60"});
+    EXPECT_EQ(g.manager.pool_max.at("python3"), 10u);
+    EXPECT_EQ(g.manager.pool_growth_window, std::chrono::seconds(60));
+    EXPECT_THROW(parse({"--pool-size", "3", "--pool-max", "2"}), config::config_error);
+    EXPECT_EQ(parse({"--node-tag", "0a1b2c3d"}).node_tag, "0a1b2c3d");
+    EXPECT_EQ(parse({}).node_tag, "");
+    EXPECT_THROW(parse({"--node-tag", "node1"}), config::config_error);
+    EXPECT_THROW(parse({"--node-tag", "0A1B2C3D"}), config::config_error);
+}

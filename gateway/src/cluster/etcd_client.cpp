@@ -1,0 +1,180 @@
+#include "cluster/etcd_client.hpp"
+
+#include "util/encoding.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+namespace cellgate::cluster {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+std::string b64(const std::string& s) { return cellgate::base64_encode(s); }
+
+std::string unb64(const nlohmann::json& j) {
+    if (!j.is_string()) return {};
+    return cellgate::base64_decode(j.get<std::string>()).value_or("");
+}
+
+std::int64_t as_int(const nlohmann::json& j) {
+    // The gateway writes 64-bit integers as strings.
+    if (j.is_number_integer()) return j.get<std::int64_t>();
+    if (j.is_string()) {
+        try {
+            return std::stoll(j.get<std::string>());
+        } catch (const std::exception&) {
+        }
+    }
+    return 0;
+}
+
+// The first key after every key that starts with `prefix` (etcd's range_end).
+std::string prefix_end(std::string prefix) {
+    while (!prefix.empty()) {
+        auto& last = prefix.back();
+        if (static_cast<unsigned char>(last) < 0xff) {
+            ++last;
+            return prefix;
+        }
+        prefix.pop_back();
+    }
+    return std::string(1, '\0');
+}
+
+}  // namespace
+
+std::vector<std::string> etcd_client::parse_endpoints(const std::string& comma_separated) {
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at <= comma_separated.size()) {
+        const auto comma = comma_separated.find(',', at);
+        auto one = comma_separated.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (!one.empty()) out.push_back(std::move(one));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
+etcd_client::etcd_client(std::vector<std::string> endpoints, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    for (const auto& e : endpoints) {
+        const std::string scheme = "http://";
+        if (e.rfind(scheme, 0) != 0)
+            throw std::invalid_argument("an etcd endpoint is http://host:port, not '" + e.substr(0, 100) + "'");
+        auto rest = e.substr(scheme.size());
+        if (!rest.empty() && rest.back() == '/') rest.pop_back();
+        const auto colon = rest.rfind(':');
+        if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
+            rest.find_first_not_of("0123456789", colon + 1) != std::string::npos || rest.find('/') != std::string::npos)
+            throw std::invalid_argument("an etcd endpoint is http://host:port, not '" + e.substr(0, 100) + "'");
+        auto host = rest.substr(0, colon);
+        if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+        endpoints_.push_back({host, rest.substr(colon + 1)});
+    }
+    if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint given");
+}
+
+nlohmann::json etcd_client::call(const std::string& path, const nlohmann::json& body) {
+    std::string last_error;
+    for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+        const auto at = (preferred_ + i) % endpoints_.size();
+        const auto& ep = endpoints_[at];
+        asio::io_context ioc;
+        beast::tcp_stream stream(ioc);
+        bhttp::request<bhttp::string_body> req{bhttp::verb::post, path, 11};
+        req.set(bhttp::field::host, ep.host + ":" + ep.port);
+        req.set(bhttp::field::content_type, "application/json");
+        req.body() = body.dump();
+        req.prepare_payload();
+        bhttp::response<bhttp::string_body> res;
+        beast::flat_buffer buffer;
+        boost::system::error_code failed;
+        asio::ip::tcp::resolver resolver(ioc);
+        stream.expires_after(timeout_);
+        resolver.async_resolve(ep.host, ep.port, [&](boost::system::error_code ec, auto results) {
+            if (ec) return void(failed = ec);
+            stream.async_connect(results, [&](boost::system::error_code ec2, auto) {
+                if (ec2) return void(failed = ec2);
+                bhttp::async_write(stream, req, [&](boost::system::error_code ec3, std::size_t) {
+                    if (ec3) return void(failed = ec3);
+                    bhttp::async_read(stream, buffer, res, [&](boost::system::error_code ec4, std::size_t) {
+                        if (ec4) failed = ec4;
+                    });
+                });
+            });
+        });
+        // The stream's deadline ends a hung connect, write or read; this
+        // bounds the name lookup too.
+        ioc.run_for(timeout_ + std::chrono::milliseconds(100));
+        if (!ioc.stopped()) failed = asio::error::timed_out;
+        if (failed) {
+            last_error = ep.host + ":" + ep.port + ": " + failed.message();
+            continue;
+        }
+        auto reply = nlohmann::json::parse(res.body(), nullptr, false);
+        if (res.result() != bhttp::status::ok || reply.is_discarded() || !reply.is_object()) {
+            // An error from a member that is up (no leader yet, a lost
+            // lease): another member will not say otherwise for long.
+            last_error = ep.host + ":" + ep.port + ": HTTP " + std::to_string(res.result_int()) + " " +
+                         res.body().substr(0, 200);
+            continue;
+        }
+        preferred_ = at;
+        return reply;
+    }
+    throw etcd_error("etcd did not answer " + path + " (" + last_error + ")");
+}
+
+std::int64_t etcd_client::grant(std::chrono::seconds ttl) {
+    const auto reply = call("/v3/lease/grant", {{"TTL", ttl.count()}});
+    const auto id = as_int(reply.value("ID", nlohmann::json()));
+    if (id == 0) throw etcd_error("etcd granted no lease: " + reply.dump().substr(0, 200));
+    return id;
+}
+
+std::int64_t etcd_client::keepalive(std::int64_t lease) {
+    const auto reply = call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
+    // A streaming call through the gateway: its one answer is under "result".
+    const auto& result = reply.contains("result") ? reply.at("result") : reply;
+    return as_int(result.value("TTL", nlohmann::json()));
+}
+
+void etcd_client::revoke(std::int64_t lease) { call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}); }
+
+void etcd_client::put(const std::string& key, const std::string& value, std::int64_t lease) {
+    nlohmann::json body = {{"key", b64(key)}, {"value", b64(value)}};
+    if (lease != 0) body["lease"] = std::to_string(lease);
+    call("/v3/kv/put", body);
+}
+
+std::vector<etcd_client::key_value> etcd_client::range_prefix(const std::string& prefix) {
+    const auto reply = call("/v3/kv/range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}});
+    std::vector<key_value> out;
+    if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array())
+        for (const auto& kv : *kvs)
+            out.push_back({unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
+                           as_int(kv.value("lease", nlohmann::json()))});
+    return out;
+}
+
+std::optional<etcd_client::key_value> etcd_client::get(const std::string& key) {
+    const auto reply = call("/v3/kv/range", {{"key", b64(key)}});
+    if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array() && !kvs->empty()) {
+        const auto& kv = kvs->front();
+        return key_value{unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
+                         as_int(kv.value("lease", nlohmann::json()))};
+    }
+    return std::nullopt;
+}
+
+void etcd_client::erase(const std::string& key) { call("/v3/kv/deleterange", {{"key", b64(key)}}); }
+
+}  // namespace cellgate::cluster

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cellgate::cluster {
+
+// What etcd could not do: no member answered, or one answered with an error.
+struct etcd_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// A small client for etcd v3's JSON gateway (etcd 3.4: POST /v3/kv/range,
+// /v3/kv/put, /v3/kv/deleterange, /v3/lease/grant, /v3/lease/keepalive,
+// /v3/lease/revoke; keys and values travel base64-encoded). Debian has no C++
+// etcd client; this is plain HTTP/1.1 over Beast. Each call tries the
+// endpoints in turn, starting from the last that answered, each with the
+// timeout; blocking: call it from a thread of its own, never an io thread.
+class etcd_client {
+public:
+    struct key_value {
+        std::string key, value;
+        std::int64_t lease = 0;
+    };
+
+    // `endpoints`: "http://host:port" each (checked: throws std::invalid_argument).
+    explicit etcd_client(std::vector<std::string> endpoints,
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds(1500));
+
+    std::int64_t grant(std::chrono::seconds ttl);
+    // The lease's remaining TTL after the refresh; 0 when it has expired.
+    std::int64_t keepalive(std::int64_t lease);
+    void revoke(std::int64_t lease);
+    void put(const std::string& key, const std::string& value, std::int64_t lease = 0);
+    std::vector<key_value> range_prefix(const std::string& prefix);
+    std::optional<key_value> get(const std::string& key);
+    void erase(const std::string& key);
+
+    static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
+
+private:
+    nlohmann::json call(const std::string& path, const nlohmann::json& body);
+    struct endpoint {
+        std::string host, port;
+    };
+    std::vector<endpoint> endpoints_;
+    std::chrono::milliseconds timeout_;
+    std::size_t preferred_ = 0;
+};
+
+}  // namespace cellgate::cluster

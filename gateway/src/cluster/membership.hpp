@@ -1,0 +1,77 @@
+#pragma once
+
+#include "cluster/etcd_client.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cellgate::cluster {
+
+// One node's place in the cluster (issue 16, Part 2): its record under
+// `<prefix>nodes/<tag>` on a lease of its own, kept alive every third of the
+// TTL and rewritten each time with the node's load (address, admitted and
+// maximum kernels, warm sandboxes ready), so the record disappears when the
+// node dies and the router and placement see current figures while it lives.
+//
+// Fencing: a node whose last keepalive etcd acknowledged is two thirds of a
+// TTL old or more (or that never joined) admits no new session: its lease may
+// be about to lapse, and others will treat its ids as gone. Its open sessions
+// keep working: the data path never asks etcd. When etcd answers again it
+// re-grants a lease and re-registers. A clean stop revokes the lease, so the
+// record goes at once.
+//
+// The loop runs on a thread of its own (etcd calls block).
+class membership {
+public:
+    struct options {
+        std::vector<std::string> etcd;       // http://host:port of the members
+        std::string tag;                     // this node's id tag
+        std::string address;                 // where peers and the router reach this node
+        std::chrono::seconds ttl{10};        // the lease's TTL
+        std::string prefix = "/cellgate/";   // every key of this cluster starts with it
+    };
+    using clock = std::chrono::steady_clock;
+
+    // `figures`: the node's live figures, merged into its record on each refresh.
+    membership(options opts, std::function<nlohmann::json()> figures);
+    ~membership();
+    membership(const membership&) = delete;
+    membership& operator=(const membership&) = delete;
+
+    void start();
+    void stop();  // leaves cleanly (lease revoked); idempotent
+
+    // Why this node admits no new session now, or nothing.
+    std::optional<std::string> refusal() const;
+    std::string node_key() const { return opts_.prefix + "nodes/" + opts_.tag; }
+    // Prometheus: cellgate_cluster_member, cellgate_cluster_etcd_ok_age_seconds, …
+    void render(std::string& out) const;
+
+private:
+    void run();
+    bool refresh();  // one round: join or keep alive, then write the record; false: etcd failed
+    std::string record() const;
+
+    options opts_;
+    std::function<nlohmann::json()> figures_;
+    etcd_client etcd_;
+    std::thread thread_;
+    mutable std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::int64_t lease_ = 0;          // loop thread only
+    std::optional<clock::time_point> last_ok_;  // under mutex_
+    std::string last_error_;                    // under mutex_
+    std::uint64_t joins_ = 0, failures_ = 0;    // under mutex_
+    const std::string started_;
+};
+
+}  // namespace cellgate::cluster
