@@ -22,7 +22,7 @@ def free_port():
 
 
 def cluster_missing():
-    for tool in ("etcd", "etcdctl"):
+    for tool in ("etcd", "etcdctl", "haproxy"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install etcd-server etcd-client)"
     return None
@@ -131,7 +131,95 @@ class EtcdCluster:
 NODE_UID_BASE = 400_000_000  # well above the default range (1000000 + 4096 × 65536)
 
 
-def node(index, tag, etcd, *extra):
+def node(index, tag, etcd, *extra, token=None):
     """A cellgate node of a test cluster: its tag, its own cgroup parent and uid range."""
+    kw = {"token": token} if token else {}
     return Gateway("--node-tag", tag, "--etcd", etcd, "--cgroup-parent", f"cellgate-node{index}",
-                   "--uid-range-start", str(NODE_UID_BASE + index * 64 * 65536), "--uid-range-slots", "64", *extra)
+                   "--uid-range-start", str(NODE_UID_BASE + index * 64 * 65536), "--uid-range-slots", "64", *extra,
+                   **kw)
+
+
+ROUTER = Path(__file__).resolve().parents[2] / "deploy" / "cellgate-router"
+
+
+class Router:
+    """Debian's HAProxy with the config `cellgate-router config` writes, and
+    `cellgate-router sync` keeping it in step with etcd."""
+
+    def __init__(self, etcd_endpoints, token, slots=8):
+        self.dir = Path("/run") / f"cellgate-router-{uuid.uuid4().hex[:8]}"
+        self.dir.mkdir(mode=0o700)
+        self.port = free_port()
+        self.socket = self.dir / "haproxy.sock"
+        self.map = self.dir / "owners.map"
+        self.map.write_text("")
+        self.token = token
+        self.etcd = etcd_endpoints
+        self.slots = slots
+        self.procs = []
+
+    def start(self):
+        cfg = subprocess.run(["/usr/bin/python3", str(ROUTER), "config", "--bind", f"127.0.0.1:{self.port}",
+                              "--socket", str(self.socket), "--map", str(self.map), "--slots", str(self.slots)],
+                             capture_output=True, text=True, check=True).stdout
+        (self.dir / "haproxy.cfg").write_text(cfg)
+        check = subprocess.run(["haproxy", "-c", "-f", str(self.dir / "haproxy.cfg")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        for name, argv in (("haproxy", ["haproxy", "-db", "-f", str(self.dir / "haproxy.cfg")]),
+                           ("sync", ["/usr/bin/python3", str(ROUTER), "sync", "--etcd", self.etcd, "--socket",
+                                     str(self.socket), "--map", str(self.map), "--slots", str(self.slots),
+                                     "--interval", "0.3"])):
+            log = open(self.dir / f"{name}.log", "ab")
+            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+            if name == "haproxy":
+                end = time.monotonic() + 15
+                while not self.socket.exists() and time.monotonic() < end:
+                    time.sleep(0.1)
+        return self
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self):
+        return f"ws://127.0.0.1:{self.port}"
+
+    def api(self, method, path, **kw):
+        import requests
+        headers = {"Authorization": f"token {self.token}", **kw.pop("headers", {})}
+        return requests.request(method, self.url + path, headers=headers, timeout=kw.pop("timeout", 120), **kw)
+
+    def runtime(self, command):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.socket))
+            s.sendall(command.encode() + b"\n")
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        return out.decode()
+
+    def owners(self):
+        """tag → backend, as HAProxy holds it now."""
+        rows = [line.split() for line in self.runtime(f"show map {self.map}").splitlines() if line.strip()]
+        return {r[1]: r[2] for r in rows if len(r) >= 3}
+
+    def log_text(self):
+        return "\n".join((self.dir / f"{n}.log").read_text(errors="replace")[-3000:] for n in ("haproxy", "sync")
+                         if (self.dir / f"{n}.log").exists())
+
+    def cleanup(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
+        keep.mkdir(parents=True, exist_ok=True)
+        for n in ("haproxy", "sync"):
+            if (self.dir / f"{n}.log").exists():
+                shutil.copy(self.dir / f"{n}.log", keep / f"{self.dir.name}-{n}.log")
+        shutil.rmtree(self.dir, ignore_errors=True)

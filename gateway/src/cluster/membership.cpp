@@ -44,6 +44,9 @@ bool membership::refresh() {
         if (lease_ == 0) {
             lease_ = etcd_.grant(opts_.ttl);
             joined = true;
+            // Kept without a lease: once this node is gone, the router can
+            // still tell its ids (410, gone) from ids no node ever made (404).
+            etcd_.put(opts_.prefix + "tags/" + opts_.tag, nlohmann::json{{"tag", opts_.tag}, {"address", opts_.address}}.dump());
         }
         etcd_.put(node_key(), record(), lease_);
         std::lock_guard lock(mutex_);

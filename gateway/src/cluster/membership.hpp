@@ -21,6 +21,9 @@ namespace cellgate::cluster {
 // maximum kernels, warm sandboxes ready), so the record disappears when the
 // node dies and the router and placement see current figures while it lives.
 //
+// It also keeps `<prefix>tags/<tag>` without a lease, so the tag is known
+// after the node is gone (its ids answer 410, not 404).
+//
 // Fencing: a node whose last keepalive etcd acknowledged is two thirds of a
 // TTL old or more (or that never joined) admits no new session: its lease may
 // be about to lapse, and others will treat its ids as gone. Its open sessions

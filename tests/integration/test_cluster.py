@@ -1,0 +1,145 @@
+"""Many boxes as one cellgate (issue 16, Part 2), all real on loopback: a
+3-member etcd, three cellgate nodes (runc sandboxes), Debian's HAProxy with
+the config `deploy/cellgate-router config` writes, kept in step with etcd by
+`cellgate-router sync` through HAProxy's runtime API.
+
+Through the router: creates land on the nodes and every later request for an
+id (REST, /v1, the kernel's WebSocket) reaches the node whose tag the id
+carries; the other nodes do not know it. SIGKILL of a node: its ids answer 410
+once its lease expires, the other nodes' sessions keep working and creates
+land on them. An id no node made answers 404."""
+import time
+import uuid
+
+import pytest
+
+from cluster import EtcdCluster, Router, cluster_missing, node
+from gateway import KernelChannel
+
+TTL = 3
+TAGS = ["11110001", "22220002", "33330003"]
+TOKEN = "cluster-token-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = cluster_missing()
+    if why:
+        from gateway import require
+        require("the cluster tests", why)
+    etcd = EtcdCluster().start()
+    nodes, router = [], None
+    try:
+        for i, tag in enumerate(TAGS):
+            nodes.append(node(10 + i, tag, etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1",
+                              token=TOKEN).start())
+        router = Router(etcd.endpoints, TOKEN).start()
+        end = time.monotonic() + 30
+        while time.monotonic() < end and set(router.owners()) != set(TAGS):
+            time.sleep(0.2)
+        assert set(router.owners()) == set(TAGS), router.log_text()
+        yield etcd, nodes, router
+    finally:
+        if router:
+            router.cleanup()
+        for n in nodes:
+            n.stop()
+            n.cleanup()
+        etcd.cleanup()
+
+
+def owner_of(nodes, sid):
+    return next(n for n, tag in zip(nodes, TAGS) if sid.startswith(tag + "-"))
+
+
+def test_creates_spread_and_each_id_reaches_its_own_node(cluster):
+    etcd, nodes, router = cluster
+    made = []
+    try:
+        for i in range(6):
+            r = router.api("POST", "/v1/sessions", json={"env": {"KERNEL_N": str(i)}})
+            assert r.status_code == 201, r.text
+            made.append(r.json()["id"])
+        tags = {sid[:8] for sid in made}
+        assert tags <= set(TAGS)
+        assert len(tags) >= 2, f"six creates all landed on one node: {made}"
+        for i, sid in enumerate(made):
+            out = router.api("POST", f"/v1/sessions/{sid}/execute",
+                             json={"code": "import os; print(os.environ['KERNEL_N'])"}).json()
+            assert out["status"] == "ok" and out["stdout"].strip() == str(i), out
+            # The owner holds it; the others have never heard of it.
+            owner = owner_of(nodes, sid)
+            assert owner.api("GET", f"/v1/sessions/{sid}").status_code == 200
+            for other in nodes:
+                if other is not owner and other.alive():
+                    assert other.api("GET", f"/v1/sessions/{sid}").status_code == 404
+    finally:
+        for sid in made:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+
+
+def test_a_kernels_websocket_through_the_router_lands_on_its_node(cluster):
+    etcd, nodes, router = cluster
+    k = router.api("POST", "/api/kernels", json={"name": "python3"})
+    assert k.status_code == 201, k.text
+    kid = k.json()["id"]
+    try:
+        owner = owner_of(nodes, kid)
+        ch = KernelChannel(router, kid)
+        try:
+            res = ch.execute("import socket; print(6 * 7)")
+            assert res["reply"]["status"] == "ok" and res["stdout"].strip() == "42", res
+        finally:
+            ch.ws.close()
+        # The kernel the socket reached is the owner's: its execution count moved there.
+        assert owner.api("GET", f"/api/kernels/{kid}").json()["execution_state"] in ("idle", "busy")
+        assert router.api("GET", f"/api/kernels/{kid}").json()["id"] == kid
+    finally:
+        router.api("DELETE", f"/api/kernels/{kid}")
+
+
+def test_an_id_no_node_made_is_404_through_the_router(cluster):
+    etcd, nodes, router = cluster
+    r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")
+    assert r.status_code == 404 and r.json()["reason"] == "Not Found", r.text
+    # An id of a live node that does not exist there: the node itself answers 404.
+    r = router.api("GET", f"/v1/sessions/{TAGS[0]}-0000-4000-8000-000000000000")
+    assert r.status_code == 404, r.text
+
+
+def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):
+    etcd, nodes, router = cluster
+    sessions = {}
+    # One session on each node, made directly (placement is the router's business).
+    for n, tag in zip(nodes, TAGS):
+        r = n.api("POST", "/v1/sessions", json={})
+        assert r.status_code == 201, r.text
+        sessions[tag] = r.json()["id"]
+    victim = nodes[2]
+    import signal
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(timeout=30)
+    killed = time.monotonic()
+    gone = sessions[TAGS[2]]
+    end = killed + TTL + 10
+    while time.monotonic() < end:
+        r = router.api("GET", f"/v1/sessions/{gone}")
+        if r.status_code == 410:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 410, (r.status_code, r.text, router.log_text())
+    assert r.json()["reason"] == "Gone" and "left the cluster" in r.json()["message"]
+    assert time.monotonic() - killed <= TTL + 10
+    # The others keep running, through the router.
+    for tag in TAGS[:2]:
+        out = router.api("POST", f"/v1/sessions/{sessions[tag]}/execute", json={"code": "print(1 + 1)"}).json()
+        assert out["status"] == "ok" and out["stdout"].strip() == "2", out
+    # New creates land on the live nodes only.
+    made = []
+    for _ in range(4):
+        r = router.api("POST", "/v1/sessions", json={})
+        assert r.status_code == 201, r.text
+        made.append(r.json()["id"])
+    assert all(sid[:8] in TAGS[:2] for sid in made), made
+    for sid in made + [sessions[t] for t in TAGS[:2]]:
+        router.api("DELETE", f"/v1/sessions/{sid}")
