@@ -26,6 +26,8 @@ run_suite "unit tests (GoogleTest)" ctest --test-dir build --output-on-failure -
 # corpus, so they keep compiling against the code they test; the long runs
 # are `fuzz/run.sh 600` (fuzz/README.md).
 run_suite "fuzz targets replay their corpus (libFuzzer, ASan + UBSan)" fuzz/run.sh 0
+run_suite "deployment files (Kubernetes manifests, systemd units) agree with the binaries" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/deploy
 run_suite "sandbox and gateway integration tests (runc + image + ipykernel + cellgate)" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
 run_suite "client tests (@jupyterlab/services, jupyter_server --gateway-url)" \

@@ -275,6 +275,10 @@ int main(int argc, char** argv) {
         std::cerr << "cellgate: " << e.what() << "\n";
         return 2;
     }
+    if (cfg.check_only) {
+        std::cout << "cellgate: the configuration is valid\n";
+        return 0;
+    }
     kernels::set_node_tag(cfg.node_tag);  // checked by parse_config; before any id is made
     spdlog::set_level(spdlog::level::from_str(cfg.log_level));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

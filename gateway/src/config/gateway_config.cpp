@@ -410,6 +410,9 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         } else if (a == "no-auto-restart") {
             a = "auto_restart";
             value = "false";
+        } else if (a == "check-config") {
+            c.check_only = true;
+            continue;
         } else {
             if (i + 1 >= argc) throw config_error("--" + a + " needs a value");
             value = argv[++i];
@@ -467,7 +470,7 @@ std::string usage() {
            "                [--state-dir D] [--state-db FILE|none] [--launcher-socket PATH] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
            "                [--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N]\n"
            "                [--runsc-platform auto|kvm|ptrace]\n"
-           "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L]\n"
+           "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L] [--check-config]\n"
            "                [--node-tag HEX8] [--etcd http://H:P,…] [--node-address H:P] [--lease-ttl S] [--pool-size N] [--pool-max N] [--pool-growth-window S] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"
            "                [--exec-timeout S] [--idle-timeout S] [--lifetime S] [--output-limit BYTES] [--result-limit BYTES]\n"

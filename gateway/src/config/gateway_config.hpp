@@ -32,6 +32,8 @@ struct gateway_config {
     // This node's tag in a cluster: the first group of every id it makes
     // (kernels/node_id.hpp). Empty: plain random ids.
     std::string node_tag;
+    // --check-config: parse and check everything given, say so, and exit (0 or 2).
+    bool check_only = false;
     // A cluster node's etcd members (http://host:port,…; needs node_tag), the
     // address peers and the router reach it at (default ip:port), and its
     // lease's TTL in seconds.

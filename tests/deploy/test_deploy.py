@@ -1,0 +1,211 @@
+"""deploy/ stays valid (issue 16): the Kubernetes manifests parse and hang
+together (selectors, volumes, the etcd members, privileges), and every
+command the manifests and systemd units run is accepted by the binary it
+names — the gateway's arguments by `cellgate --check-config`, the
+launcher's flags by its usage, the router's config by `haproxy -c`. Runs
+the real binaries of this tree; needs no cluster."""
+import configparser
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BUILD = Path(os.environ.get("CELLGATE_BUILD_DIR", REPO / "build"))
+CELLGATE, LAUNCHD = BUILD / "bin" / "cellgate", BUILD / "bin" / "cellgate-launchd"
+ROUTER = DEPLOY / "cellgate-router"
+SAMPLE = {"CELLGATE_NODE_TAG": "0a1b2c3d", "CELLGATE_ETCD": "http://10.0.0.11:2379,http://10.0.0.12:2379",
+          "CELLGATE_NODE_ADDRESS": "10.0.0.21:8888", "CELLGATE_CGROUP_PARENT": "cellgate",
+          "CELLGATE_UID_RANGE_START": "1000000", "CELLGATE_UID_RANGE_SLOTS": "4096"}
+
+
+def docs():
+    out = []
+    for f in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        for d in yaml.safe_load_all(f.read_text()):
+            if d is not None:
+                out.append((f.name, d))
+    return out
+
+
+def by_kind(kind):
+    return [d for _, d in docs() if d["kind"] == kind]
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def containers(workload):
+    spec = pod_spec(workload)
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def check_config(args, tokens_json):
+    """`cellgate --check-config` on these arguments, the tokens file made real."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = Path(tmp) / "tokens.json"
+        tokens.write_text(tokens_json)
+        args = [str(tokens) if a == "/etc/cellgate/tokens.json" else a for a in args]
+        r = subprocess.run([str(CELLGATE), *args, "--check-config"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "valid" in r.stdout, (args, r.stdout, r.stderr)
+
+
+def launchd_flags_known(args):
+    usage = subprocess.run([str(LAUNCHD), "--help"], capture_output=True, text=True).stdout + \
+        subprocess.run([str(LAUNCHD), "--help"], capture_output=True, text=True).stderr
+    for a in args:
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            assert f"[{flag} " in usage or f"[{flag}]" in usage, f"cellgate-launchd has no {flag}: {usage}"
+
+
+def router_config_valid(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [a.replace("/run/cellgate-router", tmp) for a in args]
+        Path(tmp, "owners.map").touch()
+        cfg = subprocess.run(["/usr/bin/python3", str(ROUTER), *args], capture_output=True, text=True, check=True).stdout
+        Path(tmp, "haproxy.cfg").write_text(cfg)
+        r = subprocess.run(["haproxy", "-c", "-f", str(Path(tmp, "haproxy.cfg"))], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def tokens_example():
+    secret = next(d for d in by_kind("Secret") if d["metadata"]["name"] == "cellgate-tokens")
+    return secret["stringData"]["tokens.json"]
+
+
+def test_every_manifest_parses_and_names_itself():
+    seen = docs()
+    assert len(seen) >= 7
+    for name, d in seen:
+        assert {"apiVersion", "kind", "metadata"} <= set(d), name
+        assert d["metadata"].get("name"), name
+        if d["kind"] != "Namespace":
+            assert d["metadata"].get("namespace") == "cellgate", (name, d["metadata"])
+    kinds = sorted(d["kind"] for _, d in seen)
+    for kind in ("DaemonSet", "Deployment", "Namespace", "Secret", "Service", "StatefulSet"):
+        assert kind in kinds, kinds
+
+
+def test_workloads_select_their_own_pods_and_mount_only_their_volumes():
+    for w in by_kind("DaemonSet") + by_kind("Deployment") + by_kind("StatefulSet"):
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        for k, v in w["spec"]["selector"]["matchLabels"].items():
+            assert labels.get(k) == v, (w["metadata"]["name"], k)
+        volumes = {v["name"] for v in pod_spec(w).get("volumes", [])}
+        volumes |= {t["metadata"]["name"] for t in w["spec"].get("volumeClaimTemplates", [])}
+        for c in containers(w):
+            assert c.get("image"), (w["metadata"]["name"], c["name"])
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, (w["metadata"]["name"], c["name"], m["name"])
+    # Every Service selects some workload's pods.
+    pods = [w["spec"]["template"]["metadata"]["labels"] for w in
+            by_kind("DaemonSet") + by_kind("Deployment") + by_kind("StatefulSet")]
+    for s in by_kind("Service"):
+        sel = s["spec"]["selector"]
+        assert any(all(p.get(k) == v for k, v in sel.items()) for p in pods), s["metadata"]["name"]
+
+
+def test_etcd_has_three_members_that_name_each_other():
+    sts = next(w for w in by_kind("StatefulSet") if w["metadata"]["name"] == "etcd")
+    assert sts["spec"]["replicas"] == 3
+    headless = next(s for s in by_kind("Service") if s["metadata"]["name"] == sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    cmd = containers(sts)[0]["command"]
+    initial = next(a.split("=", 1)[1] for a in cmd if a.startswith("--initial-cluster="))
+    members = dict(m.split("=", 1) for m in initial.split(","))
+    assert sorted(members) == [f"etcd-{i}" for i in range(3)]
+    for name, url in members.items():
+        assert url == f"http://{name}.etcd:2380"
+
+
+def test_the_node_pods_launcher_is_privileged_and_its_gateway_is_not():
+    ds = next(w for w in by_kind("DaemonSet") if w["metadata"]["name"] == "cellgate-node")
+    assert pod_spec(ds)["hostNetwork"] is True
+    c = {c["name"]: c for c in containers(ds)}
+    assert c["launchd"]["securityContext"]["privileged"] is True
+    gw = c["gateway"]["securityContext"]
+    assert gw.get("privileged") is not True and gw["runAsNonRoot"] is True
+    assert gw["allowPrivilegeEscalation"] is False and gw["capabilities"]["drop"] == ["ALL"]
+
+
+def test_the_node_pods_commands_are_accepted_by_the_binaries():
+    ds = next(w for w in by_kind("DaemonSet") if w["metadata"]["name"] == "cellgate-node")
+    c = {c["name"]: c for c in containers(ds)}
+    launchd_flags_known(c["launchd"]["command"][1:])
+    script = c["gateway"]["command"][2]
+    script = script.replace('"$(printf %s "$NODE_NAME" | sha256sum | cut -c1-8)"', "0a1b2c3d")
+    script = script.replace('"$HOST_IP:8888"', "10.0.0.21:8888")
+    args = shlex.split(script)
+    assert args[:2] == ["exec", "/usr/local/bin/cellgate"], args
+    assert "$" not in " ".join(args), args
+    check_config(args[2:], tokens_example())
+    # Each member the node is given is one of the StatefulSet's.
+    etcd = args[args.index("--etcd") + 1].split(",")
+    assert etcd == [f"http://etcd-{i}.etcd.cellgate.svc:2379" for i in range(3)]
+
+
+def test_the_routers_config_is_valid_haproxy_and_its_sync_takes_its_flags():
+    dep = next(w for w in by_kind("Deployment") if w["metadata"]["name"] == "cellgate-router")
+    c = {c["name"]: c for c in containers(dep)}
+    script = c["config"]["command"][2]
+    args = shlex.split(script.split("&&", 1)[1].split(">", 1)[0])
+    assert args[0] == "/usr/local/bin/cellgate-router"
+    router_config_valid(args[1:])
+    sync = c["sync"]["command"]
+    r = subprocess.run(["/usr/bin/python3", str(ROUTER), "sync", "--help"], capture_output=True, text=True)
+    for a in sync[2:]:
+        assert a.split("=", 1)[0] in r.stdout, a
+    # HAProxy reads the config the init container writes, at the same path.
+    assert c["haproxy"]["command"][-1] == "/run/cellgate-router/haproxy.cfg"
+
+
+def unit(name):
+    text = (DEPLOY / "systemd" / name).read_text()
+    text = re.sub(r"\\\n\s*", " ", text)  # systemd's line continuations
+    p = configparser.ConfigParser(strict=False, interpolation=None)
+    p.optionxform = str
+    p.read_string(text)
+    assert {"Unit", "Service", "Install"} <= set(p.sections()), name
+    return p
+
+
+def expand(command):
+    return shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: SAMPLE.get(m.group(1), "x"), command))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (DEPLOY / "systemd").glob("*.service")))
+def test_every_systemd_unit_parses(name):
+    p = unit(name)
+    assert p["Service"].get("ExecStart")
+
+
+def test_the_systemd_units_commands_are_accepted_by_the_binaries():
+    node = expand(unit("cellgate-node.service")["Service"]["ExecStart"])
+    assert node[0] == "/usr/local/bin/cellgate"
+    check_config(node[1:], '[{"token": "a-long-enough-token", "tenant": "t"}]')
+    launchd = expand(unit("cellgate-launchd.service")["Service"]["ExecStart"])
+    launchd_flags_known(launchd[1:])
+    pre = unit("cellgate-router.service")["Service"]["ExecStartPre"]
+    inner = shlex.split(pre)[2]  # /bin/sh -c '…'
+    router_config_valid(shlex.split(inner.split("&&", 1)[1].split(">", 1)[0])[1:])
+    sync = expand(unit("cellgate-router-sync.service")["Service"]["ExecStart"])
+    r = subprocess.run(["/usr/bin/python3", str(ROUTER), "sync", "--help"], capture_output=True, text=True)
+    for a in sync[2:]:
+        if a.startswith("--"):
+            assert a in r.stdout, a
+
+
+def test_check_config_refuses_what_the_gateway_would_refuse():
+    # The check the tests above rely on can fail.
+    r = subprocess.run([str(CELLGATE), "--node-tag", "NOT-HEX", "--check-config"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--node-tag" in r.stderr
+    r = subprocess.run([str(CELLGATE), "--no-such-option", "1", "--check-config"], capture_output=True, text=True)
+    assert r.returncode == 2
