@@ -389,7 +389,18 @@ int main(int argc, char** argv) {
                 return nlohmann::json{{"admitted", load.admitted}, {"max_kernels", load.max_kernels},
                                       {"pool_ready", load.pool_ready}, {"pool_waiting", load.pool_waiting}};
             });
-            manager.set_admission_gate([m = member.get()] { return m->refusal(); });
+            // Fencing and the cluster-wide quota, before every new kernel.
+            manager.set_admission_gate([m = member.get()](const std::string& tenant, std::size_t count,
+                                                          std::size_t limit) -> std::optional<kernels::failure> {
+                const auto r = m->reserve(tenant, count, limit);
+                using outcome = cluster::membership::reservation::outcome;
+                if (r.result == outcome::admitted) return std::nullopt;
+                return kernels::failure{
+                    r.result == outcome::over_quota ? kernels::failure_kind::over_quota : kernels::failure_kind::unavailable,
+                    r.why};
+            });
+            member->count_kernels_with([&manager] { return manager.admitted_by_tenant(); });
+            manager.on_removed([m = member.get()](const std::string&) { m->nudge(); });
             metrics.add_gauge_source([m = member.get()](std::string& out) { m->render(out); });
             member->start();
         }

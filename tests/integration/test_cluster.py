@@ -7,7 +7,9 @@ Through the router: creates land on the nodes and every later request for an
 id (REST, /v1, the kernel's WebSocket) reaches the node whose tag the id
 carries; the other nodes do not know it. SIGKILL of a node: its ids answer 410
 once its lease expires, the other nodes' sessions keep working and creates
-land on them. An id no node made answers 404."""
+land on them. An id no node made answers 404. A tenant's cap holds across the
+cluster under concurrent creates (compare-and-swap in etcd), and a session
+that ends gives its place back."""
 import time
 import uuid
 
@@ -17,6 +19,7 @@ from cluster import EtcdCluster, Router, cluster_missing, node
 from gateway import KernelChannel
 
 TTL = 3
+QUOTA = 8  # the tenant's cap, on every node: the cluster holds at most this many of its sessions
 TAGS = ["11110001", "22220002", "33330003"]
 TOKEN = "cluster-token-" + uuid.uuid4().hex[:8]
 
@@ -32,7 +35,7 @@ def cluster():
     try:
         for i, tag in enumerate(TAGS):
             nodes.append(node(10 + i, tag, etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1",
-                              token=TOKEN).start())
+                              "--max-kernels-per-tenant", str(QUOTA), token=TOKEN).start())
         router = Router(etcd.endpoints, TOKEN).start()
         end = time.monotonic() + 30
         while time.monotonic() < end and set(router.owners()) != set(TAGS):
@@ -105,6 +108,54 @@ def test_an_id_no_node_made_is_404_through_the_router(cluster):
     # An id of a live node that does not exist there: the node itself answers 404.
     r = router.api("GET", f"/v1/sessions/{TAGS[0]}-0000-4000-8000-000000000000")
     assert r.status_code == 404, r.text
+
+
+def held(etcd):
+    r = etcd.ctl("get", "--prefix", "--keys-only", "-w", "json", "/cellgate/admit/")
+    import json
+    return int(json.loads(r.stdout).get("count", 0))
+
+
+def test_a_tenants_cap_holds_across_the_cluster_under_concurrent_creates(cluster):
+    import threading
+    etcd, nodes, router = cluster
+    end = time.monotonic() + 15
+    while held(etcd) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert held(etcd) == 0, "earlier tests' sessions still hold places"
+    results, burst = [], 14
+    lock = threading.Lock()
+
+    def create():
+        r = router.api("POST", "/v1/sessions", json={})
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=create) for _ in range(burst)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    made = [r.json()["id"] for r in results if r.status_code == 201]
+    try:
+        assert sorted(r.status_code for r in results) == [201] * QUOTA + [429] * (burst - QUOTA), \
+            [(r.status_code, r.text[:120]) for r in results]
+        assert len({sid[:8] for sid in made}) >= 2, f"all {QUOTA} on one node: the cap was not tested across nodes"
+        for r in results:
+            if r.status_code == 429:
+                assert "across the cluster" in r.json()["message"], r.text
+        assert held(etcd) == QUOTA
+    finally:
+        for sid in made:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+    # Ended sessions give their places back within a few seconds.
+    end = time.monotonic() + 15
+    while held(etcd) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert held(etcd) == 0
+    again = router.api("POST", "/v1/sessions", json={})
+    assert again.status_code == 201, again.text
+    router.api("DELETE", f"/v1/sessions/{again.json()['id']}")
 
 
 def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):

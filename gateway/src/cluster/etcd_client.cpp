@@ -161,7 +161,7 @@ std::vector<etcd_client::key_value> etcd_client::range_prefix(const std::string&
     if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array())
         for (const auto& kv : *kvs)
             out.push_back({unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
-                           as_int(kv.value("lease", nlohmann::json()))});
+                           as_int(kv.value("lease", nlohmann::json())), as_int(kv.value("mod_revision", nlohmann::json()))});
     return out;
 }
 
@@ -170,11 +170,33 @@ std::optional<etcd_client::key_value> etcd_client::get(const std::string& key) {
     if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array() && !kvs->empty()) {
         const auto& kv = kvs->front();
         return key_value{unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
-                         as_int(kv.value("lease", nlohmann::json()))};
+                         as_int(kv.value("lease", nlohmann::json())), as_int(kv.value("mod_revision", nlohmann::json()))};
     }
     return std::nullopt;
 }
 
 void etcd_client::erase(const std::string& key) { call("/v3/kv/deleterange", {{"key", b64(key)}}); }
+
+std::size_t etcd_client::count_prefix(const std::string& prefix) {
+    const auto reply =
+        call("/v3/kv/range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}, {"count_only", true}});
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, as_int(reply.value("count", nlohmann::json()))));
+}
+
+bool etcd_client::put_if_unchanged(const std::string& key, std::int64_t mod_revision, const std::vector<put_op>& puts) {
+    nlohmann::json compare = mod_revision == 0
+                                 ? nlohmann::json{{"key", b64(key)}, {"target", "CREATE"}, {"result", "EQUAL"},
+                                                  {"create_revision", "0"}}
+                                 : nlohmann::json{{"key", b64(key)}, {"target", "MOD"}, {"result", "EQUAL"},
+                                                  {"mod_revision", std::to_string(mod_revision)}};
+    auto success = nlohmann::json::array();
+    for (const auto& p : puts) {
+        nlohmann::json put = {{"key", b64(p.key)}, {"value", b64(p.value)}};
+        if (p.lease != 0) put["lease"] = std::to_string(p.lease);
+        success.push_back({{"request_put", put}});
+    }
+    const auto reply = call("/v3/kv/txn", {{"compare", nlohmann::json::array({compare})}, {"success", success}});
+    return reply.value("succeeded", false);
+}
 
 }  // namespace cellgate::cluster

@@ -27,6 +27,11 @@ public:
     struct key_value {
         std::string key, value;
         std::int64_t lease = 0;
+        std::int64_t mod_revision = 0;
+    };
+    struct put_op {
+        std::string key, value;
+        std::int64_t lease = 0;
     };
 
     // `endpoints`: "http://host:port" each (checked: throws std::invalid_argument).
@@ -41,6 +46,11 @@ public:
     std::vector<key_value> range_prefix(const std::string& prefix);
     std::optional<key_value> get(const std::string& key);
     void erase(const std::string& key);
+    // How many keys start with `prefix` (only the count travels).
+    std::size_t count_prefix(const std::string& prefix);
+    // The puts, all or none, only if `key` was last modified at `mod_revision`
+    // (0: only if it does not exist). False: it had changed.
+    bool put_if_unchanged(const std::string& key, std::int64_t mod_revision, const std::vector<put_op>& puts);
 
     static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
 

@@ -4,10 +4,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace cellgate::cluster {
 
 membership::membership(options opts, std::function<nlohmann::json()> figures)
-    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), started_(protocol::now_iso8601()) {
+    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), quota_etcd_(opts_.etcd),
+      key_nonce_(protocol::make_uuid().substr(0, 8)), started_(protocol::now_iso8601()) {
     if (opts_.ttl < std::chrono::seconds(2)) opts_.ttl = std::chrono::seconds(2);
 }
 
@@ -49,6 +52,11 @@ bool membership::refresh() {
             etcd_.put(opts_.prefix + "tags/" + opts_.tag, nlohmann::json{{"tag", opts_.tag}, {"address", opts_.address}}.dump());
         }
         etcd_.put(node_key(), record(), lease_);
+        {
+            std::lock_guard lock(mutex_);
+            shared_lease_ = lease_;
+        }
+        reconcile(lease_);
         std::lock_guard lock(mutex_);
         if (joined) {
             ++joins_;
@@ -75,7 +83,9 @@ void membership::run() {
         const bool ok = refresh();
         std::unique_lock lock(mutex_);
         // After a failure, try again sooner (but not in a tight loop).
-        if (wake_.wait_for(lock, ok ? interval : interval / 2, [this] { return stopping_; })) break;
+        if (wake_.wait_for(lock, ok ? interval : interval / 2, [this] { return stopping_ || nudged_; }) && stopping_)
+            break;
+        nudged_ = false;
     }
     if (lease_ != 0) {
         try {
@@ -83,6 +93,116 @@ void membership::run() {
             spdlog::info("cluster: node {} left (lease revoked)", opts_.tag);
         } catch (const std::exception& e) {
             spdlog::warn("cluster: node {} could not revoke its lease: {}", opts_.tag, e.what());
+        }
+    }
+}
+
+void membership::nudge() {
+    {
+        std::lock_guard lock(mutex_);
+        nudged_ = true;
+    }
+    wake_.notify_all();
+}
+
+namespace {
+
+std::string hex_of(const std::string& s) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(s.size() * 2);
+    for (const unsigned char c : s) {
+        out.push_back(digits[c >> 4]);
+        out.push_back(digits[c & 0x0f]);
+    }
+    return out;
+}
+
+std::int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string membership::admit_prefix(const std::string& tenant) const {
+    // Tenants are names from the tokens file: hex keeps any of them one key segment.
+    return opts_.prefix + "admit/" + hex_of(tenant) + "/";
+}
+
+membership::reservation membership::reserve(const std::string& tenant, std::size_t count, std::size_t limit) {
+    if (auto why = refusal()) return {reservation::outcome::unavailable, *why};
+    if (limit == 0) return {};
+    std::int64_t lease = 0;
+    {
+        std::lock_guard lock(mutex_);
+        lease = shared_lease_;
+    }
+    std::lock_guard serial(reserve_mutex_);
+    const auto quota_key = opts_.prefix + "quota/" + hex_of(tenant);
+    try {
+        for (int attempt = 0; attempt < 8; ++attempt) {
+            const auto stamp = quota_etcd_.get(quota_key);
+            const auto held = quota_etcd_.count_prefix(admit_prefix(tenant));
+            if (held + count > limit)
+                return {reservation::outcome::over_quota,
+                        "Session limit reached for this token across the cluster (" + std::to_string(limit) + "; " +
+                            std::to_string(held) + " held" +
+                            (count > 1 ? ", " + std::to_string(count) + " asked for, none was started" : "") + ")"};
+            std::vector<etcd_client::put_op> puts;
+            puts.push_back({quota_key, nlohmann::json{{"held", held + count}}.dump(), 0});
+            const auto value = nlohmann::json{{"node", opts_.tag}, {"at", unix_now()}}.dump();
+            for (std::size_t i = 0; i < count; ++i)
+                puts.push_back({admit_prefix(tenant) + opts_.tag + "-" + key_nonce_ + "-r" + std::to_string(next_key_++),
+                                value, lease});
+            if (quota_etcd_.put_if_unchanged(quota_key, stamp ? stamp->mod_revision : 0, puts)) return {};
+        }
+        return {reservation::outcome::unavailable,
+                "Too many creates for this token at once across the cluster; try again"};
+    } catch (const std::exception& e) {
+        return {reservation::outcome::unavailable,
+                std::string("The cluster's quota could not be checked (etcd: ") + e.what() + ")"};
+    }
+}
+
+void membership::reconcile(std::int64_t lease) {
+    if (!local_counts_) return;
+    const auto local = local_counts_();
+    const auto root = opts_.prefix + "admit/";
+    const auto mine_marker = "/" + opts_.tag + "-";
+    // tenant (hex) → this node's keys, oldest first
+    std::map<std::string, std::vector<std::pair<std::int64_t, std::string>>> mine;
+    for (const auto& kv : etcd_.range_prefix(root)) {
+        const auto rest = kv.key.substr(root.size());
+        const auto slash = rest.find('/');
+        if (slash == std::string::npos || rest.compare(slash, mine_marker.size(), mine_marker) != 0) continue;
+        const auto v = nlohmann::json::parse(kv.value, nullptr, false);
+        const std::int64_t at = v.is_object() ? v.value("at", std::int64_t{0}) : 0;
+        mine[rest.substr(0, slash)].emplace_back(at, kv.key);
+    }
+    std::map<std::string, std::size_t> want;
+    for (const auto& [tenant, n] : local) want[hex_of(tenant)] = n;
+    for (const auto& [t, keys] : mine) want.try_emplace(t, 0);
+    const auto now = unix_now();
+    for (const auto& [t, n] : want) {
+        auto& have = mine[t];
+        std::sort(have.begin(), have.end());
+        if (have.size() < n) {
+            // Kernels this node holds without a key (taken back after a
+            // restart, or keys lost with an expired lease).
+            const auto value = nlohmann::json{{"node", opts_.tag}, {"at", now}}.dump();
+            for (auto i = have.size(); i < n; ++i)
+                etcd_.put(opts_.prefix + "admit/" + t + "/" + opts_.tag + "-" + key_nonce_ + "-f" +
+                              std::to_string(next_fill_++),
+                          value, lease);
+        } else {
+            // Keys of kernels that ended; never one younger than two seconds,
+            // which may be a reservation whose kernel is being admitted now.
+            auto surplus = have.size() - n;
+            for (const auto& [at, key] : have) {
+                if (surplus == 0 || now - at < 2) break;
+                etcd_.erase(key);
+                --surplus;
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -31,6 +32,16 @@ namespace cellgate::cluster {
 // re-grants a lease and re-registers. A clean stop revokes the lease, so the
 // record goes at once.
 //
+// Cluster-wide tenant quotas: each admitted kernel holds a key
+// `<prefix>admit/<tenant>/<tag>-…` on its node's lease. A create reserves
+// its keys by compare-and-swap: it counts the tenant's keys, and writes its
+// own only if `<prefix>quota/<tenant>` (bumped by every reservation) has not
+// changed since it counted, else counts again. A dead node's keys go with
+// its lease. Each refresh makes the node's keys match its kernels (keys of
+// kernels that ended are deleted once two seconds old; kernels taken back
+// after a restart or a new lease get theirs), so a session that ends frees
+// its place within a third of the TTL (at once when nudged).
+//
 // The loop runs on a thread of its own (etcd calls block).
 class membership {
 public:
@@ -54,6 +65,19 @@ public:
 
     // Why this node admits no new session now, or nothing.
     std::optional<std::string> refusal() const;
+
+    struct reservation {
+        enum class outcome { admitted, over_quota, unavailable } result = outcome::admitted;
+        std::string why;
+    };
+    // `count` more kernels for `tenant` within `limit` across the cluster
+    // (0: no cluster-wide cap, only the fencing check). Blocks for etcd round
+    // trips (a few on contention); call off the io threads when it matters.
+    reservation reserve(const std::string& tenant, std::size_t count, std::size_t limit);
+    // The node's kernels per tenant, for the refresh's reconciliation. Set before start().
+    void count_kernels_with(std::function<std::map<std::string, std::size_t>()> fn) { local_counts_ = std::move(fn); }
+    // Refresh now (a kernel ended: its quota key can go).
+    void nudge();
     std::string node_key() const { return opts_.prefix + "nodes/" + opts_.tag; }
     // Prometheus: cellgate_cluster_member, cellgate_cluster_etcd_ok_age_seconds, …
     void render(std::string& out) const;
@@ -62,15 +86,25 @@ private:
     void run();
     bool refresh();  // one round: join or keep alive, then write the record; false: etcd failed
     std::string record() const;
+    void reconcile(std::int64_t lease);
+    std::string admit_prefix(const std::string& tenant) const;
 
     options opts_;
     std::function<nlohmann::json()> figures_;
-    etcd_client etcd_;
+    std::function<std::map<std::string, std::size_t>()> local_counts_;
+    etcd_client etcd_;         // the loop thread's
+    etcd_client quota_etcd_;   // reservations', under reserve_mutex_
+    std::mutex reserve_mutex_;
+    std::uint64_t next_key_ = 0;  // under reserve_mutex_ (reconcile: loop thread, its own counter below)
+    std::uint64_t next_fill_ = 0;
+    const std::string key_nonce_;  // tells this process's keys from an earlier one's
+    bool nudged_ = false;          // under mutex_
     std::thread thread_;
     mutable std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
     std::int64_t lease_ = 0;          // loop thread only
+    std::int64_t shared_lease_ = 0;   // the same, for reservations: under mutex_
     std::optional<clock::time_point> last_ok_;  // under mutex_
     std::string last_error_;                    // under mutex_
     std::uint64_t joins_ = 0, failures_ = 0;    // under mutex_

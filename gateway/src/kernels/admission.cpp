@@ -4,10 +4,14 @@ namespace cellgate::kernels {
 
 void admission::set_quota(const std::string& tenant, std::size_t max_kernels) { quota_[tenant] = max_kernels; }
 
+std::size_t admission::limit(const std::string& tenant) const {
+    if (const auto it = quota_.find(tenant); it != quota_.end() && it->second > 0) return it->second;
+    return default_per_tenant_;
+}
+
 std::optional<std::string> admission::admit(const std::string& tenant) {
     if (admitted_ >= max_total_) return "Session limit reached (" + std::to_string(max_total_) + " in total)";
-    std::size_t quota = default_per_tenant_;
-    if (const auto it = quota_.find(tenant); it != quota_.end() && it->second > 0) quota = it->second;
+    const auto quota = limit(tenant);
     if (quota > 0 && admitted(tenant) >= quota)
         return "Session limit reached for this token (" + std::to_string(quota) + ")";
     readmit(tenant);

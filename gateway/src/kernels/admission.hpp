@@ -28,6 +28,9 @@ public:
     std::size_t admitted() const noexcept { return admitted_; }
     std::size_t admitted(const std::string& tenant) const;
     std::size_t max_total() const noexcept { return max_total_; }
+    // The tenant's cap (its own, else the default); 0 = none.
+    std::size_t limit(const std::string& tenant) const;
+    const std::map<std::string, std::size_t>& by_tenant() const noexcept { return by_tenant_; }
 
 private:
     std::size_t max_total_, default_per_tenant_;

@@ -151,8 +151,14 @@ std::optional<failure> kernel_manager::admit(const std::string& tenant, const st
     } catch (const launcher::spec_error& e) {
         return failure{failure_kind::invalid, e.what()};
     }
-    if (admission_gate_)
-        if (auto why = admission_gate_()) return failure{failure_kind::unavailable, std::move(*why)};
+    if (admission_gate_) {
+        std::size_t limit = 0;
+        {
+            std::lock_guard lock(mutex_);
+            limit = admission_.limit(tenant);
+        }
+        if (auto refused = admission_gate_(tenant, 1, limit)) return refused;
+    }
     std::lock_guard lock(mutex_);
     if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
     // Counted now, so concurrent starts cannot race past the limits.

@@ -114,11 +114,16 @@ public:
                       std::optional<kernel_policy> policy = std::nullopt);
     // Called (on the launch pool) after a kernel is gone for good, however it went.
     void on_removed(std::function<void(const std::string& kernel_id)> listener);
-    // Asked before every new kernel is admitted (starts, forks; not restarts
-    // or resumes of kernels already held): a reason refuses it with
-    // `unavailable` (503). A cluster node that has lost etcd says so
-    // (cluster/membership.hpp). Set before start().
-    void set_admission_gate(std::function<std::optional<std::string>()> gate) { admission_gate_ = std::move(gate); }
+    // Asked before new kernels are admitted (starts, forks: `count` of them;
+    // not restarts or resumes of kernels already held), with the tenant's
+    // cap: a failure refuses them. A cluster node refuses when it has lost
+    // etcd (unavailable, 503) or the tenant is at its cap across the cluster
+    // (over_quota, 429): cluster/membership.hpp. Set before start().
+    using admission_gate = std::function<std::optional<failure>(const std::string& tenant, std::size_t count,
+                                                                std::size_t limit)>;
+    void set_admission_gate(admission_gate gate) { admission_gate_ = std::move(gate); }
+    // Kernels admitted per tenant on this node (a cluster node publishes them).
+    std::map<std::string, std::size_t> admitted_by_tenant() const;
     // A kernel whose policy has a network gets <egress_root>/<id>/ (made
     // here) mounted in its sandbox; this is called with that directory before
     // every launch of it and when a restarted gateway takes it back, so the
@@ -287,7 +292,7 @@ private:
     std::map<std::string, record> kernels_;
     admission admission_;  // kernels plus starts under way, under mutex_
     bool shutting_down_ = false;
-    std::function<std::optional<std::string>()> admission_gate_;
+    admission_gate admission_gate_;
     std::vector<std::function<void(const std::string&)>> removal_listeners_;
     std::function<void(const kernel&, const std::filesystem::path&)> egress_hook_;
     // Makes the kernel's egress dir and calls the hook; throws.

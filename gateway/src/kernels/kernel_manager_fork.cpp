@@ -170,8 +170,14 @@ std::optional<failure> kernel_manager::admit_many(const std::string& tenant, con
     } catch (const launcher::spec_error& e) {
         return failure{failure_kind::invalid, e.what()};
     }
-    if (admission_gate_)
-        if (auto why = admission_gate_()) return failure{failure_kind::unavailable, std::move(*why)};
+    if (admission_gate_) {
+        std::size_t limit = 0;
+        {
+            std::lock_guard lock(mutex_);
+            limit = admission_.limit(tenant);
+        }
+        if (auto refused = admission_gate_(tenant, count, limit)) return refused;
+    }
     std::lock_guard lock(mutex_);
     if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
     for (std::size_t i = 0; i < count; ++i) {

@@ -47,6 +47,11 @@ void kernel_manager::claim(const kernel_ptr& k, const std::string& tenant, const
     callback(std::nullopt, k);
 }
 
+std::map<std::string, std::size_t> kernel_manager::admitted_by_tenant() const {
+    std::lock_guard lock(mutex_);
+    return admission_.by_tenant();
+}
+
 kernel_manager::load_figures kernel_manager::load() const {
     std::lock_guard lock(mutex_);
     return {admission_.admitted(), admission_.max_total(), pool_.ready(), pool_.waiting()};
