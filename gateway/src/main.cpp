@@ -400,6 +400,13 @@ int main(int argc, char** argv) {
                     r.why};
             });
             member->count_kernels_with([&manager] { return manager.admitted_by_tenant(); });
+            services.cluster_peers = [m = member.get()]() -> std::optional<std::vector<std::pair<std::string, std::string>>> {
+                auto peers = m->peers();
+                if (!peers) return std::nullopt;
+                std::vector<std::pair<std::string, std::string>> out;
+                for (auto& p : *peers) out.emplace_back(std::move(p.tag), std::move(p.address));
+                return out;
+            };
             manager.on_removed([m = member.get()](const std::string&) { m->nudge(); });
             metrics.add_gauge_source([m = member.get()](std::string& out) { m->render(out); });
             member->start();

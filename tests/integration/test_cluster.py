@@ -7,7 +7,8 @@ Through the router: creates land on the nodes and every later request for an
 id (REST, /v1, the kernel's WebSocket) reaches the node whose tag the id
 carries; the other nodes do not know it. SIGKILL of a node: its ids answer 410
 once its lease expires, the other nodes' sessions keep working and creates
-land on them. An id no node made answers 404. A tenant's cap holds across the
+land on them, and lists (answered by any node for the whole cluster) drop
+them. An id no node made answers 404. A tenant's cap holds across the
 cluster under concurrent creates (compare-and-swap in etcd), and a session
 that ends gives its place back."""
 import time
@@ -101,6 +102,35 @@ def test_a_kernels_websocket_through_the_router_lands_on_its_node(cluster):
         router.api("DELETE", f"/api/kernels/{kid}")
 
 
+def test_lists_span_the_cluster_on_every_node(cluster):
+    etcd, nodes, router = cluster
+    mine = [n.api("POST", "/v1/sessions", json={}).json()["id"] for n in nodes]
+    k = nodes[1].api("POST", "/api/kernels", json={"name": "python3"}).json()["id"]
+    s = nodes[2].api("POST", "/api/sessions", json={"path": "c.ipynb", "type": "notebook",
+                                                    "kernel": {"name": "python3"}}).json()
+    try:
+        # Asked of the router (any node) or of each node directly: the whole cluster's.
+        for via in [router, *nodes]:
+            listed = {x["id"] for x in via.api("GET", "/v1/sessions").json()["sessions"]}
+            assert set(mine) <= listed, (via.url, mine, listed)
+            kernels = via.api("GET", "/api/kernels")
+            assert kernels.status_code == 200 and "X-Cellgate-Unreachable" not in kernels.headers
+            assert {k, *mine} <= {x["id"] for x in kernels.json()}
+            assert s["id"] in {x["id"] for x in via.api("GET", "/api/sessions").json()}
+        # A node's own part only, when asked for it.
+        local = nodes[0].api("GET", "/v1/sessions", headers={"X-Cellgate-Scope": "node"}).json()["sessions"]
+        assert {x["id"] for x in local} & set(mine) == {mine[0]}
+        # Another tenant's token sees none of them (each node checks the caller itself).
+        other = router.api("GET", "/api/kernels", headers={"Authorization": "token wrong-token-123"})
+        assert other.status_code == 403
+    finally:
+        for sid in mine:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+        router.api("DELETE", f"/api/sessions/{s['id']}")
+        router.api("DELETE", f"/api/kernels/{s['kernel']['id']}")
+        router.api("DELETE", f"/api/kernels/{k}")
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")
@@ -181,6 +211,16 @@ def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):
     assert r.status_code == 410, (r.status_code, r.text, router.log_text())
     assert r.json()["reason"] == "Gone" and "left the cluster" in r.json()["message"]
     assert time.monotonic() - killed <= TTL + 10
+    # Lists drop the gone node's sessions (once its lease expired, it is no peer).
+    end = time.monotonic() + TTL + 2  # each node's view of its peers is at most a third of the TTL old
+    while True:
+        listed = router.api("GET", "/v1/sessions")
+        if "X-Cellgate-Unreachable" not in listed.headers or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    assert listed.status_code == 200 and "X-Cellgate-Unreachable" not in listed.headers, listed.headers
+    ids = {x["id"] for x in listed.json()["sessions"]}
+    assert gone not in ids and {sessions[t] for t in TAGS[:2]} <= ids
     # The others keep running, through the router.
     for tag in TAGS[:2]:
         out = router.api("POST", f"/v1/sessions/{sessions[tag]}/execute", json={"code": "print(1 + 1)"}).json()

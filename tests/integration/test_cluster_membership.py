@@ -3,7 +3,8 @@ loopback, real cellgate nodes with runc sandboxes. A node registers its
 record on a lease (address, tag, load) and keeps it fresh; a SIGKILLed node's
 record goes when its lease expires, a stopped node's at once. A node that
 loses etcd admits no new session (503 with the reason) while its open
-sessions keep working, and admits again when etcd is back; killing the etcd
+sessions keep working and lists answer 503, and admits again when etcd is
+back; killing the etcd
 leader alone costs no open session and creates resume after re-election."""
 import json
 import signal
@@ -101,6 +102,12 @@ def test_a_node_that_loses_etcd_admits_nothing_new_and_keeps_its_sessions(etcd):
         wait_for(lambda: metric(a, "cellgate_cluster_admitting") == 0, "the node to fence itself", timeout=TTL + 2)
         k = a.api("POST", "/api/kernels", json={"name": "python3"})
         assert k.status_code == 503 and "lost etcd" in k.json()["message"], k.text
+        # Lists span the cluster: without etcd a node cannot say what the others hold.
+        lst = a.api("GET", "/v1/sessions")
+        assert lst.status_code == 503 and "need etcd" in lst.json()["message"], lst.text
+        # …but a node's own part is still there for whoever asks for just that.
+        own = a.api("GET", "/v1/sessions", headers={"X-Cellgate-Scope": "node"})
+        assert own.status_code == 200 and sid in {x["id"] for x in own.json()["sessions"]}
         # The open session keeps working: the data path never asks etcd.
         out = a.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print(x + 1)"}).json()
         assert out["status"] == "ok" and out["stdout"].strip() == "42", out

@@ -126,7 +126,7 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
         json list = json::array();
         for (const auto& k : s.kernels.list(req->who.tenant))
             list.push_back(session_model(*k, s.kernels.specs().find(k->spec_name())));
-        reply(json_response(200, {{"sessions", list}}));
+        reply_list(s, req, std::move(reply), {{"sessions", list}}, "sessions");
     });
     r.add(bhttp::verb::get, "/v1/sessions/{id}", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));

@@ -10,8 +10,12 @@
 #include "util/file_io_pool.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cellgate::api {
 
@@ -30,6 +34,9 @@ struct services {
     std::size_t max_model_text_bytes = 64u << 20;  // "content" once JSON-escaped
     std::size_t max_listed_entries = 5000;         // per directory model or /v1 listing
     struct network_settings* network = nullptr;     // sessions' networks (api/network.hpp); null: none
+    // A cluster node's live peers (tag, address), for lists that span the
+    // cluster; nothing when the node cannot reach etcd. Unset: one gateway alone.
+    std::function<std::optional<std::vector<std::pair<std::string, std::string>>>()> cluster_peers;
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -110,6 +117,15 @@ agent::execution_options agent_execution_options(agent::agent_service& agents, c
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
+
+// Replies with a list: this node's `local`, and on a cluster node each live
+// peer's part too (the same GET with the caller's credentials and
+// `X-Cellgate-Scope: node`, which asks a node for its own part only), joined
+// into the array `local[member]` ("" = `local` itself). Peers that do not
+// answer are named in `X-Cellgate-Unreachable`; a node that has lost etcd
+// answers 503.
+void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply, nlohmann::json local,
+                const std::string& member = "");
 
 // Runs `work` on the file-I/O pool under the caller's tenant, off the io
 // threads; it replies through `reply` as a handler does, and what it throws

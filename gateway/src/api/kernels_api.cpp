@@ -79,7 +79,7 @@ void register_kernels_api(router& r, services& s) {
     r.add(bhttp::verb::get, "/api/kernels", [&s](const request_ptr& req, reply_fn reply) {
         auto list = nlohmann::json::array();
         for (const auto& k : s.kernels.list(req->who.tenant)) list.push_back(k->model());
-        reply(json_response(200, list));
+        reply_list(s, req, std::move(reply), std::move(list));
     });
     r.add(bhttp::verb::post, "/api/kernels", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();

@@ -38,7 +38,7 @@ void register_sessions_api(router& r, services& s) {
     r.add(bhttp::verb::get, "/api/sessions", [&s](const request_ptr& req, reply_fn reply) {
         auto list = nlohmann::json::array();
         for (const auto& rec : s.sessions.list(req->who.tenant)) list.push_back(session_model(s, rec));
-        reply(json_response(200, list));
+        reply_list(s, req, std::move(reply), std::move(list));
     });
     r.add(bhttp::verb::post, "/api/sessions", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body(false);

@@ -1,19 +1,10 @@
 #include "cluster/etcd_client.hpp"
 
 #include "util/encoding.hpp"
+#include "util/http_client.hpp"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http.hpp>
 
 namespace cellgate::cluster {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
 
 namespace {
 
@@ -87,44 +78,19 @@ nlohmann::json etcd_client::call(const std::string& path, const nlohmann::json& 
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
         const auto at = (preferred_ + i) % endpoints_.size();
         const auto& ep = endpoints_[at];
-        asio::io_context ioc;
-        beast::tcp_stream stream(ioc);
-        bhttp::request<bhttp::string_body> req{bhttp::verb::post, path, 11};
-        req.set(bhttp::field::host, ep.host + ":" + ep.port);
-        req.set(bhttp::field::content_type, "application/json");
-        req.body() = body.dump();
-        req.prepare_payload();
-        bhttp::response<bhttp::string_body> res;
-        beast::flat_buffer buffer;
-        boost::system::error_code failed;
-        asio::ip::tcp::resolver resolver(ioc);
-        stream.expires_after(timeout_);
-        resolver.async_resolve(ep.host, ep.port, [&](boost::system::error_code ec, auto results) {
-            if (ec) return void(failed = ec);
-            stream.async_connect(results, [&](boost::system::error_code ec2, auto) {
-                if (ec2) return void(failed = ec2);
-                bhttp::async_write(stream, req, [&](boost::system::error_code ec3, std::size_t) {
-                    if (ec3) return void(failed = ec3);
-                    bhttp::async_read(stream, buffer, res, [&](boost::system::error_code ec4, std::size_t) {
-                        if (ec4) failed = ec4;
-                    });
-                });
-            });
-        });
-        // The stream's deadline ends a hung connect, write or read; this
-        // bounds the name lookup too.
-        ioc.run_for(timeout_ + std::chrono::milliseconds(100));
-        if (!ioc.stopped()) failed = asio::error::timed_out;
-        if (failed) {
-            last_error = ep.host + ":" + ep.port + ": " + failed.message();
+        util::http_reply res;
+        try {
+            res = util::http_call("POST", ep.host, ep.port, path, {{"Content-Type", "application/json"}}, body.dump(),
+                                  timeout_);
+        } catch (const util::http_failure& e) {
+            last_error = e.what();
             continue;
         }
-        auto reply = nlohmann::json::parse(res.body(), nullptr, false);
-        if (res.result() != bhttp::status::ok || reply.is_discarded() || !reply.is_object()) {
+        auto reply = nlohmann::json::parse(res.body, nullptr, false);
+        if (res.status != 200 || reply.is_discarded() || !reply.is_object()) {
             // An error from a member that is up (no leader yet, a lost
             // lease): another member will not say otherwise for long.
-            last_error = ep.host + ":" + ep.port + ": HTTP " + std::to_string(res.result_int()) + " " +
-                         res.body().substr(0, 200);
+            last_error = ep.host + ":" + ep.port + ": HTTP " + std::to_string(res.status) + " " + res.body.substr(0, 200);
             continue;
         }
         preferred_ = at;

@@ -57,7 +57,14 @@ bool membership::refresh() {
             shared_lease_ = lease_;
         }
         reconcile(lease_);
+        std::vector<peer> others;
+        for (const auto& kv : etcd_.range_prefix(opts_.prefix + "nodes/")) {
+            const auto rec = nlohmann::json::parse(kv.value, nullptr, false);
+            if (!rec.is_object() || rec.value("tag", "") == opts_.tag) continue;
+            others.push_back({rec.value("tag", ""), rec.value("address", "")});
+        }
         std::lock_guard lock(mutex_);
+        peers_ = std::move(others);
         if (joined) {
             ++joins_;
             spdlog::info("cluster: node {} registered at {} (lease {:x}, TTL {} s)", opts_.tag, opts_.address,
@@ -205,6 +212,12 @@ void membership::reconcile(std::int64_t lease) {
             }
         }
     }
+}
+
+std::optional<std::vector<membership::peer>> membership::peers() const {
+    if (refusal()) return std::nullopt;
+    std::lock_guard lock(mutex_);
+    return peers_;
 }
 
 std::optional<std::string> membership::refusal() const {

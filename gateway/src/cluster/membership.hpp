@@ -78,6 +78,13 @@ public:
     void count_kernels_with(std::function<std::map<std::string, std::size_t>()> fn) { local_counts_ = std::move(fn); }
     // Refresh now (a kernel ended: its quota key can go).
     void nudge();
+
+    // The other live nodes as of the last refresh (tag, address), for
+    // cluster-wide lists; nothing while this node is fenced (lost etcd).
+    struct peer {
+        std::string tag, address;
+    };
+    std::optional<std::vector<peer>> peers() const;
     std::string node_key() const { return opts_.prefix + "nodes/" + opts_.tag; }
     // Prometheus: cellgate_cluster_member, cellgate_cluster_etcd_ok_age_seconds, …
     void render(std::string& out) const;
@@ -99,6 +106,7 @@ private:
     std::uint64_t next_fill_ = 0;
     const std::string key_nonce_;  // tells this process's keys from an earlier one's
     bool nudged_ = false;          // under mutex_
+    std::vector<peer> peers_;      // under mutex_
     std::thread thread_;
     mutable std::mutex mutex_;
     std::condition_variable wake_;
