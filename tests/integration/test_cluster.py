@@ -131,6 +131,23 @@ def test_lists_span_the_cluster_on_every_node(cluster):
         router.api("DELETE", f"/api/kernels/{k}")
 
 
+def test_jupyterlab_services_through_the_router(cluster):
+    """@jupyterlab/services (npm, unmodified) pointed at the router."""
+    import os
+    import subprocess
+    from gateway import REPO, node_missing, npm_ci, require
+    require("@jupyterlab/services through the router", node_missing("npm"))
+    here = REPO / "tests" / "clients" / "jupyterlab"
+    npm_ci(here, "@jupyterlab/services", env={"PUPPETEER_SKIP_DOWNLOAD": "1", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
+    etcd, nodes, router = cluster
+    r = subprocess.run(["node", "--test", "--test-reporter=spec", "cluster.test.mjs"], cwd=here, capture_output=True,
+                       text=True, timeout=300,
+                       env={**os.environ, "CELLGATE_URL": router.url, "CELLGATE_TOKEN": TOKEN,
+                            "CELLGATE_NODE_TAGS": ",".join(TAGS), "NODE_NO_WARNINGS": "1"})
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert "the kernel list, through any node" in r.stdout
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")

@@ -260,7 +260,11 @@ void get_contents(services& s, const request_ptr& req, const reply_fn& reply, st
     std::string p = path;
     while (!p.empty() && (p.front() == '/')) p.erase(0, 1);
     while (!p.empty() && (p.back() == '/')) p.pop_back();
-    if (p.empty()) return reply(json_response(200, root_model(s, req, with_content)));
+    if (p.empty()) {
+        // On a cluster node the root holds every node's workspaces.
+        if (!with_content) return reply(json_response(200, root_model(s, req, false)));
+        return reply_list(s, req, std::move(reply), root_model(s, req, true), "content");
+    }
     auto l = locate(s, req, p);
     const auto model = guarded([&] {
         const auto e = l.store->stat(l.rel);
