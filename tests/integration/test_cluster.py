@@ -148,6 +148,38 @@ def test_jupyterlab_services_through_the_router(cluster):
     assert "the kernel list, through any node" in r.stdout
 
 
+def test_the_python_sdk_through_the_router(cluster):
+    """Our SDK (clients/python), pointed at the router: create, run (plain and
+    streamed over SSE), upload and download, list, fork, close."""
+    import sys
+    from gateway import REPO
+    sys.path.insert(0, str(REPO / "clients" / "python"))
+    from cellgate import Sandbox
+    etcd, nodes, router = cluster
+    boxes = [Sandbox(router.url, TOKEN) for _ in range(3)]
+    try:
+        for i, sb in enumerate(boxes):
+            assert sb.id[:8] in TAGS
+            ex = sb.run_code(f"x = {i}\nx * 10")
+            assert ex.ok and ex.text == str(i * 10), ex.raw
+            streamed = []
+            ex = sb.run_code("print('streamed')", on_stdout=streamed.append)
+            assert ex.ok and "".join(streamed).strip() == "streamed"
+            sb.upload("data.txt", f"box {i}".encode())
+            assert sb.download("data.txt") == f"box {i}".encode()
+        listed = {s.id for s in Sandbox.list(router.url, TOKEN)}
+        assert {sb.id for sb in boxes} <= listed
+        with boxes[0].fork(count=1) as forked:
+            child = forked.sandboxes[0]
+            assert child.id[:8] == boxes[0].id[:8], "a fork's children live on their source's node"
+            assert child.download("data.txt") == b"box 0"
+        from cellgate import delete_snapshot
+        delete_snapshot(forked.snapshot.id, router.url, TOKEN)
+    finally:
+        for sb in boxes:
+            sb.close()
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")
