@@ -29,7 +29,10 @@ def cluster_missing():
 
 
 class EtcdCluster:
-    def __init__(self, members=3):
+    def __init__(self, members=3, extra_hosts=()):
+        """`extra_hosts`: addresses besides 127.0.0.1 the members also serve
+        clients on (a network namespace's link to the host)."""
+        self.extra_hosts = list(extra_hosts)
         self.dir = Path("/run") / f"cellgate-etcd-{uuid.uuid4().hex[:8]}"
         self.dir.mkdir(mode=0o700)
         self.names = [f"m{i}" for i in range(members)]
@@ -40,13 +43,16 @@ class EtcdCluster:
 
     @property
     def endpoints(self):
-        return ",".join(f"http://127.0.0.1:{self.client[n]}" for n in self.names)
+        return self.endpoints_at("127.0.0.1")
+
+    def endpoints_at(self, host):
+        return ",".join(f"http://{host}:{self.client[n]}" for n in self.names)
 
     def start_member(self, n, state="new"):
         log = open(self.dir / f"{n}.log", "ab")
         self.procs[n] = subprocess.Popen(
             ["etcd", "--name", n, "--data-dir", str(self.dir / n),
-             "--listen-client-urls", f"http://127.0.0.1:{self.client[n]}",
+             "--listen-client-urls", ",".join(f"http://{h}:{self.client[n]}" for h in ["127.0.0.1", *self.extra_hosts]),
              "--advertise-client-urls", f"http://127.0.0.1:{self.client[n]}",
              "--listen-peer-urls", f"http://127.0.0.1:{self.peer[n]}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer[n]}",

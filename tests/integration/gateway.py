@@ -100,6 +100,7 @@ class Gateway:
         self.preexec = None  # runs in the child before exec (e.g. to lower a limit)
         self.proc = None
         self.port = None
+        self.host = "127.0.0.1"  # where the test reaches it (another address for a node in a network namespace)
 
     def start(self, timeout=30):
         self.log = open(self.log_path, "ab")
@@ -119,11 +120,11 @@ class Gateway:
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ws_url(self):
-        return f"ws://127.0.0.1:{self.port}"
+        return f"ws://{self.host}:{self.port}"
 
     @property
     def headers(self):
