@@ -180,6 +180,34 @@ def test_the_python_sdk_through_the_router(cluster):
             sb.close()
 
 
+def test_the_e2b_planes_through_the_router(cluster):
+    """E2B's control plane (/e2b/sandboxes/<id>) and sandbox plane (the
+    E2b-Sandbox-Id header) reach the sandbox's node through the router."""
+    import json as _json
+    etcd, nodes, router = cluster
+    key = {"X-API-KEY": TOKEN}
+    made = []
+    try:
+        for _ in range(3):
+            r = router.api("POST", "/e2b/sandboxes", json={"templateID": "code-interpreter-v1"}, headers=key)
+            assert r.status_code == 201, r.text
+            made.append(r.json())
+        assert {sb["sandboxID"][:8] for sb in made} <= set(TAGS)
+        for i, sb in enumerate(made):
+            sid = sb["sandboxID"]
+            got = router.api("GET", f"/e2b/sandboxes/{sid}", headers=key)
+            assert got.status_code == 200 and got.json()["sandboxID"] == sid, got.text
+            plane = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999",
+                     "E2B-Traffic-Access-Token": sb["trafficAccessToken"]}
+            r = router.api("POST", "/e2b/execute", json={"code": f"print({i} + 100)"}, headers=plane)
+            assert r.status_code == 200, r.text
+            lines = [_json.loads(x) for x in r.text.splitlines() if x.strip()]
+            assert any(x.get("type") == "stdout" and x.get("text", "").strip() == str(i + 100) for x in lines), lines
+    finally:
+        for sb in made:
+            router.api("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=key)
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")
