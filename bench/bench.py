@@ -530,9 +530,9 @@ def scenario_concurrency(args, results):
     results["concurrency"] = out
 
 
-def scenario_memory(args, results):
-    print("== memory of an idle session with the scientific stack imported", flush=True)
-    n = 4
+def reference_stack_pss_kib(n=4):
+    """PSS of an unsandboxed ipykernel under jupyter_server with the stack
+    imported, the mean of `n` (the reference for every density figure)."""
     js = JupyterServer()
     try:
         for _ in range(n):
@@ -544,9 +544,15 @@ def scenario_memory(args, results):
                                    "apt-get install python3-numpy python3-pandas python3-matplotlib on the host")
             ch.close()
         time.sleep(2)
-        js_pss = pss_kib(js.kernel_pids()) / n
+        return pss_kib(js.kernel_pids()) / n
     finally:
         js.stop()
+
+
+def scenario_memory(args, results):
+    print("== memory of an idle session with the scientific stack imported", flush=True)
+    n = 4
+    js_pss = reference_stack_pss_kib(n)
     cg = Cellgate()
     try:
         ids = []

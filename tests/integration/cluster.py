@@ -21,6 +21,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def terminate(procs, timeout):
+    """SIGTERM, then SIGKILL whatever has not ended within `timeout` seconds."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def keep_logs(logs, prefix):
+    """Copies the logs that exist to CELLGATE_TEST_LOGS for a post-mortem."""
+    keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
+    keep.mkdir(parents=True, exist_ok=True)
+    for log in logs:
+        if log.exists():
+            shutil.copy(log, keep / f"{prefix}-{log.name}")
+
+
 def cluster_missing():
     for tool in ("etcd", "etcdctl", "haproxy"):
         if shutil.which(tool) is None:
@@ -115,22 +135,12 @@ class EtcdCluster:
             self.kill(n)
 
     def stop(self):
-        for n, p in list(self.procs.items()):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        terminate(list(self.procs.values()), 15)
         self.procs.clear()
 
     def cleanup(self):
         self.stop()
-        keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
-        keep.mkdir(parents=True, exist_ok=True)
-        for n in self.names:
-            if (self.dir / f"{n}.log").exists():
-                shutil.copy(self.dir / f"{n}.log", keep / f"{self.dir.name}-{n}.log")
+        keep_logs([self.dir / f"{n}.log" for n in self.names], self.dir.name)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -216,16 +226,6 @@ class Router:
                          if (self.dir / f"{n}.log").exists())
 
     def cleanup(self):
-        for p in self.procs:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
-        keep.mkdir(parents=True, exist_ok=True)
-        for n in ("haproxy", "sync"):
-            if (self.dir / f"{n}.log").exists():
-                shutil.copy(self.dir / f"{n}.log", keep / f"{self.dir.name}-{n}.log")
+        terminate(self.procs, 10)
+        keep_logs([self.dir / "haproxy.log", self.dir / "sync.log"], self.dir.name)
         shutil.rmtree(self.dir, ignore_errors=True)

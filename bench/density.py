@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Sessions per box (issue 16, Part 1): idle sessions, each with numpy,
+pandas and Matplotlib imported, added one after another until --max or
+until the machine's MemAvailable would fall under --reserve-gib; then each
+is asked `1+1` once more. Reports how many fit, any failed request, and the
+PSS per session (smaps_rollup of every process in each sandbox's cgroup),
+against the reference in the same run: an unsandboxed ipykernel with the
+same imports under jupyter_server (bench.py's memory scenario, 4 kernels).
+
+    /usr/bin/python3 bench/density.py [--max 400] [--reserve-gib 2] [--json bench/results/density.json]
+
+Bounded: at most 1000 sessions, and it stops adding before the machine runs
+short of memory. One gateway started by this script (runc, no warm pool).
+Run as root from a built tree.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench import STACK, Cellgate, pss_kib, reference_stack_pss_kib  # noqa: E402
+
+
+def mem_available_kib():
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max", type=int, default=400)
+    ap.add_argument("--reserve-gib", type=float, default=2.0)
+    ap.add_argument("--json", default=str(REPO / "bench" / "results" / "density.json"))
+    args = ap.parse_args()
+    limit = max(1, min(args.max, 1000))
+    reserve = int(args.reserve_gib * 1024 * 1024)
+    ref = reference_stack_pss_kib()
+    cg = Cellgate("--pool-size", "0", "--max-kernels", str(limit + 4), "--max-kernels-per-tenant", "0",
+                  "--idle-timeout", "0", "--cull-idle-timeout", "0")
+    ids, failed, per = [], [], None
+    stopped_by = "max"
+    t0 = time.monotonic()
+    try:
+        while len(ids) < limit:
+            # One session costs about as much as the reference; keep the reserve after it.
+            if mem_available_kib() - 2 * ref < reserve:
+                stopped_by = "memory"
+                break
+            r = cg.api("POST", "/v1/sessions", json={})
+            if r.status_code != 201:
+                failed.append(f"create: {r.status_code} {r.text[:120]}")
+                break
+            sid = r.json()["id"]
+            ex = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": STACK}).json()
+            if ex.get("status") != "ok":
+                failed.append(f"import: {ex}")
+                break
+            ids.append(sid)
+            if len(ids) % 50 == 0:
+                print(f"  {len(ids)} sessions, MemAvailable {mem_available_kib() / 1048576:.1f} GiB", flush=True)
+        fill_s = time.monotonic() - t0
+        time.sleep(3)
+        pids = []
+        for sid in ids:
+            procs = Path(f"/sys/fs/cgroup/pids/cellgate/{sid}/cgroup.procs")
+            if procs.exists():
+                pids += [int(p) for p in procs.read_text().split()]
+        per = pss_kib(pids) / max(1, len(ids))
+        for sid in ids:  # every one still answers
+            ex = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
+            if ex.get("status") != "ok":
+                failed.append(f"1+1 on {sid}: {ex}")
+    finally:
+        for sid in ids:
+            cg.api("DELETE", f"/v1/sessions/{sid}")
+        cg.stop()
+    results = {"sessions": len(ids), "stopped_by": stopped_by, "failed": len(failed), "errors": failed[:5],
+               "pss_per_session_mib": per / 1024, "reference_pss_mib": ref / 1024, "ratio": per / ref,
+               "fill_seconds": fill_s, "memory_gib": round(mem_available_kib() / 1048576, 1)}
+    print(f"{len(ids)} idle sessions with the stack (stopped by {stopped_by}), {len(failed)} failed; "
+          f"PSS {per / 1024:.1f} MiB per session against {ref / 1024:.1f} MiB unsandboxed "
+          f"({per / ref:.2f}×); filled in {fill_s:.0f} s", flush=True)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
