@@ -73,6 +73,10 @@ def require(suite, why):
 
 
 class Gateway:
+    # Where a test reaches it: another address for a node in a network
+    # namespace (a class default, so a Gateway made without __init__ has it).
+    host = "127.0.0.1"
+
     def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None):
         # CELLGATE_TEST_NODE_ARGS (e.g. "--cgroup-parent cellgate-b --uid-range-start 300000000")
         # gives every gateway of this run its own cgroup parent and id range,
@@ -100,7 +104,6 @@ class Gateway:
         self.preexec = None  # runs in the child before exec (e.g. to lower a limit)
         self.proc = None
         self.port = None
-        self.host = "127.0.0.1"  # where the test reaches it (another address for a node in a network namespace)
 
     def start(self, timeout=30):
         self.log = open(self.log_path, "ab")

@@ -142,6 +142,12 @@ membership::reservation membership::reserve(const std::string& tenant, std::size
     std::int64_t lease = 0;
     {
         std::lock_guard lock(mutex_);
+        // The loop's last round failed: etcd is not answering now. Refuse at
+        // once rather than wait out the client's timeouts on the caller's
+        // thread (an io thread) until the node fences itself.
+        if (!last_error_.empty())
+            return {reservation::outcome::unavailable,
+                    "The cluster's quota could not be checked: etcd is not answering (" + last_error_ + ")"};
         lease = shared_lease_;
     }
     std::lock_guard serial(reserve_mutex_);

@@ -50,7 +50,7 @@ test('kernels started through the router run on the nodes their ids name', async
     assert.ok(TAGS.includes(k.id.slice(0, 8)), `${k.id} names no node of ${TAGS}`);
     assert.equal((await run(k, `print(${i} * 7)`)).trim(), String(i * 7));
   }
-  assert.ok(new Set(started.map(k => k.id.slice(0, 8))).size >= 2, 'four kernels all on one node');
+  // Where creates land is HAProxy's draw (test_cluster.py checks the spread over more of them).
 });
 
 test('the kernel list, through any node, holds every node’s kernels', async () => {
