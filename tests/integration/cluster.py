@@ -21,6 +21,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_for(cond, what, timeout=30, step=0.2):
+    """`cond()`'s first true value, tried every `step` s; AssertionError naming `what` after `timeout` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def terminate(procs, timeout):
     """SIGTERM, then SIGKILL whatever has not ended within `timeout` seconds."""
     for p in procs:

@@ -7,8 +7,8 @@ reaches its kernel. The misses raise the pool's target up to --pool-max for
 Real gateway, runc sandboxes, real ipykernel."""
 import re
 import threading
-import time
 
+from cluster import wait_for
 from gateway import Gateway
 
 BURST = 5
@@ -21,21 +21,12 @@ def metric(g, name, spec="python3"):
     return int(m.group(1))
 
 
-def wait_for(cond, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_burst_larger_than_the_pool_waits_for_starts_then_the_pool_grows_and_shrinks():
     g = Gateway("--pool-size", "1", "--pool-max", "3", "--pool-growth-window", "6",
                 "--max-kernels", "12").start()
     sessions = []
     try:
-        wait_for(lambda: metric(g, "cellgate_pool_ready") == 1, "the pool to fill")
+        wait_for(lambda: metric(g, "cellgate_pool_ready") == 1, "the pool to fill", timeout=120, step=0.5)
         results, errors = [None] * BURST, []
 
         def create(i):

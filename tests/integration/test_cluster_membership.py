@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster import EtcdCluster, cluster_missing, node
+from cluster import EtcdCluster, cluster_missing, node, wait_for
 
 TTL = 3
 
@@ -26,16 +26,6 @@ def etcd():
     e = EtcdCluster().start()
     yield e
     e.cleanup()
-
-
-def wait_for(cond, what, timeout=30, step=0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def record(etcd, tag):

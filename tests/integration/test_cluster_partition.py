@@ -9,12 +9,11 @@ and its session is reachable through the router once more. Real etcd (3
 members), HAProxy, two cellgate nodes with runc sandboxes."""
 import os
 import subprocess
-import time
 import uuid
 
 import pytest
 
-from cluster import EtcdCluster, Router, cluster_missing, free_port, node
+from cluster import EtcdCluster, Router, cluster_missing, free_port, node, wait_for
 
 TTL = 3
 TOKEN = "partition-token-" + uuid.uuid4().hex[:8]
@@ -55,16 +54,6 @@ def partition():
         for outer in made:
             subprocess.run(["ip", "link", "del", outer], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def wait_for(cond, what, timeout=30):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_a_node_partitioned_from_etcd_stops_admitting_and_comes_back(partition):

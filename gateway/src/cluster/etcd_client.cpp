@@ -27,6 +27,13 @@ std::int64_t as_int(const nlohmann::json& j) {
     return 0;
 }
 
+// One entry of a range's "kvs".
+etcd_client::key_value to_key_value(const nlohmann::json& kv) {
+    const nlohmann::json none;
+    return {unb64(kv.value("key", none)), unb64(kv.value("value", none)), as_int(kv.value("lease", none)),
+            as_int(kv.value("mod_revision", none))};
+}
+
 // The first key after every key that starts with `prefix` (etcd's range_end).
 std::string prefix_end(std::string prefix) {
     while (!prefix.empty()) {
@@ -125,19 +132,14 @@ std::vector<etcd_client::key_value> etcd_client::range_prefix(const std::string&
     const auto reply = call("/v3/kv/range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}});
     std::vector<key_value> out;
     if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array())
-        for (const auto& kv : *kvs)
-            out.push_back({unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
-                           as_int(kv.value("lease", nlohmann::json())), as_int(kv.value("mod_revision", nlohmann::json()))});
+        for (const auto& kv : *kvs) out.push_back(to_key_value(kv));
     return out;
 }
 
 std::optional<etcd_client::key_value> etcd_client::get(const std::string& key) {
     const auto reply = call("/v3/kv/range", {{"key", b64(key)}});
-    if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array() && !kvs->empty()) {
-        const auto& kv = kvs->front();
-        return key_value{unb64(kv.value("key", nlohmann::json())), unb64(kv.value("value", nlohmann::json())),
-                         as_int(kv.value("lease", nlohmann::json())), as_int(kv.value("mod_revision", nlohmann::json()))};
-    }
+    if (const auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array() && !kvs->empty())
+        return to_key_value(kvs->front());
     return std::nullopt;
 }
 

