@@ -407,6 +407,19 @@ int main(int argc, char** argv) {
                 for (auto& p : *peers) out.emplace_back(std::move(p.tag), std::move(p.address));
                 return out;
             };
+            // A request for an id another node made is relayed to that node (http/hop.hpp).
+            ctx.hops.tag = cfg.node_tag;
+            ctx.hops.locate = [m = member.get()](const std::string& tag) {
+                auto o = m->locate(tag);
+                using kind = cluster::membership::owner::kind;
+                http::hop_owner h;
+                h.what = o.what == kind::peer   ? http::hop_owner::kind::peer
+                         : o.what == kind::gone ? http::hop_owner::kind::gone
+                         : o.what == kind::self ? http::hop_owner::kind::self
+                                                : http::hop_owner::kind::unknown;
+                h.address = std::move(o.address);
+                return h;
+            };
             manager.on_removed([m = member.get()](const std::string&) { m->nudge(); });
             metrics.add_gauge_source([m = member.get()](std::string& out) { m->render(out); });
             member->start();

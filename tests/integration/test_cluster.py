@@ -5,7 +5,8 @@ the config `deploy/cellgate-router config` writes, kept in step with etcd by
 
 Through the router: creates land on the nodes and every later request for an
 id (REST, /v1, the kernel's WebSocket) reaches the node whose tag the id
-carries; the other nodes do not know it. SIGKILL of a node: its ids answer 410
+carries. A node asked directly for another node's id relays the request to
+its owner (the internal hop), streams and WebSockets included. SIGKILL of a node: its ids answer 410
 once its lease expires, the other nodes' sessions keep working and creates
 land on them, and lists (answered by any node for the whole cluster) drop
 them. An id no node made answers 404. A tenant's cap holds across the
@@ -71,12 +72,14 @@ def test_creates_spread_and_each_id_reaches_its_own_node(cluster):
             out = router.api("POST", f"/v1/sessions/{sid}/execute",
                              json={"code": "import os; print(os.environ['KERNEL_N'])"}).json()
             assert out["status"] == "ok" and out["stdout"].strip() == str(i), out
-            # The owner holds it; the others have never heard of it.
+            # The owner holds it; the others do not (asked as a relayed
+            # request, which a node never passes on again).
             owner = owner_of(nodes, sid)
             assert owner.api("GET", f"/v1/sessions/{sid}").status_code == 200
             for other in nodes:
                 if other is not owner and other.alive():
-                    assert other.api("GET", f"/v1/sessions/{sid}").status_code == 404
+                    r = other.api("GET", f"/v1/sessions/{sid}", headers={"X-Cellgate-Hop": "test"})
+                    assert r.status_code == 404, r.text
     finally:
         for sid in made:
             router.api("DELETE", f"/v1/sessions/{sid}")
@@ -208,6 +211,80 @@ def test_the_e2b_planes_through_the_router(cluster):
             router.api("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=key)
 
 
+def hops(n):
+    for line in n.api("GET", "/metrics").text.splitlines():
+        if line.startswith("cellgate_cluster_hops_total "):
+            return float(line.split()[1])
+    raise AssertionError("no cellgate_cluster_hops_total")
+
+
+def test_a_node_asked_for_another_nodes_id_relays_it(cluster):
+    """The internal hop: a client that reaches a node directly with an id
+    another node made gets its answer from the owner: REST with bodies both
+    ways, an event stream, the kernel's WebSocket, the E2B sandbox plane's
+    streamed execute. The caller's token is checked before anything is
+    relayed."""
+    import json as _json
+    import os
+    etcd, nodes, router = cluster
+    owner, other = nodes[0], nodes[1]
+    sid = owner.api("POST", "/v1/sessions", json={}).json()["id"]
+    kid = owner.api("POST", "/api/kernels", json={"name": "python3"}).json()["id"]
+    key = {"X-API-KEY": TOKEN}
+    sb = owner.api("POST", "/e2b/sandboxes", json={"templateID": "code-interpreter-v1"}, headers=key).json()
+    try:
+        before = hops(other)
+        assert other.api("GET", f"/v1/sessions/{sid}").json()["id"] == sid
+        out = other.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "x = 20\nprint(x + 1)"}).json()
+        assert out["status"] == "ok" and out["stdout"].strip() == "21", out
+        # A body larger than one read, each way.
+        blob = os.urandom(3 << 20)
+        r = other.api("PUT", f"/v1/sessions/{sid}/files/blob.bin", data=blob,
+                      headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code in (200, 201), r.text
+        back = other.api("GET", f"/v1/sessions/{sid}/files/blob.bin")
+        assert back.status_code == 200 and back.content == blob
+        out = owner.api("POST", f"/v1/sessions/{sid}/execute",
+                        json={"code": "import os; print(os.path.getsize('blob.bin'), x)"}).json()
+        assert out["stdout"].split() == [str(len(blob)), "20"], out
+        # An event stream, relayed as it comes.
+        r = other.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print('streamed')"},
+                      headers={"Accept": "text/event-stream"}, stream=True)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        text = "".join(chunk.decode() for chunk in r.iter_content(None))
+        assert "streamed" in text and "event:" in text, text
+        # The kernel's WebSocket, through the node that does not hold it.
+        ch = KernelChannel(other, kid)
+        try:
+            res = ch.execute("print(6 * 7)")
+            assert res["reply"]["status"] == "ok" and res["stdout"].strip() == "42", res
+        finally:
+            ch.ws.close()
+        assert other.api("GET", f"/api/kernels/{kid}").json()["execution_state"] in ("idle", "busy")
+        # The E2B sandbox plane: its per-sandbox token is the owner's to check.
+        plane = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49999",
+                 "E2B-Traffic-Access-Token": sb["trafficAccessToken"]}
+        r = other.api("POST", "/e2b/execute", json={"code": "print(7 * 6)"}, headers=plane)
+        assert r.status_code == 200, r.text
+        lines = [_json.loads(x) for x in r.text.splitlines() if x.strip()]
+        assert any(x.get("type") == "stdout" and x.get("text", "").strip() == "42" for x in lines), lines
+        bad = other.api("POST", "/e2b/execute", json={"code": "1"},
+                        headers={**plane, "E2B-Traffic-Access-Token": "wrong"})
+        assert bad.status_code in (401, 403), bad.text
+        assert hops(other) >= before + 8
+        # No token, or a wrong one: refused by the node asked, nothing relayed.
+        counted = hops(other)
+        import requests
+        assert requests.get(f"{other.url}/v1/sessions/{sid}", timeout=30).status_code == 401
+        assert requests.get(f"{other.url}/v1/sessions/{sid}", headers={"Authorization": "token nope"},
+                            timeout=30).status_code == 403
+        assert hops(other) == counted
+    finally:
+        owner.api("DELETE", f"/v1/sessions/{sid}")
+        owner.api("DELETE", f"/api/kernels/{kid}")
+        owner.api("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=key)
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")
@@ -288,6 +365,14 @@ def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):
     assert r.status_code == 410, (r.status_code, r.text, router.log_text())
     assert r.json()["reason"] == "Gone" and "left the cluster" in r.json()["message"]
     assert time.monotonic() - killed <= TTL + 10
+    # A survivor asked directly says the same, once its view of the cluster has caught up.
+    end = time.monotonic() + TTL + 2
+    while True:
+        direct = nodes[0].api("GET", f"/v1/sessions/{gone}")
+        if direct.status_code == 410 or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    assert direct.status_code == 410 and "left the cluster" in direct.json()["message"], direct.text
     # Lists drop the gone node's sessions (once its lease expired, it is no peer).
     end = time.monotonic() + TTL + 2  # each node's view of its peers is at most a third of the TTL old
     while True:

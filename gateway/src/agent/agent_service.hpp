@@ -15,9 +15,9 @@ namespace cellgate::agent {
 // a limit up to the maximum.
 struct agent_limits {
     kernels::kernel_policy defaults{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
-                                    1u << 20, 32u << 20, 256u << 20, std::nullopt};
+                                    1u << 20, 32u << 20, 256u << 20, std::nullopt, {}};
     kernels::kernel_policy maxima{std::chrono::seconds(3600), std::chrono::seconds(86400),
-                                  std::chrono::seconds(7 * 86400), 64u << 20, 256u << 20, 4ull << 30, std::nullopt};
+                                  std::chrono::seconds(7 * 86400), 64u << 20, 256u << 20, 4ull << 30, std::nullopt, {}};
 };
 
 // Runs agent executions one at a time per session, in arrival order.

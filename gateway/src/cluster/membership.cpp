@@ -64,8 +64,13 @@ bool membership::refresh() {
             if (!rec.is_object() || rec.value("tag", "") == opts_.tag) continue;
             others.push_back({rec.value("tag", ""), rec.value("address", "")});
         }
+        std::vector<std::string> tags;
+        const auto tags_root = opts_.prefix + "tags/";
+        for (const auto& kv : etcd_.range_prefix(tags_root)) tags.push_back(kv.key.substr(tags_root.size()));
+        std::sort(tags.begin(), tags.end());
         std::lock_guard lock(mutex_);
         peers_ = std::move(others);
+        known_tags_ = std::move(tags);
         if (joined) {
             ++joins_;
             spdlog::info("cluster: node {} registered at {} (lease {:x}, TTL {} s)", opts_.tag, opts_.address,
@@ -208,6 +213,15 @@ std::optional<std::vector<membership::peer>> membership::peers() const {
     if (refusal()) return std::nullopt;
     std::lock_guard lock(mutex_);
     return peers_;
+}
+
+membership::owner membership::locate(const std::string& tag) const {
+    if (tag == opts_.tag) return {owner::kind::self, opts_.address};
+    std::lock_guard lock(mutex_);
+    for (const auto& p : peers_)
+        if (p.tag == tag) return {owner::kind::peer, p.address};
+    if (std::binary_search(known_tags_.begin(), known_tags_.end(), tag)) return {owner::kind::gone, {}};
+    return {};
 }
 
 std::optional<std::string> membership::refusal() const {

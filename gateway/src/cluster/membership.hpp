@@ -85,6 +85,15 @@ public:
         std::string tag, address;
     };
     std::optional<std::vector<peer>> peers() const;
+    // Who holds ids with `tag`, as of the last refresh: this node, a live
+    // peer (its address), a node that has left (gone), or no node ever
+    // (unknown). Answers from the last view even while fenced: the data path
+    // never needs etcd.
+    struct owner {
+        enum class kind { self, peer, gone, unknown } what = kind::unknown;
+        std::string address;
+    };
+    owner locate(const std::string& tag) const;
     std::string node_key() const { return opts_.prefix + "nodes/" + opts_.tag; }
     // Prometheus: cellgate_cluster_member, cellgate_cluster_etcd_ok_age_seconds, …
     void render(std::string& out) const;
@@ -107,6 +116,7 @@ private:
     const std::string key_nonce_;  // tells this process's keys from an earlier one's
     bool nudged_ = false;          // under mutex_
     std::vector<peer> peers_;      // under mutex_
+    std::vector<std::string> known_tags_;  // every tag under <prefix>tags/, sorted; under mutex_
     std::thread thread_;
     mutable std::mutex mutex_;
     std::condition_variable wake_;

@@ -98,9 +98,9 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
     ctx.path = std::string(raw_path);
 
     const bool is_public = public_route(m.pattern) && m.upload == nullptr;
-    if (m.guard != nullptr) {
-        if (auto refusal = (*m.guard)(ctx, rules.auth)) return respond(std::move(a), std::move(*refusal), body);
-    } else if (!is_public) {
+    // A token route's token is checked before anything else; a guarded
+    // route's credentials (the E2B sandbox plane's) only the id's owner knows.
+    if (m.guard == nullptr && !is_public) {
         const auto who = rules.auth.check(ctx.req, ctx.query);
         if (who.status == authenticator::outcome::missing)
             return respond(std::move(a), error_response(401, "Authentication required: send 'Authorization: token <token>'"), body);
@@ -108,6 +108,24 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
             return respond(std::move(a), error_response(403, "Invalid token"), body);
         ctx.who = who.who;
     }
+    if (rules.hops != nullptr && rules.hops->locate && h.find(hop_header) == h.end()) {
+        if (const auto tag = id_tag_of(h, raw_path); !tag.empty() && tag != rules.hops->tag) {
+            auto owner = rules.hops->locate(tag);
+            if (owner.what == hop_owner::kind::peer) {
+                a.what = admission::action::forward;
+                a.forward_to = std::move(owner.address);
+                a.forward_tag = tag;
+                return a;
+            }
+            if (owner.what == hop_owner::kind::gone)
+                return respond(std::move(a),
+                               error_response(410, "The node that held this id (" + tag +
+                                                       ") has left the cluster (its lease expired); what ran there is gone"),
+                               body);
+        }
+    }
+    if (m.guard != nullptr)
+        if (auto refusal = (*m.guard)(ctx, rules.auth)) return respond(std::move(a), std::move(*refusal), body);
 
     if (boost::beast::websocket::is_upgrade(h)) {
         if (m.socket != nullptr) {

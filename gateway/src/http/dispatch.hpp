@@ -13,6 +13,7 @@
 // route; only then is "Expect: 100-continue" answered and the body read.
 
 #include "http/auth.hpp"
+#include "http/hop.hpp"
 #include "http/http_types.hpp"
 #include "http/router.hpp"
 #include "http/server_options.hpp"
@@ -34,6 +35,7 @@ struct admission {
         upload,     // stream the body to `upload`'s file
         upgrade,    // a WebSocket on the kernel channels (Origin not yet checked)
         socket,     // a WebSocket on another endpoint: `socket` (Origin not yet checked)
+        forward,    // another node made the id: relay the connection to `forward_to` (http/hop.hpp)
     };
     action what = action::respond;
     response reply;
@@ -45,12 +47,14 @@ struct admission {
     const upload_handler* upload = nullptr;
     const socket_handler* socket = nullptr;
     std::size_t body_limit = 0;
+    std::string forward_to, forward_tag;  // for forward: the owner's host:port and tag
 };
 
 struct dispatch_rules {
     const router& routes;
     const authenticator& auth;
     const server_options& options;
+    const hop_rules* hops = nullptr;  // a cluster node's; null: every id is answered here
 };
 
 admission admit(const dispatch_rules& rules, const bhttp::request_header<>& header, const std::string& remote);

@@ -7,6 +7,7 @@
 // shared_from_this().
 
 #include "http/dispatch.hpp"
+#include "http/hop_session.hpp"
 #include "http/message_socket.hpp"
 #include "http/server_context.hpp"
 #include "http/sse_stream.hpp"
@@ -68,7 +69,8 @@ private:
         if (ec == bhttp::error::header_limit) return send(error_response(431, "Request headers too large"), false, {});
         if (ec) return;  // timeout, reset, malformed: nothing to answer
         started_ = clock::now();
-        admission_ = admit({ctx_.routes, ctx_.auth, ctx_.options}, header_parser_->get(), remote_);
+        admission_ = admit({ctx_.routes, ctx_.auth, ctx_.options, ctx_.hops.locate ? &ctx_.hops : nullptr},
+                           header_parser_->get(), remote_);
         auto& a = admission_;
         switch (a.what) {
             case admission::action::respond:
@@ -79,6 +81,8 @@ private:
                 return open_socket(*a.socket, a.ctx);
             case admission::action::upload:
                 return start_upload(*a.upload, a.ctx);
+            case admission::action::forward:
+                return forward(a);
             case admission::action::read_body:
                 break;
         }
@@ -194,6 +198,21 @@ private:
         boost::beast::get_lowest_layer(stream_).expires_never();
         std::make_shared<websocket_session<Stream>>(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1)
             ->run(std::move(ctx->req));
+    }
+
+    // The connection goes to the id's owner, with what was read past the head.
+    void forward(const admission& a) {
+        ++ctx_.metrics.cluster_hops;
+        spdlog::debug("{} {} → node {} at {}", std::string(bhttp::to_string(a.ctx->req.method())),
+                      a.ctx->path.substr(0, 200), a.forward_tag, a.forward_to);
+        const auto& head = header_parser_->get();
+        auto relayed = hop_request_head(head.base(), ctx_.hops.tag, remote_);
+        const auto pending = buffer_.data();
+        std::string already(static_cast<const char*>(pending.data()), pending.size());
+        boost::beast::get_lowest_layer(stream_).expires_never();
+        std::make_shared<hop_session<Stream>>(std::move(stream_), std::move(slot_), std::move(relayed), std::move(already),
+                                              a.forward_to, a.forward_tag, head.version())
+            ->run();
     }
 
     void open_socket(const socket_handler& handler, const request_ptr& ctx) {

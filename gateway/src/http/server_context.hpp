@@ -7,6 +7,7 @@
 
 #include "http/auth.hpp"
 #include "http/connection_limiter.hpp"
+#include "http/hop.hpp"
 #include "http/router.hpp"
 #include "http/server_options.hpp"
 #include "metrics/metrics.hpp"
@@ -47,6 +48,7 @@ struct server_context {
     kernel_lookup find_kernel;
     metrics::registry& metrics;
     connection_limiter connections;
+    hop_rules hops;  // a cluster node's (its tag, who holds a tag); empty otherwise
 
     void track(const std::shared_ptr<closable>& c);
     void untrack(const std::shared_ptr<closable>& c);

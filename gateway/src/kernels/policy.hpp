@@ -89,9 +89,9 @@ struct policy_book {
     // wider than an agent's; an operator relaxes them further per kernelspec
     // or tenant (0 = none). See README, "Limits".
     kernel_policy jupyter{std::chrono::seconds(600), std::chrono::seconds(0), std::chrono::seconds(0),
-                          16u << 20, 64u << 20, 256u << 20, std::nullopt};
+                          16u << 20, 64u << 20, 256u << 20, std::nullopt, {}};
     kernel_policy agent{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
-                        1u << 20, 32u << 20, 256u << 20, std::nullopt};
+                        1u << 20, 32u << 20, 256u << 20, std::nullopt, {}};
     std::map<std::string, policy_layer> by_kernelspec, by_tenant;
 
     kernel_policy resolve(surface s, const std::string& spec_name, const std::string& tenant) const;

@@ -107,6 +107,8 @@ std::string registry::render() const {
             "client connections refused at the connection caps (total or per address)", connections_refused);
     counter(out, "cellgate_sse_slow_client_closes_total",
             "event streams ended because the client fell behind", sse_slow_client_closes);
+    counter(out, "cellgate_cluster_hops_total",
+            "requests relayed to the cluster node that made the id they name", cluster_hops);
     if (open_connections)
         out += "# HELP cellgate_connections open client connections (HTTP and WebSocket)\n"
                "# TYPE cellgate_connections gauge\n"

@@ -48,6 +48,7 @@ public:
     std::atomic<std::int64_t> ws_connections{0};
     std::atomic<std::uint64_t> connections_refused{0};   // over the connection caps
     std::atomic<std::uint64_t> sse_slow_client_closes{0};
+    std::atomic<std::uint64_t> cluster_hops{0};  // requests relayed to the node that owns their id
     std::function<std::size_t()> open_connections;       // set by the HTTP surface
     histogram sandbox_start_seconds;
 

@@ -1,0 +1,52 @@
+#pragma once
+
+// The internal hop (issue 16, Part 2): a cluster node asked for an id that
+// another node made passes the request, as it came, to that node and relays
+// the answer, WebSockets and event streams included. The router sends each id
+// to its owner already; the hop is for clients that reach a node directly (a
+// node's own URL, a stale connection, a load balancer that routes by
+// connection only).
+//
+// The hop is authenticated by the caller's own credentials, passed through
+// unchanged (the cluster shares one tokens file; the E2B sandbox plane's
+// per-sandbox tokens are known only to the owner, which checks them). A
+// token route's token is checked here before anything is passed on. The
+// forwarded request carries X-Cellgate-Hop, and a request carrying it is
+// never passed on again, so a stale view of the cluster cannot make a loop.
+
+#include <boost/beast/http.hpp>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace cellgate::http {
+
+inline constexpr const char* hop_header = "X-Cellgate-Hop";
+
+// The node tag of the id the request names (its first group, 8 hex digits),
+// or empty: from the path (/api/kernels/<id>…, /api/sessions/<id>…,
+// /api/contents/<id>…, /files/<id>…, /v1/sessions/<id>…, /v1/snapshots/<id>,
+// /e2b/sandboxes/<id>…, /e2b/v2/sandboxes/<id>…), else the E2B sandbox
+// plane's E2b-Sandbox-Id header or <port>-<id>.<domain> Host. The same rules
+// as the router's (deploy/cellgate-router).
+std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string_view raw_path);
+
+struct hop_owner {
+    enum class kind { self, peer, gone, unknown } what = kind::unknown;
+    std::string address;  // host:port, for a peer
+};
+
+// Set on a cluster node: its own tag and who holds a tag.
+struct hop_rules {
+    std::string tag;
+    std::function<hop_owner(const std::string& tag)> locate;
+};
+
+// The request's head as it goes to the owner: X-Cellgate-Hop names this
+// node, X-Forwarded-For gains the caller's address, and a request that does
+// not upgrade asks the owner to close after its answer (the relay then ends).
+std::string hop_request_head(boost::beast::http::request_header<> h, const std::string& from_tag,
+                             const std::string& remote);
+
+}  // namespace cellgate::http
