@@ -66,7 +66,8 @@ if ! have_tools; then
 fi
 
 echo "building the fuzz targets in $build"
-cmake -S "$here" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+source "$root/scripts/compiler-cache.sh" "$root"
+cmake -S "$here" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compiler_cache_args[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$build/build.log" 2>&1 ||
     { tail -30 "$build/build.log"; echo "run.sh: build failed (log: $build/build.log)" >&2; exit 1; }
 

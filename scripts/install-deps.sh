@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # build
-  build-essential cmake pkg-config git ca-certificates
+  build-essential cmake pkg-config git ca-certificates ccache
   libboost-dev libboost-program-options-dev libssl-dev libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev libsqlite3-dev
   # sandbox runtime

@@ -342,6 +342,40 @@ def test_a_tenants_cap_holds_across_the_cluster_under_concurrent_creates(cluster
     router.api("DELETE", f"/v1/sessions/{again.json()['id']}")
 
 
+def test_a_fork_counts_its_children_once_against_the_cluster_cap(cluster):
+    """A fork's children are reserved once, before its snapshot: with 4 of
+    the cap's 8 held, a fork of 3 fits (7) and then a fork of 2 does not (9),
+    leaving nothing made."""
+    etcd, nodes, router = cluster
+    end = time.monotonic() + 15
+    while held(etcd) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert held(etcd) == 0, "earlier tests' sessions still hold places"
+    made = []
+    try:
+        for _ in range(4):
+            r = router.api("POST", "/v1/sessions", json={})
+            assert r.status_code == 201, r.text
+            made.append(r.json()["id"])
+        parent = made[0]
+        router.api("POST", f"/v1/sessions/{parent}/execute", json={"code": "open('seed.txt', 'w').write('1234')"})
+        r = router.api("POST", f"/v1/sessions/{parent}/fork", json={"count": 3}, timeout=300)
+        assert r.status_code == 201, r.text
+        children = [c["id"] for c in r.json()["sessions"]]
+        made += children
+        assert len(children) == 3 and all(c[:8] == parent[:8] for c in children), children
+        for c in children:
+            out = router.api("POST", f"/v1/sessions/{c}/execute", json={"code": "print(open('seed.txt').read())"}).json()
+            assert out["stdout"].strip() == "1234", out
+        assert held(etcd) == 7
+        over = router.api("POST", f"/v1/sessions/{parent}/fork", json={"count": 2}, timeout=300)
+        assert over.status_code == 429 and "across the cluster" in over.json()["message"], over.text
+        assert held(etcd) == 7
+    finally:
+        for sid in made:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+
+
 def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):
     etcd, nodes, router = cluster
     sessions = {}

@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
+#include <thread>
 
 namespace cellgate::cluster {
 
@@ -141,8 +143,18 @@ membership::reservation membership::reserve(const std::string& tenant, std::size
     }
     std::lock_guard serial(reserve_mutex_);
     const auto quota_key = opts_.prefix + "quota/" + cellgate::hex_encode(tenant);
+    // Contention (other nodes reserving for the tenant at once) makes the
+    // compare-and-swap fail; try again, with a short random pause so the
+    // contenders spread out, for up to three seconds.
+    const auto deadline = clock::now() + std::chrono::seconds(3);
+    thread_local std::minstd_rand jitter(std::random_device{}());
     try {
-        for (int attempt = 0; attempt < 8; ++attempt) {
+        for (int attempt = 0;; ++attempt) {
+            if (attempt > 0) {
+                if (clock::now() >= deadline) break;
+                std::uniform_int_distribution<int> pause(1, 2 + 4 * std::min(attempt, 5));
+                std::this_thread::sleep_for(std::chrono::milliseconds(pause(jitter)));
+            }
             const auto stamp = quota_etcd_.get(quota_key);
             const auto held = quota_etcd_.count_prefix(admit_prefix(tenant));
             if (held + count > limit)
@@ -158,9 +170,12 @@ membership::reservation membership::reserve(const std::string& tenant, std::size
                                 value, lease});
             if (quota_etcd_.put_if_unchanged(quota_key, stamp ? stamp->mod_revision : 0, puts)) return {};
         }
+        spdlog::warn("cluster: node {}: a reservation for tenant {} lost its compare-and-swap for 3 s", opts_.tag,
+                     tenant);
         return {reservation::outcome::unavailable,
                 "Too many creates for this token at once across the cluster; try again"};
     } catch (const std::exception& e) {
+        spdlog::warn("cluster: node {}: the quota of tenant {} could not be checked: {}", opts_.tag, tenant, e.what());
         return {reservation::outcome::unavailable,
                 std::string("The cluster's quota could not be checked (etcd: ") + e.what() + ")"};
     }

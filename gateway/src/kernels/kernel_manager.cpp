@@ -45,6 +45,7 @@ kernel_manager::kernel_manager(asio::io_context& ioc, launcher::sandbox_launcher
 kernel_manager::~kernel_manager() {
     tick_timer_.cancel();
     cell_timer_.cancel();
+    gate_pool_.join();
     launch_pool_.join();
 }
 
@@ -142,34 +143,60 @@ void kernel_manager::set_tenant_quota(const std::string& tenant, std::size_t max
     admission_.set_quota(tenant, max_kernels);
 }
 
-std::optional<failure> kernel_manager::admit(const std::string& tenant, const std::string& spec_name,
-                                             const std::map<std::string, std::string>& env) {
+void kernel_manager::admit(const std::string& tenant, const std::string& spec_name,
+                           const std::map<std::string, std::string>& env, std::size_t count,
+                           std::function<void(std::optional<failure>)> then) {
     if (specs_.find(spec_name) == nullptr)
-        return failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"};
+        return then(failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"});
     try {
         launcher::validate_env(env, config_.launcher_rules);  // the same rules the launcher applies
     } catch (const launcher::spec_error& e) {
-        return failure{failure_kind::invalid, e.what()};
+        return then(failure{failure_kind::invalid, e.what()});
     }
-    if (admission_gate_) {
-        std::size_t limit = 0;
-        {
-            std::lock_guard lock(mutex_);
-            limit = admission_.limit(tenant);
-        }
-        if (auto refused = admission_gate_(tenant, 1, limit)) return refused;
+    auto local = [this, tenant, count, then = std::move(then)](std::optional<failure> refused) {
+        if (!refused) refused = admit_locally(tenant, count);
+        then(std::move(refused));
+    };
+    if (!admission_gate_) return local(std::nullopt);
+    std::size_t limit = 0;
+    {
+        std::lock_guard lock(mutex_);
+        limit = admission_.limit(tenant);
     }
+    asio::post(gate_pool_, [this, tenant, count, limit, local = std::move(local)] {
+        auto refused = admission_gate_(tenant, count, limit);
+        asio::post(ioc_, [local, refused = std::move(refused)] { local(refused); });
+    });
+}
+
+std::optional<failure> kernel_manager::admit_locally(const std::string& tenant, std::size_t count) {
     std::lock_guard lock(mutex_);
     if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
     // Counted now, so concurrent starts cannot race past the limits.
-    if (auto why = admission_.admit(tenant)) return failure{failure_kind::over_quota, std::move(*why)};
+    for (std::size_t i = 0; i < count; ++i) {
+        if (auto why = admission_.admit(tenant)) {
+            for (std::size_t j = 0; j < i; ++j) admission_.release(tenant);
+            return failure{failure_kind::over_quota,
+                           *why + (count > 1 ? "; " + std::to_string(count) + " sessions were asked for, " +
+                                                   std::to_string(i) + " more fit, none was started"
+                                             : std::string())};
+        }
+    }
     return std::nullopt;
 }
 
 void kernel_manager::start_kernel(const std::string& tenant, const std::string& spec_name,
                                   const std::map<std::string, std::string>& env, done_kernel callback,
                                   std::optional<kernel_policy> policy) {
-    if (auto refused = admit(tenant, spec_name, env)) return callback(std::move(refused), nullptr);
+    admit(tenant, spec_name, env, 1, [this, tenant, spec_name, env, callback, policy](std::optional<failure> refused) {
+        if (refused) return callback(std::move(refused), nullptr);
+        start_admitted(tenant, spec_name, env, callback, policy);
+    });
+}
+
+void kernel_manager::start_admitted(const std::string& tenant, const std::string& spec_name,
+                                    const std::map<std::string, std::string>& env, done_kernel callback,
+                                    std::optional<kernel_policy> policy) {
     const auto p = policy.value_or(config_.policies.resolve(surface::jupyter, spec_name, tenant));
     const auto id = make_node_id();
     if (auto busy = claim_volumes(tenant, id, p.volumes)) {

@@ -118,7 +118,9 @@ public:
     // not restarts or resumes of kernels already held), with the tenant's
     // cap: a failure refuses them. A cluster node refuses when it has lost
     // etcd (unavailable, 503) or the tenant is at its cap across the cluster
-    // (over_quota, 429): cluster/membership.hpp. Set before start().
+    // (over_quota, 429): cluster/membership.hpp. It may block for etcd
+    // round trips, so it runs on a thread of its own, never on an io
+    // thread. Set before start().
     using admission_gate = std::function<std::optional<failure>(const std::string& tenant, std::size_t count,
                                                                 std::size_t limit)>;
     void set_admission_gate(admission_gate gate) { admission_gate_ = std::move(gate); }
@@ -239,10 +241,18 @@ private:
     void wake_on_demand(const kernel_ptr& k);  // a client's message to it while paused resumes it
     void persist(const kernel_ptr& k, const std::map<std::string, std::string>& env);
     restart_budget new_budget() const { return {config_.restart_limit, config_.restart_window}; }
-    std::optional<failure> admit(const std::string& tenant, const std::string& spec_name,
-                                 const std::map<std::string, std::string>& env);
-    std::optional<failure> admit_many(const std::string& tenant, const std::string& spec_name,
-                                      const std::map<std::string, std::string>& env, std::size_t count);
+    // Admission of `count` new kernels: the request's checks, the gate (off
+    // the io threads, when set), then this node's caps. `then` hears the
+    // outcome once: at once without a gate, else on the io context. Admitted
+    // kernels hold their places until started or released.
+    void admit(const std::string& tenant, const std::string& spec_name, const std::map<std::string, std::string>& env,
+               std::size_t count, std::function<void(std::optional<failure>)> then);
+    std::optional<failure> admit_locally(const std::string& tenant, std::size_t count);
+    void start_admitted(const std::string& tenant, const std::string& spec_name,
+                        const std::map<std::string, std::string>& env, done_kernel callback,
+                        std::optional<kernel_policy> policy);
+    void start_admitted_from(const snapshot_record& s, std::size_t count, std::optional<kernel_policy> policy,
+                             done_kernels callback);
     // A session's read-write volumes, claimed for `kernel_id` (busy when
     // another session writes one; no_such_kernel for an unknown one).
     std::optional<failure> claim_volumes(const std::string& tenant, const std::string& kernel_id,
@@ -285,6 +295,7 @@ private:
     const manager_config config_;
     boost::asio::thread_pool launch_pool_;
     launch_gate launches_;  // starts and restarts, per tenant, onto launch_pool_
+    boost::asio::thread_pool gate_pool_{1};  // the admission gate's calls (etcd round trips)
     boost::asio::steady_timer tick_timer_;
     boost::asio::steady_timer cell_timer_;
 

@@ -161,37 +161,6 @@ void kernel_manager::adopt_snapshot(const snapshot_record& s) {
     snapshots_.insert_or_assign(s.id, s);
 }
 
-std::optional<failure> kernel_manager::admit_many(const std::string& tenant, const std::string& spec_name,
-                                                  const std::map<std::string, std::string>& env, std::size_t count) {
-    if (specs_.find(spec_name) == nullptr)
-        return failure{failure_kind::no_such_spec, "No such kernel spec: '" + spec_name + "'"};
-    try {
-        launcher::validate_env(env, config_.launcher_rules);
-    } catch (const launcher::spec_error& e) {
-        return failure{failure_kind::invalid, e.what()};
-    }
-    if (admission_gate_) {
-        std::size_t limit = 0;
-        {
-            std::lock_guard lock(mutex_);
-            limit = admission_.limit(tenant);
-        }
-        if (auto refused = admission_gate_(tenant, count, limit)) return refused;
-    }
-    std::lock_guard lock(mutex_);
-    if (shutting_down_) return failure{failure_kind::unavailable, "The gateway is shutting down"};
-    for (std::size_t i = 0; i < count; ++i) {
-        if (auto why = admission_.admit(tenant)) {
-            for (std::size_t j = 0; j < i; ++j) admission_.release(tenant);
-            return failure{failure_kind::over_quota,
-                           *why + (count > 1 ? "; " + std::to_string(count) + " sessions were asked for, " +
-                                                   std::to_string(i) + " more fit, none was started"
-                                             : std::string())};
-        }
-    }
-    return std::nullopt;
-}
-
 namespace {
 
 // The children of one start from a snapshot, gathered: the caller hears once,
@@ -210,7 +179,16 @@ void kernel_manager::start_from_snapshot(const std::string& tenant, const std::s
                                          std::optional<kernel_policy> policy, done_kernels callback) {
     const auto s = find_snapshot(tenant, snapshot_id);
     if (!s) return callback(failure{failure_kind::no_such_kernel, "No such snapshot: '" + snapshot_id + "'"}, {});
-    if (auto refused = admit_many(tenant, s->spec_name, s->env, count)) return callback(std::move(refused), {});
+    admit(tenant, s->spec_name, s->env, count, [this, snap = *s, count, policy, callback](std::optional<failure> refused) {
+        if (refused) return callback(std::move(refused), {});
+        start_admitted_from(snap, count, policy, callback);
+    });
+}
+
+void kernel_manager::start_admitted_from(const snapshot_record& snap, std::size_t count,
+                                         std::optional<kernel_policy> policy, done_kernels callback) {
+    const auto* s = &snap;
+    const auto& tenant = snap.tenant;
     {
         std::lock_guard lock(mutex_);
         starting_from_[s->id] += count;
@@ -258,23 +236,29 @@ void kernel_manager::start_from_snapshot(const std::string& tenant, const std::s
 }
 
 void kernel_manager::fork(const kernel_ptr& k, std::size_t count, const std::string& name, done_fork callback) {
-    // Counted before the snapshot is taken: past the quota nothing is made at all.
-    if (auto refused = admit_many(k->tenant(), k->spec_name(), {}, count)) return callback(std::move(refused), {}, {});
-    {
-        std::lock_guard lock(mutex_);
-        for (std::size_t i = 0; i < count; ++i) admission_.release(k->tenant());
-    }
-    snapshot(k, name, [this, k, count, callback = std::move(callback)](std::optional<failure> f, snapshot_record s) {
-        if (f) return callback(std::move(f), {}, {});
-        start_from_snapshot(k->tenant(), s.id, count, std::nullopt,
-                            [this, s, callback](std::optional<failure> f2, std::vector<kernel_ptr> children) {
-                                if (f2) {
-                                    // The snapshot was for these children only.
-                                    delete_snapshot(s.tenant, s.id, [](std::optional<failure>) {});
-                                    return callback(std::move(f2), {}, {});
-                                }
-                                callback(std::nullopt, s, std::move(children));
-                            });
+    // Admitted before the snapshot is taken: past the quota (this node's or
+    // the cluster's) nothing is made at all, and the places are the children's.
+    admit(k->tenant(), k->spec_name(), {}, count, [this, k, count, name, callback](std::optional<failure> refused) {
+        if (refused) return callback(std::move(refused), {}, {});
+        snapshot(k, name, [this, k, count, callback](std::optional<failure> f, snapshot_record s) {
+            if (f) {
+                // snapshot() may answer under mutex_: the places go back after it.
+                asio::post(ioc_, [this, tenant = k->tenant(), count] {
+                    std::lock_guard lock(mutex_);
+                    for (std::size_t i = 0; i < count; ++i) admission_.release(tenant);
+                });
+                return callback(std::move(f), {}, {});
+            }
+            start_admitted_from(s, count, std::nullopt,
+                                [this, s, callback](std::optional<failure> f2, std::vector<kernel_ptr> children) {
+                                    if (f2) {
+                                        // The snapshot was for these children only.
+                                        delete_snapshot(s.tenant, s.id, [](std::optional<failure>) {});
+                                        return callback(std::move(f2), {}, {});
+                                    }
+                                    callback(std::nullopt, s, std::move(children));
+                                });
+        });
     });
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -474,3 +475,60 @@ TEST_F(kernel_manager_test, a_launch_that_ends_during_shutdown_leaves_no_sandbox
     EXPECT_EQ(launcher.count("launch"), 1);
     EXPECT_EQ(manager->count(), 0u);
 }
+
+namespace {
+
+// The admission gate (a cluster node's etcd round trips) runs off the io
+// threads: a gate that blocks leaves them free, and its answer decides.
+TEST_F(kernel_manager_test, the_admission_gate_runs_off_the_io_threads_and_its_refusal_holds_no_place) {
+    auto c = fast_config();
+    c.max_kernels_per_tenant = 3;
+    c.max_kernels = 1;  // a refusal that kept its place would block the start after it
+    manager = std::make_unique<kernels::kernel_manager>(ioc, launcher, reactor, specs, metrics, c);
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = false;
+    std::vector<std::pair<std::string, std::size_t>> asked;
+    std::vector<std::thread::id> threads;
+    manager->set_admission_gate([&](const std::string& tenant, std::size_t count, std::size_t limit)
+                                    -> std::optional<kernels::failure> {
+        std::unique_lock lock(m);
+        asked.emplace_back(tenant, limit);
+        threads.push_back(std::this_thread::get_id());
+        EXPECT_EQ(count, 1u);
+        cv.wait_for(lock, 5s, [&] { return open; });
+        if (tenant == "mallory") return kernels::failure{kernels::failure_kind::over_quota, "across the cluster"};
+        return std::nullopt;
+    });
+    manager->start();
+
+    auto p = std::make_shared<std::promise<started>>();
+    auto f = p->get_future();
+    asio::post(ioc, [this, p] {
+        manager->start_kernel("mallory", "fake", {}, [p](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+            p->set_value({std::move(e), std::move(k)});
+        });
+    });
+    settle_io();  // the io thread is free while the gate waits
+    EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout);
+    {
+        std::lock_guard lock(m);
+        open = true;
+    }
+    cv.notify_all();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    const auto refused = f.get();
+    ASSERT_TRUE(refused.error);
+    EXPECT_EQ(refused.error->kind, kernels::failure_kind::over_quota);
+    EXPECT_EQ(launcher.count("launch"), 0);
+
+    const auto s = start("alice");
+    ASSERT_FALSE(s.error) << s.error->message;
+    EXPECT_EQ(launcher.count("launch"), 1);
+    std::lock_guard lock(m);
+    ASSERT_EQ(asked.size(), 2u);
+    EXPECT_EQ(asked[0], (std::pair<std::string, std::size_t>{"mallory", 3}));
+    for (const auto& t : threads) EXPECT_NE(t, io_thread.get_id());
+}
+
+}  // namespace
