@@ -57,6 +57,16 @@ def owner_of(nodes, sid):
     return next(n for n, tag in zip(nodes, TAGS) if sid.startswith(tag + "-"))
 
 
+def six_times_seven_over_websocket(gateway, kid):
+    """A cell on the kernel's Jupyter WebSocket, opened through `gateway`."""
+    ch = KernelChannel(gateway, kid)
+    try:
+        res = ch.execute("print(6 * 7)")
+        assert res["reply"]["status"] == "ok" and res["stdout"].strip() == "42", res
+    finally:
+        ch.ws.close()
+
+
 def test_creates_spread_and_each_id_reaches_its_own_node(cluster):
     etcd, nodes, router = cluster
     made = []
@@ -92,12 +102,7 @@ def test_a_kernels_websocket_through_the_router_lands_on_its_node(cluster):
     kid = k.json()["id"]
     try:
         owner = owner_of(nodes, kid)
-        ch = KernelChannel(router, kid)
-        try:
-            res = ch.execute("import socket; print(6 * 7)")
-            assert res["reply"]["status"] == "ok" and res["stdout"].strip() == "42", res
-        finally:
-            ch.ws.close()
+        six_times_seven_over_websocket(router, kid)
         # The kernel the socket reached is the owner's: its execution count moved there.
         assert owner.api("GET", f"/api/kernels/{kid}").json()["execution_state"] in ("idle", "busy")
         assert router.api("GET", f"/api/kernels/{kid}").json()["id"] == kid
@@ -254,12 +259,7 @@ def test_a_node_asked_for_another_nodes_id_relays_it(cluster):
         text = "".join(chunk.decode() for chunk in r.iter_content(None))
         assert "streamed" in text and "event:" in text, text
         # The kernel's WebSocket, through the node that does not hold it.
-        ch = KernelChannel(other, kid)
-        try:
-            res = ch.execute("print(6 * 7)")
-            assert res["reply"]["status"] == "ok" and res["stdout"].strip() == "42", res
-        finally:
-            ch.ws.close()
+        six_times_seven_over_websocket(other, kid)
         assert other.api("GET", f"/api/kernels/{kid}").json()["execution_state"] in ("idle", "busy")
         # The E2B sandbox plane: its per-sandbox token is the owner's to check.
         plane = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49999",
