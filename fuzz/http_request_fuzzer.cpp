@@ -134,6 +134,13 @@ struct fixture {
                               {"other-tenant-token", "acme", "ci", 4}}};
     std::vector<std::string> allow_origins{"https://lab.example.com", "*"};
     agent::agent_limits limits;
+    // A cluster node's view: ids whose tag starts with 1 are a peer's, with 2
+    // a departed node's (http/hop.hpp).
+    http::hop_rules hops{"0a0b0c0d", [](const std::string& tag) {
+                             if (tag.front() == '1') return http::hop_owner{http::hop_owner::kind::peer, "127.0.0.1:1"};
+                             if (tag.front() == '2') return http::hop_owner{http::hop_owner::kind::gone, {}};
+                             return http::hop_owner{};
+                         }};
 
     fixture() {
         for (const auto& r : gateway_routes) {
@@ -389,6 +396,18 @@ void check_admission(const http::admission& a, const http::server_options& opts)
     for (const auto& [name, value] : ctx.params)
         if (value.find('\0') != std::string::npos) finding();
     if (a.what == action::respond) return;
+    if (a.what == action::forward) {
+        // Only another node's well-formed tag is relayed, to the peer's address.
+        const auto& t = a.forward_tag;
+        if (t.size() != 8 || t == "0a0b0c0d" || t.front() != '1' || a.forward_to != "127.0.0.1:1") finding();
+        for (const char c : t)
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) finding();
+        const auto head = http::hop_request_head(ctx.req.base(), "0a0b0c0d", "127.0.0.1");
+        if (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0 ||
+            head.find("\r\nX-Cellgate-Hop: 0a0b0c0d\r\n") == std::string::npos)
+            finding();
+        return;
+    }
     const bool is_public = http::public_route(ctx.route) && a.what != action::upload;
     if (!is_public && ctx.who.tenant.empty()) finding();  // past the token check without a token
     if (a.what == action::read_body) {
@@ -434,10 +453,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             break;
         }
         if (ec) break;  // end of stream, malformed, cut short: nothing to answer
-        const auto a = http::admit({fx.routes, fx.auth, opts}, header_parser.get(), "127.0.0.1");
+        const auto a = http::admit({fx.routes, fx.auth, opts, &fx.hops}, header_parser.get(), "127.0.0.1");
         check_admission(a, opts);
         const auto& ctx = *a.ctx;
         using action = http::admission::action;
+        if (a.what == action::forward) break;  // the connection now belongs to the relay
         if (a.what == action::respond) {
             check_response(a.reply, &ctx.req, fx);
             if (a.close_after || !ctx.req.keep_alive()) break;

@@ -234,6 +234,16 @@ def http_seeds():
         "lab_get_api": http_request("GET", "/api", auth=False),
         "lab_list_kernels": http_request("GET", "/api/kernels?1700000000000"),
         "lab_kernelspecs": http_request("GET", "/api/kernelspecs"),
+        # Ids another cluster node made (the fuzzer's view: tag 1… a peer, 2… gone): relayed, 410.
+        "hop_peer_session": http_request("GET", "/v1/sessions/1a2b3c4d-0000-4000-8000-00000000abcd/files/a.txt"),
+        "hop_peer_channels": http_request("GET", "/api/kernels/1a2b3c4d-0000-4000-8000-00000000abcd/channels"
+                                          "?session_id=s-1", headers=ws_headers),
+        "hop_gone_kernel": http_request("DELETE", "/api/kernels/2b3c4d5e-0000-4000-8000-00000000abcd"),
+        "hop_e2b_plane": http_request("POST", "/e2b/execute", body=b'{"code":"1"}',
+                                      headers=("E2b-Sandbox-Id: 1a2b3c4d-0000-4000-8000-00000000abcd",
+                                               "E2b-Sandbox-Port: 49999")),
+        "hop_e2b_host": http_request("GET", "/health", auth=False, base=BROWSER.replace(
+            "Host: 127.0.0.1:8888", "Host: 49999-1a2b3c4d-0000-4000-8000-00000000abcd.cellgate.test")),
         "lab_sessions": http_request("GET", "/api/sessions?1700000000001"),
         "lab_contents_root": http_request("GET", "/api/contents?content=1&hash=0"),
         "lab_contents_dir": http_request("GET", f"/api/contents/{KID}/data?content=1&type=directory"),
