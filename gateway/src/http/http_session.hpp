@@ -203,8 +203,9 @@ private:
     // The connection goes to the id's owner, with what was read past the head.
     void forward(const admission& a) {
         ++ctx_.metrics.cluster_hops;
-        spdlog::debug("{} {} → node {} at {}", std::string(bhttp::to_string(a.ctx->req.method())),
-                      a.ctx->path.substr(0, 200), a.forward_tag, a.forward_to);
+        if (spdlog::should_log(spdlog::level::debug))
+            spdlog::debug("{} {} → node {} at {}", std::string(bhttp::to_string(a.ctx->req.method())),
+                          a.ctx->path.substr(0, 200), a.forward_tag, a.forward_to);
         const auto& head = header_parser_->get();
         auto relayed = hop_request_head(head.base(), ctx_.hops.tag, remote_);
         const auto pending = buffer_.data();

@@ -187,25 +187,24 @@ void kernel_manager::start_from_snapshot(const std::string& tenant, const std::s
 
 void kernel_manager::start_admitted_from(const snapshot_record& snap, std::size_t count,
                                          std::optional<kernel_policy> policy, done_kernels callback) {
-    const auto* s = &snap;
     const auto& tenant = snap.tenant;
     {
         std::lock_guard lock(mutex_);
-        starting_from_[s->id] += count;
+        starting_from_[snap.id] += count;
     }
     auto batch = std::make_shared<child_batch>();
     batch->count = batch->left = count;
     batch->callback = std::move(callback);
-    auto p = policy.value_or(s->policy);
+    auto p = policy.value_or(snap.policy);
     p.volumes.clear();  // a snapshot holds the workspace only; volumes have one writer
-    const nlohmann::json origin = {{"snapshot", s->id}, {"source", s->source}, {"mode", s->mode}};
+    const nlohmann::json origin = {{"snapshot", snap.id}, {"source", snap.source}, {"mode", snap.mode}};
     for (std::size_t i = 0; i < count; ++i) {
-        auto k = std::make_shared<kernel>(make_node_id(), s->spec_name, tenant, reactor_, config_.kernel, metrics_);
+        auto k = std::make_shared<kernel>(make_node_id(), snap.spec_name, tenant, reactor_, config_.kernel, metrics_);
         k->set_policy(p);
         k->set_origin(origin);
-        auto spec = spec_for(*k, s->env);
-        spec.from_snapshot = s->id;
-        launches_.submit(tenant, [this, k, spec, env = s->env, batch, sid = s->id] {
+        auto spec = spec_for(*k, snap.env);
+        spec.from_snapshot = snap.id;
+        launches_.submit(tenant, [this, k, spec, env = snap.env, batch, sid = snap.id] {
             launch_new(k, spec, env, [this, batch, sid](std::optional<failure> f, kernel_ptr child) {
                 std::vector<kernel_ptr> started;
                 std::optional<failure> first;
