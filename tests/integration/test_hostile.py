@@ -1432,25 +1432,37 @@ def test_a_multipart_bomb_of_large_frames_is_cut_off_before_the_gateway_holds_it
     the connection at the frame that passes the limits and libzmq
     reconnects, so the cell's own output after the bombs still arrives."""
     r, figures = wire_attack(gw, attacker, f"""
-import time
+import time, zmq
+from zmq.utils.monitor import recv_monitor_message
 k = get_ipython().kernel
 head = [b"stream", b"<IDS|MSG>", b"0" * 64]
 big, small = memoryview(bytearray((64 << 20) - 64)), memoryview(bytearray(1 << 20))
 sent = []
+def back(monitor, timeout_s=90):
+    # the cut-off iopub is back once the kernel's bound socket accepts the
+    # gateway's new connection (3-8 s under gVisor on a loaded host); a PUB
+    # socket drops what it sends before then, so a fixed sleep was a race
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if monitor.poll(200) and recv_monitor_message(monitor)["event"] == zmq.EVENT_ACCEPTED:
+            time.sleep(2)  # its subscription follows the connection
+            return True
+    return False
 def bomb():
+    monitor = k.iopub_thread.socket.get_monitor_socket(zmq.EVENT_ACCEPTED)
     k.iopub_thread.socket.send_multipart(head + [big] * {BOMB_FRAMES['64 MiB']}, copy=False)
-    time.sleep(5)  # the cut-off iopub reconnects first (slower under gVisor on a loaded host)
+    sent.append(back(monitor))
     k.iopub_thread.socket.send_multipart(head + [small] * {BOMB_FRAMES['1 MiB']}, copy=False)
-    sent.append(1)
+    sent.append(back(monitor))
+    k.iopub_thread.socket.disable_monitor()
 k.iopub_thread.schedule(bomb)
-while not sent:
+while len(sent) < 2:
     time.sleep(0.05)
-time.sleep(10)  # libzmq reconnects the gateway's iopub after its interval (under gVisor, after the second cut-off, 3-8 s here); output sent before is lost
-print("sent")
+print("sent", *sent)
 """)
     measure(gw, "multipart bomb of large frames", frames=BOMB_FRAMES, **figures)
     assert r["status"] == "ok", (r["status"], r["stderr"][-500:], kernel_log(gw, attacker))
-    assert "sent" in r["stdout"], r["stdout"][-500:]
+    assert "sent True True" in r["stdout"], r["stdout"][-500:]  # the iopub came back after each bomb
     assert figures["dropped"] >= 2, figures  # each bomb cut off is counted as a dropped message
     assert figures["gateway_rss_growth_mib"] < 256, figures["gateway_rss_mib"]
     assert figures["kernel_deaths"] == 0, figures
