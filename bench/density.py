@@ -8,14 +8,20 @@ against the reference in the same run: an unsandboxed ipykernel with the
 same imports under jupyter_server (bench.py's memory scenario, 4 kernels).
 
     /usr/bin/python3 bench/density.py [--max 400] [--reserve-gib 2] [--json bench/results/density.json]
+    /usr/bin/python3 bench/density.py --memory-merge [--ksm-pages 2000] [--ksm-sleep-ms 20]
+
+--memory-merge runs the gateway with --memory-merge on and the host's ksmd
+as scripts/ksm.sh would (the host's settings are put back after), waits for
+ksmd to settle before it measures, and reports ksmd's CPU time over the run.
 
 Bounded: at most 1000 sessions, and it stops adding before the machine runs
 short of memory. One gateway started by this script (runc, no warm pool).
 Run as root from a built tree.
 """
 import argparse
+import contextlib
 import json
-import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,17 +39,77 @@ def mem_available_kib():
     return 0
 
 
+KSM = Path("/sys/kernel/mm/ksm")
+
+
+def ksm(name):
+    return int((KSM / name).read_text().split()[0])
+
+
+def ksmd_cpu_s():
+    pid = subprocess.run(["pgrep", "-x", "ksmd"], capture_output=True, text=True).stdout.split()
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, USER_HZ
+
+
+@contextlib.contextmanager
+def ksmd(on, pages, sleep_ms):
+    if not on:
+        yield
+        return
+    names = ("run", "pages_to_scan", "sleep_millisecs")
+    saved = {n: (KSM / n).read_text().strip() for n in names}
+    try:
+        (KSM / "pages_to_scan").write_text(str(pages))
+        (KSM / "sleep_millisecs").write_text(str(sleep_ms))
+        (KSM / "run").write_text("1")
+        yield
+    finally:
+        if saved["run"] == "0":
+            (KSM / "run").write_text("2")  # unmerge what this run merged
+        for n in ("pages_to_scan", "sleep_millisecs", "run"):
+            (KSM / n).write_text(saved[n])
+
+
+def settle(timeout_s=300):
+    """Waits until a full ksmd scan adds less than 1 % to what it shares."""
+    end, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < end:
+        scans = ksm("full_scans")
+        while ksm("full_scans") == scans and time.monotonic() < end:
+            time.sleep(0.5)
+        sharing = ksm("pages_sharing")
+        if last >= 0 and sharing - last < max(1, last // 100):
+            return
+        last = sharing
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--max", type=int, default=400)
     ap.add_argument("--reserve-gib", type=float, default=2.0)
-    ap.add_argument("--json", default=str(REPO / "bench" / "results" / "density.json"))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--memory-merge", action="store_true")
+    ap.add_argument("--ksm-pages", type=int, default=2000)
+    ap.add_argument("--ksm-sleep-ms", type=int, default=20)
     args = ap.parse_args()
+    if args.json is None:
+        name = "density-merge.json" if args.memory_merge else "density.json"
+        args.json = str(REPO / "bench" / "results" / name)
+    with ksmd(args.memory_merge, max(1, min(args.ksm_pages, 100000)), max(1, min(args.ksm_sleep_ms, 10000))):
+        run(args)
+
+
+def run(args):
     limit = max(1, min(args.max, 1000))
     reserve = int(args.reserve_gib * 1024 * 1024)
     ref = reference_stack_pss_kib()
     cg = Cellgate("--pool-size", "0", "--max-kernels", str(limit + 4), "--max-kernels-per-tenant", "0",
-                  "--idle-timeout", "0", "--cull-idle-timeout", "0")
+                  "--idle-timeout", "0", "--cull-idle-timeout", "0",
+                  *(["--memory-merge", "on"] if args.memory_merge else []))
+    cpu0 = ksmd_cpu_s()
     ids, failed, per = [], [], None
     stopped_by = "max"
     t0 = time.monotonic()
@@ -67,6 +133,8 @@ def main():
                 print(f"  {len(ids)} sessions, MemAvailable {mem_available_kib() / 1048576:.1f} GiB", flush=True)
         fill_s = time.monotonic() - t0
         time.sleep(3)
+        if args.memory_merge:
+            settle()
         pids = []
         for sid in ids:
             procs = Path(f"/sys/fs/cgroup/pids/cellgate/{sid}/cgroup.procs")
@@ -83,10 +151,16 @@ def main():
         cg.stop()
     results = {"sessions": len(ids), "stopped_by": stopped_by, "failed": len(failed), "errors": failed[:5],
                "pss_per_session_mib": per / 1024, "reference_pss_mib": ref / 1024, "ratio": per / ref,
-               "fill_seconds": fill_s, "memory_gib": round(mem_available_kib() / 1048576, 1)}
+               "fill_seconds": fill_s, "memory_gib": round(mem_available_kib() / 1048576, 1),
+               "memory_merge": args.memory_merge}
+    if args.memory_merge:
+        results["ksmd"] = {"cpu_seconds": round(ksmd_cpu_s() - cpu0, 1), "pages_to_scan": args.ksm_pages,
+                           "sleep_ms": args.ksm_sleep_ms, "wall_seconds": round(time.monotonic() - t0, 1)}
     print(f"{len(ids)} idle sessions with the stack (stopped by {stopped_by}), {len(failed)} failed; "
           f"PSS {per / 1024:.1f} MiB per session against {ref / 1024:.1f} MiB unsandboxed "
           f"({per / ref:.2f}×); filled in {fill_s:.0f} s", flush=True)
+    if args.memory_merge:
+        print(f"ksmd: {results['ksmd']}", flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2))
 

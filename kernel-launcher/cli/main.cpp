@@ -71,8 +71,7 @@ launcher_config config_from(args_t& args) {
         if (args[i] == "--state-dir") cfg.state_dir = take();
         else if (args[i] == "--image-store") cfg.image_store = take();
         else if (args[i] == "--workspace-root") cfg.workspace_root = take();
-        else if (args[i] == "--cgroup-parent" || args[i] == "--uid-range-start" || args[i] == "--uid-range-slots" ||
-                 args[i] == "--runsc-platform") {
+        else if (is_node_option(args[i])) {
             const auto name = args[i];
             apply_node_option(cfg, name, take());
         } else rest.push_back(args[i]);

@@ -360,7 +360,7 @@ options parse_args(int argc, char** argv) {
         else if (a == "--workspace-root") o.launcher.workspace_root = value();
         else if (a == "--egress-root") o.launcher.egress_root = value();
         else if (a == "--runc") o.launcher.runc_path = value();
-        else if (a == "--cgroup-parent" || a == "--uid-range-start" || a == "--uid-range-slots" || a == "--runsc-platform")
+        else if (is_node_option(a))
             apply_node_option(o.launcher, a, value());
         else if (a == "--help" || a == "-h")
             throw std::invalid_argument(

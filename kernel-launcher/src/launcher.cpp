@@ -343,6 +343,12 @@ struct launcher::impl {
             in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(fs::path(info.run_dir)).script_dir.string()};
         in.env = base_environment(spec.limits);
         for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
+        if (cfg.memory_merge && rt.name() == "runc") {
+            // The entry point opts into KSM; a fixed string hash seed lays out
+            // the imports' dicts alike in every kernel (a caller's seed stands).
+            in.env.push_back("CELLGATE_MEMORY_MERGE=1");
+            if (!spec.env.contains("PYTHONHASHSEED")) in.env.push_back("PYTHONHASHSEED=0");
+        }
         if (!spec.preload.empty()) {
             std::string modules;
             for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;
@@ -827,7 +833,7 @@ launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr
     : config_(config) {
     check_node_settings(config_);  // refuses a range that overlaps /etc/subuid, a bad cgroup parent
     if (runtimes.empty()) {
-        runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc"));
+        runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc", config.memory_merge));
         runtimes.emplace("runsc", make_runsc_runtime(config.runsc_path, config.state_dir / "runsc",
                                                      config.runsc_platform));
     }

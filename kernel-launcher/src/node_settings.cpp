@@ -84,6 +84,11 @@ void check_node_settings(const launcher_config& cfg) {
     }
 }
 
+bool is_node_option(std::string_view name) {
+    return name == "--cgroup-parent" || name == "--uid-range-start" || name == "--uid-range-slots" ||
+           name == "--runsc-platform" || name == "--memory-merge";
+}
+
 bool apply_node_option(launcher_config& cfg, const std::string& name, const std::string& value) {
     if (name == "--cgroup-parent") cfg.cgroup_parent = value;
     else if (name == "--uid-range-start") {
@@ -94,6 +99,9 @@ bool apply_node_option(launcher_config& cfg, const std::string& name, const std:
         if (value != "auto" && value != "kvm" && value != "ptrace" && value != "systrap")
             throw spec_error(name + " must be auto, kvm, ptrace or systrap");
         cfg.runsc_platform = value;
+    } else if (name == "--memory-merge") {
+        if (value != "on" && value != "off") throw spec_error(name + " must be on or off");
+        cfg.memory_merge = value == "on";
     } else if (name == "--uid-range-slots") {
         const auto n = parse_number(value, name);
         if (n == 0 || n > 65536) throw spec_error(name + " must be 1…65536");

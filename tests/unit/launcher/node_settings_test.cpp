@@ -85,6 +85,20 @@ TEST(node_settings, start_up_check_refuses_a_range_listed_in_a_subid_file) {
     std::filesystem::remove_all(dir);
 }
 
+TEST(node_settings, the_memory_merge_option) {
+    auto c = no_subid_files();
+    EXPECT_FALSE(c.memory_merge);
+    EXPECT_TRUE(is_node_option("--memory-merge"));
+    EXPECT_TRUE(apply_node_option(c, "--memory-merge", "on"));
+    EXPECT_TRUE(c.memory_merge);
+    EXPECT_TRUE(apply_node_option(c, "--memory-merge", "off"));
+    EXPECT_FALSE(c.memory_merge);
+    for (const char* bad : {"", "yes", "1", "ON"}) EXPECT_THROW(apply_node_option(c, "--memory-merge", bad), spec_error) << bad;
+    for (const char* name : {"--cgroup-parent", "--uid-range-start", "--uid-range-slots", "--runsc-platform"})
+        EXPECT_TRUE(is_node_option(name)) << name;
+    EXPECT_FALSE(is_node_option("--state-dir"));
+}
+
 TEST(node_settings, the_runsc_platform_option_and_its_auto_probe) {
     auto c = no_subid_files();
     EXPECT_EQ(c.runsc_platform, "auto");

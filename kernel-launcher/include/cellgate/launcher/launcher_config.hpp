@@ -24,6 +24,14 @@ struct launcher_config {
     // kvm when a probe of /dev/kvm succeeds at start, else ptrace.
     std::string runsc_path = "runsc";
     std::string runsc_platform = "auto";
+    // Memory merging (runc sandboxes; docs/memory.md): each kernel opts into
+    // KSM (PR_SET_MEMORY_MERGE) and starts with a fixed address layout
+    // (ADDR_NO_RANDOMIZE) and string hash seed (PYTHONHASHSEED=0), so the
+    // pages its imports fill are the same bytes in every kernel and ksmd can
+    // share them. The host must run ksmd (scripts/ksm.sh on). Off: sessions
+    // that merge can learn, by timing a write, whether another session holds
+    // a page of given content.
+    bool memory_merge = false;
     // The host half of the gVisor relay; empty: next to the running program,
     // else in PATH.
     std::string relay_path;

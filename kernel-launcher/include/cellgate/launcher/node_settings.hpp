@@ -42,11 +42,14 @@ std::vector<subid_conflict> subid_overlaps(std::string_view text, const std::str
 void check_node_settings(const launcher_config& cfg);
 
 // "--cgroup-parent", "--uid-range-start", "--uid-range-slots" (and
-// "--runsc-platform", which is not per node but rides along) for the CLIs
-// that take launcher options (cellgate-launch, cellgate-launchd); returns
-// false when `name` is none of them. Throws spec_error on a bad value.
+// "--runsc-platform" and "--memory-merge", which are not per node but ride
+// along) for the CLIs that take launcher options (cellgate-launch,
+// cellgate-launchd); returns false when `name` is none of them. Throws
+// spec_error on a bad value.
 bool apply_node_option(launcher_config& cfg, const std::string& name, const std::string& value);
+bool is_node_option(std::string_view name);
 inline constexpr std::string_view node_options_usage =
-    "[--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N] [--runsc-platform auto|kvm|ptrace]";
+    "[--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N] [--runsc-platform auto|kvm|ptrace] "
+    "[--memory-merge on|off]";
 
 }  // namespace cellgate::launcher

@@ -101,9 +101,10 @@ public:
     virtual exec_command exec_command_for(const std::string& id, const exec_files& files) const = 0;
 };
 
-// `runc --root <state_root> …`
-std::unique_ptr<oci_runtime> make_runc_runtime(std::string runc_path,
-                                               std::filesystem::path state_root);
+// `runc --root <state_root> …`; with `fixed_layout`, sandboxes start with
+// ADDR_NO_RANDOMIZE (launcher_config::memory_merge).
+std::unique_ptr<oci_runtime> make_runc_runtime(std::string runc_path, std::filesystem::path state_root,
+                                               bool fixed_layout = false);
 
 // `runsc --root <state_root> --platform <platform> --network=none --oci-seccomp …`
 // runsc's platform for `requested`: "auto" is "kvm" where /dev/kvm (or
