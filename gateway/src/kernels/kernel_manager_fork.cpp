@@ -64,27 +64,32 @@ void kernel_manager::snapshot(const kernel_ptr& k, const std::string& name, done
     s.source = k->id();
     s.spec_name = k->spec_name();
     s.policy = k->policy();
+    // A refusal is decided under the lock and answered after it: the callback
+    // may call back into the manager.
+    std::optional<failure> refused;
     {
         std::lock_guard lock(mutex_);
         const auto it = kernels_.find(k->id());
-        if (it == kernels_.end()) return callback(failure{failure_kind::no_such_kernel, "No such session"}, {});
-        if (it->second.busy_lifecycle)
-            return callback(failure{failure_kind::busy, "The session is restarting, pausing or resuming; "
-                                                        "try the snapshot again in a moment"}, {});
         std::size_t mine = 0;
-        for (const auto& [id, other] : snapshots_) mine += other.tenant == s.tenant ? 1 : 0;
-        if (config_.max_snapshots_per_tenant > 0 && mine >= config_.max_snapshots_per_tenant)
-            return callback(failure{failure_kind::over_quota,
-                                    "Snapshot limit reached for this token (" +
-                                        std::to_string(config_.max_snapshots_per_tenant) +
-                                        "); delete one first: DELETE /v1/snapshots/{id}"},
-                            {});
-        s.env = it->second.env;
-        // Counted (and unlisted) from now: concurrent snapshots cannot race past the limit.
-        s.mode.clear();
-        snapshots_.emplace(s.id, s);
-        ++copying_[k->id()];
+        for (const auto& [id, other] : snapshots_) mine += other.tenant == s.tenant ? 1U : 0U;
+        if (it == kernels_.end()) {
+            refused = failure{failure_kind::no_such_kernel, "No such session"};
+        } else if (it->second.busy_lifecycle) {
+            refused = failure{failure_kind::busy, "The session is restarting, pausing or resuming; "
+                                                  "try the snapshot again in a moment"};
+        } else if (config_.max_snapshots_per_tenant > 0 && mine >= config_.max_snapshots_per_tenant) {
+            refused = failure{failure_kind::over_quota, "Snapshot limit reached for this token (" +
+                                                            std::to_string(config_.max_snapshots_per_tenant) +
+                                                            "); delete one first: DELETE /v1/snapshots/{id}"};
+        } else {
+            s.env = it->second.env;
+            // Counted (and unlisted) from now: concurrent snapshots cannot race past the limit.
+            s.mode.clear();
+            snapshots_.emplace(s.id, s);
+            ++copying_[k->id()];
+        }
     }
+    if (refused) return callback(std::move(refused), {});
     launches_.submit(k->tenant(), [this, k, s, callback = std::move(callback)]() mutable {
         std::optional<failure> f;
         try {
@@ -241,11 +246,10 @@ void kernel_manager::fork(const kernel_ptr& k, std::size_t count, const std::str
         if (refused) return callback(std::move(refused), {}, {});
         snapshot(k, name, [this, k, count, callback](std::optional<failure> f, snapshot_record s) {
             if (f) {
-                // snapshot() may answer under mutex_: the places go back after it.
-                asio::post(ioc_, [this, tenant = k->tenant(), count] {
+                {
                     std::lock_guard lock(mutex_);
-                    for (std::size_t i = 0; i < count; ++i) admission_.release(tenant);
-                });
+                    for (std::size_t i = 0; i < count; ++i) admission_.release(k->tenant());
+                }
                 return callback(std::move(f), {}, {});
             }
             start_admitted_from(s, count, std::nullopt,
