@@ -116,11 +116,12 @@ def fair_gw(tmp_path_factory):
     d = tmp_path_factory.mktemp("fair")
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": HOG, "tenant": "hog"}, {"token": OTHER, "tenant": "other"}]))
-    # 1% of a CPU: the kernel cannot import ipykernel within the 30 s start
-    # timeout, so each start holds a launch thread the whole time, as a start
-    # that hangs would.
+    # 1% of a CPU: the kernel cannot import ipykernel within the spec's 15 s
+    # start timeout, so each start holds a launch thread the whole time, as a
+    # start that hangs would.
     config = d / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {}, "slow": {"limits": {"cpu_millis": 10}}}}))
+    config.write_text(json.dumps({"kernelspecs": {"python3": {}, "slow": {"limits": {"cpu_millis": 10},
+                                                                          "start_timeout_s": 15}}}))
     g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-launches-per-tenant", "2").start()
     yield g
     g.stop()

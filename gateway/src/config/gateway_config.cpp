@@ -315,6 +315,12 @@ kernels::kernelspec kernelspec_from(const std::string& name, const json& j) {
     k.language = j.value("language", k.language);
     if (j.contains("preload")) k.preload = j["preload"].get<std::vector<std::string>>();
     if (j.contains("limits")) from_json(j["limits"], k.limits);
+    if (j.contains("start_timeout_s")) {
+        const auto& t = j["start_timeout_s"];
+        if (!t.is_number() || t.get<double>() < 1 || t.get<double>() > 600)
+            throw config_error("kernelspecs." + name + ".start_timeout_s must be a number of seconds, 1…600");
+        k.start_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(t.get<double>() * 1000));
+    }
     return k;
 }
 

@@ -15,6 +15,7 @@ launcher::sandbox_spec kernelspec::to_sandbox_spec(const std::string& kernel_id,
     spec.runtime = runtime;
     spec.limits = limits;
     spec.preload = preload;
+    spec.start_timeout = start_timeout;
     spec.env = env;
     return spec;
 }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -24,6 +25,8 @@ struct kernelspec {
     std::string interrupt_mode = "signal";
     launcher::sandbox_limits limits;
     std::vector<std::string> preload;
+    // How long a start may take before it is given up (config "start_timeout_s").
+    std::chrono::milliseconds start_timeout{30000};
     std::map<std::string, std::filesystem::path> resources;  // "logo-64x64.png" → host file
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
