@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -52,6 +53,27 @@ TEST(gateway_config, per_node_settings_reach_the_launcher) {
     EXPECT_EQ(parse({}).launcher.runsc_platform, "auto");
     EXPECT_EQ(parse({"--runsc-platform", "ptrace"}).launcher.runsc_platform, "ptrace");
     EXPECT_THROW(parse({"--runsc-platform", "vmware"}), config::config_error);
+    EXPECT_FALSE(parse({}).launcher.memory_merge);
+    EXPECT_TRUE(parse({"--memory-merge", "on"}).launcher.memory_merge);
+    EXPECT_THROW(parse({"--memory-merge", "yes"}), config::config_error);
+}
+
+TEST(gateway_config, a_kernelspec_names_its_start_timeout) {
+    const auto file = std::filesystem::temp_directory_path() / ("cg-start-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(file) << R"({"kernelspecs": {"python3": {}, "slow": {"start_timeout_s": 15}}})";
+    const auto c = parse({"--config", file.string()});
+    const auto spec_of = [&](const char* name) {
+        return *std::find_if(c.kernelspecs.begin(), c.kernelspecs.end(), [&](const auto& k) { return k.name == name; });
+    };
+    EXPECT_EQ(spec_of("python3").to_sandbox_spec("k", {}).start_timeout, std::chrono::seconds(30));
+    EXPECT_EQ(spec_of("slow").to_sandbox_spec("k", {}).start_timeout, std::chrono::seconds(15));
+    for (const char* bad : {R"({"kernelspecs": {"slow": {"start_timeout_s": 0}}})",
+                            R"({"kernelspecs": {"slow": {"start_timeout_s": 601}}})",
+                            R"({"kernelspecs": {"slow": {"start_timeout_s": "15"}}})"}) {
+        std::ofstream(file) << bad;
+        EXPECT_THROW(parse({"--config", file.string()}), config::config_error) << bad;
+    }
+    std::filesystem::remove(file);
 }
 
 TEST(gateway_config, policies_per_surface_kernelspec_and_tenant) {
