@@ -195,7 +195,7 @@ class Router:
         for name, argv in (("haproxy", ["haproxy", "-db", "-f", str(self.dir / "haproxy.cfg")]),
                            ("sync", ["/usr/bin/python3", str(ROUTER), "sync", "--etcd", self.etcd, "--socket",
                                      str(self.socket), "--map", str(self.map), "--slots", str(self.slots),
-                                     "--interval", "0.3"])):
+                                     "--interval", "30"])):
             log = open(self.dir / f"{name}.log", "ab")
             self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
             log.close()
