@@ -12,8 +12,11 @@ land on them, and lists (answered by any node for the whole cluster) drop
 them. An id no node made answers 404. A tenant's cap holds across the
 cluster under concurrent creates (compare-and-swap in etcd), and a session
 that ends gives its place back."""
+import json
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,9 @@ TTL = 3
 QUOTA = 8  # the tenant's cap, on every node: the cluster holds at most this many of its sessions
 TAGS = ["11110001", "22220002", "33330003"]
 TOKEN = "cluster-token-" + uuid.uuid4().hex[:8]
+# A second tenant beside the first, with a cap of its own, on every node.
+TOKEN_B = "cluster-tenant-b-" + uuid.uuid4().hex[:8]
+QUOTA_B = 2
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +40,13 @@ def cluster():
         require("the cluster tests", why)
     etcd = EtcdCluster().start()
     nodes, router = [], None
+    config = Path(tempfile.mkdtemp(prefix="cellgate-cluster-config-")) / "config.json"
+    config.write_text(json.dumps({"tokens": [{"token": TOKEN_B, "tenant": "b", "max_sessions": QUOTA_B}]}))
     try:
         for i, tag in enumerate(TAGS):
             nodes.append(node(10 + i, tag, etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1",
-                              "--max-kernels-per-tenant", str(QUOTA), token=TOKEN).start())
+                              "--max-kernels-per-tenant", str(QUOTA), "--config", str(config),
+                              token=TOKEN).start())
         router = Router(etcd.endpoints, TOKEN).start()
         end = time.monotonic() + 30
         while time.monotonic() < end and set(router.owners()) != set(TAGS):
@@ -51,6 +60,8 @@ def cluster():
             n.stop()
             n.cleanup()
         etcd.cleanup()
+        config.unlink(missing_ok=True)
+        config.parent.rmdir()
 
 
 def owner_of(nodes, sid):
@@ -296,7 +307,6 @@ def test_an_id_no_node_made_is_404_through_the_router(cluster):
 
 def held(etcd):
     r = etcd.ctl("get", "--prefix", "--keys-only", "-w", "json", "/cellgate/admit/")
-    import json
     return int(json.loads(r.stdout).get("count", 0))
 
 
@@ -374,6 +384,55 @@ def test_a_fork_counts_its_children_once_against_the_cluster_cap(cluster):
     finally:
         for sid in made:
             router.api("DELETE", f"/v1/sessions/{sid}")
+
+
+def held_by(etcd, tenant):
+    r = etcd.ctl("get", "--prefix", "--keys-only", "-w", "json", f"/cellgate/admit/{tenant.encode().hex()}/")
+    return int(json.loads(r.stdout).get("count", 0))
+
+
+def test_a_second_tenant_keeps_its_own_cap_and_sees_none_of_the_firsts(cluster):
+    """Two tenants on one cluster: the first at its cap (8) leaves the second
+    its own (2), each cap counted across the nodes; neither lists the other's
+    sessions from any node, and an id of the other's is 404 whether it goes
+    through the router or to a node that relays it to its owner."""
+    etcd, nodes, router = cluster
+    end = time.monotonic() + 15
+    while held(etcd) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert held(etcd) == 0, "earlier tests' sessions still hold places"
+    b = {"Authorization": f"token {TOKEN_B}"}
+    made_a, made_b = [], []
+    try:
+        for _ in range(QUOTA):
+            r = router.api("POST", "/v1/sessions", json={})
+            assert r.status_code == 201, r.text
+            made_a.append(r.json()["id"])
+        over = router.api("POST", "/v1/sessions", json={})
+        assert over.status_code == 429 and "across the cluster" in over.json()["message"], over.text
+        for _ in range(QUOTA_B):
+            r = router.api("POST", "/v1/sessions", json={}, headers=b)
+            assert r.status_code == 201, r.text  # the first tenant's full cap is not the second's
+            made_b.append(r.json()["id"])
+        over_b = router.api("POST", "/v1/sessions", json={}, headers=b)
+        assert over_b.status_code == 429 and "across the cluster" in over_b.json()["message"], over_b.text
+        assert (held_by(etcd, "b"), held(etcd)) == (QUOTA_B, QUOTA + QUOTA_B)
+        for n in nodes:  # every node lists each tenant's own sessions, and only those
+            mine_a = {x["id"] for x in n.api("GET", "/v1/sessions").json()["sessions"]}
+            mine_b = {x["id"] for x in n.api("GET", "/v1/sessions", headers=b).json()["sessions"]}
+            assert mine_a == set(made_a) and mine_b == set(made_b), (n.url, mine_a, mine_b)
+        sid_b = made_b[0]
+        stranger = next(n for n, tag in zip(nodes, TAGS) if not sid_b.startswith(tag + "-"))
+        for via in (router, owner_of(nodes, sid_b), stranger):
+            r = via.api("POST", f"/v1/sessions/{sid_b}/execute", json={"code": "1+1"})
+            assert r.status_code == 404, (via.url, r.status_code, r.text)
+            r = via.api("POST", f"/v1/sessions/{sid_b}/execute", json={"code": "print(6*7)"}, headers=b)
+            assert r.status_code == 200 and r.json()["stdout"].strip() == "42", (via.url, r.text)
+    finally:
+        for sid in made_a:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+        for sid in made_b:
+            router.api("DELETE", f"/v1/sessions/{sid}", headers=b)
 
 
 def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):
