@@ -19,7 +19,6 @@ short of memory. One gateway started by this script (runc, no warm pool).
 Run as root from a built tree.
 """
 import argparse
-import contextlib
 import json
 import subprocess
 import sys
@@ -30,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench import STACK, Cellgate, pss_kib, reference_stack_pss_kib  # noqa: E402
+from ksm import ksm, ksmd_running  # noqa: E402  (tests/integration, on the path bench put it on)
 
 
 def mem_available_kib():
@@ -39,38 +39,12 @@ def mem_available_kib():
     return 0
 
 
-KSM = Path("/sys/kernel/mm/ksm")
-
-
-def ksm(name):
-    return int((KSM / name).read_text().split()[0])
-
-
 def ksmd_cpu_s():
     pid = subprocess.run(["pgrep", "-x", "ksmd"], capture_output=True, text=True).stdout.split()
     if not pid:
         return 0.0
     fields = Path(f"/proc/{pid[0]}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, USER_HZ
-
-
-@contextlib.contextmanager
-def ksmd(on, pages, sleep_ms):
-    if not on:
-        yield
-        return
-    names = ("run", "pages_to_scan", "sleep_millisecs")
-    saved = {n: (KSM / n).read_text().strip() for n in names}
-    try:
-        (KSM / "pages_to_scan").write_text(str(pages))
-        (KSM / "sleep_millisecs").write_text(str(sleep_ms))
-        (KSM / "run").write_text("1")
-        yield
-    finally:
-        if saved["run"] == "0":
-            (KSM / "run").write_text("2")  # unmerge what this run merged
-        for n in ("pages_to_scan", "sleep_millisecs", "run"):
-            (KSM / n).write_text(saved[n])
 
 
 def settle(timeout_s=300):
@@ -98,7 +72,9 @@ def main():
     if args.json is None:
         name = "density-merge.json" if args.memory_merge else "density.json"
         args.json = str(REPO / "bench" / "results" / name)
-    with ksmd(args.memory_merge, max(1, min(args.ksm_pages, 100000)), max(1, min(args.ksm_sleep_ms, 10000))):
+    if not args.memory_merge:
+        return run(args)
+    with ksmd_running(max(1, min(args.ksm_pages, 100000)), max(1, min(args.ksm_sleep_ms, 10000))):
         run(args)
 
 
@@ -110,15 +86,20 @@ def run(args):
                   "--idle-timeout", "0", "--cull-idle-timeout", "0",
                   *(["--memory-merge", "on"] if args.memory_merge else []))
     cpu0 = ksmd_cpu_s()
-    ids, failed, per = [], [], None
+    ids, failed, per, per_after, waited, steady = [], [], None, None, [], None
     stopped_by = "max"
     t0 = time.monotonic()
     try:
         while len(ids) < limit:
             # One session costs about as much as the reference; keep the reserve after it.
             if mem_available_kib() - 2 * ref < reserve:
-                stopped_by = "memory"
-                break
+                if args.memory_merge:  # ksmd lags the creates: let it catch up before calling the box full
+                    print(f"  {len(ids)} sessions: waiting for ksmd", flush=True)
+                    settle()
+                    waited.append(len(ids))
+                if mem_available_kib() - 2 * ref < reserve:
+                    stopped_by = "memory"
+                    break
             r = cg.api("POST", "/v1/sessions", json={})
             if r.status_code != 201:
                 failed.append(f"create: {r.status_code} {r.text[:120]}")
@@ -135,6 +116,9 @@ def run(args):
         time.sleep(3)
         if args.memory_merge:
             settle()
+            c0, w0 = ksmd_cpu_s(), time.monotonic()
+            time.sleep(30)  # what ksmd costs once the box is full and merged
+            steady = (ksmd_cpu_s() - c0) / (time.monotonic() - w0)
         pids = []
         for sid in ids:
             procs = Path(f"/sys/fs/cgroup/pids/cellgate/{sid}/cgroup.procs")
@@ -145,17 +129,20 @@ def run(args):
             ex = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
             if ex.get("status") != "ok":
                 failed.append(f"1+1 on {sid}: {ex}")
+        per_after = pss_kib(pids) / max(1, len(ids))  # what the `1+1` round unshared
     finally:
         for sid in ids:
             cg.api("DELETE", f"/v1/sessions/{sid}")
         cg.stop()
     results = {"sessions": len(ids), "stopped_by": stopped_by, "failed": len(failed), "errors": failed[:5],
-               "pss_per_session_mib": per / 1024, "reference_pss_mib": ref / 1024, "ratio": per / ref,
+               "pss_per_session_mib": per / 1024, "pss_after_1+1_round_mib": (per_after or 0) / 1024, "reference_pss_mib": ref / 1024, "ratio": per / ref,
                "fill_seconds": fill_s, "memory_gib": round(mem_available_kib() / 1048576, 1),
                "memory_merge": args.memory_merge}
     if args.memory_merge:
         results["ksmd"] = {"cpu_seconds": round(ksmd_cpu_s() - cpu0, 1), "pages_to_scan": args.ksm_pages,
-                           "sleep_ms": args.ksm_sleep_ms, "wall_seconds": round(time.monotonic() - t0, 1)}
+                           "sleep_ms": args.ksm_sleep_ms, "wall_seconds": round(time.monotonic() - t0, 1),
+                           "waited_for_ksmd_at": waited,
+                           "steady_share_of_a_core": None if steady is None else round(steady, 3)}
     print(f"{len(ids)} idle sessions with the stack (stopped by {stopped_by}), {len(failed)} failed; "
           f"PSS {per / 1024:.1f} MiB per session against {ref / 1024:.1f} MiB unsandboxed "
           f"({per / ref:.2f}×); filled in {fill_s:.0f} s", flush=True)

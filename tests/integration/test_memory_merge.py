@@ -3,16 +3,14 @@ kernels opt into KSM, start with a fixed address layout and string hash seed,
 and ksmd really shares the pages their imports fill; without it, none of that.
 The KSM test turns the host's ksmd on for its own run and puts the host's
 settings back."""
-import contextlib
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from gateway import Gateway
+from ksm import KSM, ksmd_running
 
-KSM = Path("/sys/kernel/mm/ksm")
 ADDR_NO_RANDOMIZE = 0x0040000
 
 LOOK = """
@@ -84,22 +82,6 @@ def test_without_it_kernels_keep_a_random_layout_and_do_not_merge(plain):
         assert k["merge_any"] == "no", k
         assert k["hashseed"] is None, k
     assert a["libc"] != b["libc"] and a["hash"] != b["hash"], (a, b)  # ASLR, random hash seeds
-
-
-@contextlib.contextmanager
-def ksmd_running(pages_to_scan=4000, sleep_ms=20):
-    names = ("run", "pages_to_scan", "sleep_millisecs")
-    saved = {n: (KSM / n).read_text().strip() for n in names}
-    try:
-        (KSM / "pages_to_scan").write_text(str(pages_to_scan))
-        (KSM / "sleep_millisecs").write_text(str(sleep_ms))
-        (KSM / "run").write_text("1")
-        yield
-    finally:
-        if saved["run"] == "0":
-            (KSM / "run").write_text("2")  # unmerge what this test merged
-        for n in ("pages_to_scan", "sleep_millisecs", "run"):
-            (KSM / n).write_text(saved[n])
 
 
 def test_ksmd_shares_what_the_merging_kernels_imported(merging):
