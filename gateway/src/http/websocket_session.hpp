@@ -269,7 +269,7 @@ private:
         queue_.erase(queue_.begin() + static_cast<long>(std::min(first, queue_.size())), queue_.end());
         queued_bytes_ = 0;
         detached_ = true;
-        kernel_->detach(set_id_, std::move(unsent));
+        kernel_->detach(set_id_, this, std::move(unsent));
     }
 
     void close(websocket::close_code code, const std::string& reason) {

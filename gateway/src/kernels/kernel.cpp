@@ -262,11 +262,20 @@ bool kernel::evict_detached_locked() {
     return true;
 }
 
-void kernel::detach(std::uint64_t set_id, std::vector<jupyter::kernel_message_ptr> unsent) {
+void kernel::detach(std::uint64_t set_id, const kernel_subscriber* subscriber,
+                    std::vector<jupyter::kernel_message_ptr> unsent) {
     std::lock_guard lock(mutex_);
     const auto it = sessions_.find(set_id);
     if (it == sessions_.end()) return;
     auto& s = it->second;
+    if (const auto current = s.subscriber.lock(); current && current.get() != subscriber) {
+        // A client that reconnects (JupyterLab does on a restart) can attach
+        // its new socket before the old one's close is handled here: the
+        // session is the new socket's now, and detaching it would leave the
+        // client with a connection that never hears from its kernel.
+        for (const auto& m : unsent) current->deliver(m);
+        return;
+    }
     if (s.session_id.empty()) {
         sessions_.erase(it);
         reactor_.close_channels(id_, set_id);

@@ -138,8 +138,11 @@ public:
     attach_result attach(const std::string& session_id, std::shared_ptr<kernel_subscriber> subscriber);
     // `unsent` holds messages that were queued to the subscriber but never
     // written (a slow client being cut off); they go back to the front of the
-    // session's buffer so a reconnect loses nothing.
-    void detach(std::uint64_t set_id, std::vector<jupyter::kernel_message_ptr> unsent = {});
+    // session's buffer so a reconnect loses nothing. Only `subscriber` itself
+    // lets go: when a newer connection with the same session id has taken
+    // the session over, it stays attached and gets `unsent`.
+    void detach(std::uint64_t set_id, const kernel_subscriber* subscriber,
+                std::vector<jupyter::kernel_message_ptr> unsent = {});
     // A message that reached a subscriber after it detached (it was already
     // on its way): back into the session's buffer in arrival order, or to the
     // session's new subscriber if it has reconnected meanwhile.
