@@ -407,6 +407,7 @@ int main(int argc, char** argv) {
                 for (auto& p : *peers) out.emplace_back(std::move(p.tag), std::move(p.address));
                 return out;
             };
+            services.node_tag = cfg.node_tag;
             // A request for an id another node made is relayed to that node (http/hop.hpp).
             ctx.hops.tag = cfg.node_tag;
             ctx.hops.locate = [m = member.get()](const std::string& tag) {

@@ -296,6 +296,80 @@ def test_a_node_asked_for_another_nodes_id_relays_it(cluster):
         owner.api("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=key)
 
 
+def shell(via, name, command, marker):
+    """Runs `command` in terminal `name` over its WebSocket, opened through `via`; its output up to `marker`."""
+    import websocket
+    ws = websocket.create_connection(f"{via.ws_url}/terminals/websocket/{name}?token={TOKEN}", timeout=30)
+    try:
+        assert json.loads(ws.recv()) == ["setup", {}]
+        ws.send(json.dumps(["stdin", command + "\r"]))
+        out, end = "", time.monotonic() + 30
+        while marker not in out:
+            assert time.monotonic() < end, f"no {marker!r} from terminal {name}: {out!r}"
+            m = json.loads(ws.recv())
+            if m[0] == "stdout":
+                out += m[1]
+        return out
+    finally:
+        ws.close()
+
+
+def test_a_terminal_runs_beside_its_kernel_whichever_node_is_asked(cluster):
+    """Terminals across the cluster: a node names its terminals after its
+    tag, so the router and the internal hop bring each one's REST and
+    WebSocket to the node whose sandbox runs it; a POST that lands on
+    another node goes on to the kernel's (the one named, or the caller's most
+    recently active across the cluster); the list is the cluster's."""
+    etcd, nodes, router = cluster
+    kids = [n.api("POST", "/api/kernels", json={"name": "python3"}).json()["id"] for n in nodes[:2]]
+    names = []
+    try:
+        for kid in kids:
+            r = router.api("PUT", f"/api/contents/{kid}/marker.txt",
+                           json={"type": "file", "format": "text", "content": f"workspace of {kid}"})
+            assert r.status_code in (200, 201), r.text
+        # Named, asked of the node that runs neither kernel: made on the kernel's node.
+        r = nodes[2].api("POST", "/api/terminals", json={"kernel_id": kids[1]})
+        assert r.status_code == 200, r.text
+        t = r.json()
+        names.append(t["name"])
+        assert t["name"].startswith(TAGS[1] + "-") and t["kernel_id"] == kids[1], t
+        out = shell(router, t["name"], "cat marker.txt; echo; echo end-$((6*7))", "end-42")
+        assert f"workspace of {kids[1]}" in out, out
+        # Its WebSocket through a node that does not run it (the internal hop).
+        assert f"workspace of {kids[1]}" in shell(nodes[0], t["name"], "cat marker.txt; echo; echo e-$((6*7))", "e-42")
+        # Unnamed: beside the caller's most recently active kernel, wherever it runs.
+        for last, asked in ((0, nodes[1]), (1, nodes[0]), (0, nodes[2])):
+            six_times_seven_over_websocket(router, kids[last])
+            r = asked.api("POST", "/api/terminals", json={})
+            assert r.status_code == 200, r.text
+            names.append(r.json()["name"])
+            assert r.json()["kernel_id"] == kids[last] and r.json()["name"].startswith(TAGS[last] + "-"), r.json()
+        # A name of the caller's own gets the node's tag in front.
+        r = router.api("POST", "/api/terminals", json={"kernel_id": kids[0], "name": "mine"})
+        assert r.status_code == 200 and r.json()["name"] == TAGS[0] + "-mine", r.text
+        names.append(r.json()["name"])
+        assert router.api("POST", "/api/terminals", json={"kernel_id": kids[0], "name": "mine"}).status_code == 409
+        # Every node lists them all; each one's model comes from its node, asked of any.
+        for via in [router, *nodes]:
+            listed = via.api("GET", "/api/terminals")
+            assert listed.status_code == 200 and "X-Cellgate-Unreachable" not in listed.headers
+            assert set(names) <= {x["name"] for x in listed.json()}, (via.url, listed.json())
+            assert via.api("GET", f"/api/terminals/{names[0]}").json()["kernel_id"] == kids[1]
+        # Closed through a node that does not run it: gone everywhere.
+        assert nodes[2].api("DELETE", f"/api/terminals/{names[-1]}").status_code == 204
+        assert router.api("GET", f"/api/terminals/{names[-1]}").status_code == 404
+        names.pop()
+        # A kernel no live node has: 404, whichever node is asked.
+        ghost = TAGS[1] + "-0000-4000-8000-000000000000"
+        assert nodes[0].api("POST", "/api/terminals", json={"kernel_id": ghost}).status_code == 404
+    finally:
+        for name in names:
+            router.api("DELETE", f"/api/terminals/{name}")
+        for kid in kids:
+            router.api("DELETE", f"/api/kernels/{kid}")
+
+
 def test_an_id_no_node_made_is_404_through_the_router(cluster):
     etcd, nodes, router = cluster
     r = router.api("GET", "/v1/sessions/99999999-0000-4000-8000-000000000000")

@@ -36,7 +36,8 @@ struct services {
     struct network_settings* network = nullptr;     // sessions' networks (api/network.hpp); null: none
     // A cluster node's live peers (tag, address), for lists that span the
     // cluster; nothing when the node cannot reach etcd. Unset: one gateway alone.
-    std::function<std::optional<std::vector<std::pair<std::string, std::string>>>()> cluster_peers;
+    std::function<std::optional<std::vector<std::pair<std::string, std::string>>>()> cluster_peers{};
+    std::string node_tag{};  // a cluster node's tag (the first group of the ids it makes); "" alone
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -126,6 +127,11 @@ kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, con
 // answers 503.
 void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply, nlohmann::json local,
                 const std::string& member = "");
+
+// The headers a request to a peer carries for the caller: its own
+// credentials (the Authorization header, or the ?token= JupyterLab appends to
+// WebSocket URLs, as a header), and `X-Cellgate-Scope: node`.
+std::vector<std::pair<std::string, std::string>> peer_headers(const http::request_ptr& req);
 
 // Runs `work` on the file-I/O pool under the caller's tenant, off the io
 // threads; it replies through `reply` as a handler does, and what it throws

@@ -12,6 +12,15 @@ namespace cellgate::api {
 using http::reply_fn;
 using http::request_ptr;
 
+std::vector<std::pair<std::string, std::string>> peer_headers(const request_ptr& req) {
+    std::vector<std::pair<std::string, std::string>> headers = {{"X-Cellgate-Scope", "node"}};
+    if (auto auth = http::header_value(req->req, "authorization"); !auth.empty())
+        headers.emplace_back("Authorization", std::move(auth));
+    else if (auto token = req->query_value("token"))
+        headers.emplace_back("Authorization", "token " + *token);
+    return headers;
+}
+
 void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member) {
     if (!s.cluster_peers || http::header_value(req->req, "x-cellgate-scope") == "node")
         return reply(http::json_response(200, local));
@@ -20,11 +29,7 @@ void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::j
         return reply(http::error_response(503, "Lists span the cluster and need etcd, which this node cannot reach "
                                                "now; open sessions keep working"));
     if (peers->empty()) return reply(http::json_response(200, local));
-    std::vector<std::pair<std::string, std::string>> headers = {{"X-Cellgate-Scope", "node"}};
-    if (auto auth = http::header_value(req->req, "authorization"); !auth.empty())
-        headers.emplace_back("Authorization", std::move(auth));
-    else if (auto token = req->query_value("token"))
-        headers.emplace_back("Authorization", "token " + *token);
+    auto headers = peer_headers(req);
     run_file_work(s, req, std::move(reply),
                   [req, local = std::move(local), member, peers = std::move(*peers), headers](const reply_fn& rep) mutable {
                       auto& into = member.empty() ? local : local[member];

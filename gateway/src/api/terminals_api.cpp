@@ -10,6 +10,14 @@
 // kernel: Jupyter's terminals belong to the server, cellgate's to a sandbox.
 // Names are per tenant; a terminal ends with its shell, its DELETE, or its
 // session.
+//
+// On a cluster node (issue 16, Part 2) a terminal's name starts with the
+// node's tag ("<tag>-1", or "<tag>-<the caller's name>"), so the router and
+// the internal hop (http/hop.hpp) bring /api/terminals/<name> and its
+// WebSocket to the node whose sandbox runs it; the list spans the cluster;
+// and a POST that lands on a node other than the kernel's goes on to that
+// node (the kernel it names, or the caller's most recently active one across
+// the cluster).
 #include "api/api.hpp"
 #include "api/request_models.hpp"
 
@@ -17,9 +25,12 @@
 #include "processes/process_table.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
+#include "util/http_client.hpp"
+#include "http/hop.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <set>
 
 namespace cellgate::api {
@@ -52,17 +63,19 @@ using terminal_ptr = std::shared_ptr<terminal>;
 
 class terminal_book : public std::enable_shared_from_this<terminal_book> {
 public:
-    // A name for a new terminal: the caller's, or the lowest free number.
-    // Throws 409 when it is taken, 429 at the tenant's bound.
-    std::string reserve(const std::string& tenant, std::string name) {
+    // A name for a new terminal: the caller's, or the lowest free number,
+    // after `prefix` (a cluster node's "<tag>-", unless the caller's name
+    // has it already). Throws 409 when it is taken, 429 at the tenant's bound.
+    std::string reserve(const std::string& tenant, std::string name, const std::string& prefix) {
         std::lock_guard lock(mutex_);
         auto& mine = terminals_[tenant];
         if (mine.size() + reserved_[tenant].size() >= max_terminals_per_tenant)
             throw api_exception(429, "You have " + std::to_string(max_terminals_per_tenant) + " terminals already; close one first");
         auto taken = [&](const std::string& n) { return mine.count(n) != 0 || reserved_[tenant].count(n) != 0; };
+        if (!name.empty() && !name.starts_with(prefix)) name = prefix + name;
         if (name.empty()) {
             for (unsigned i = 1; name.empty(); ++i)
-                if (!taken(std::to_string(i))) name = std::to_string(i);
+                if (!taken(prefix + std::to_string(i))) name = prefix + std::to_string(i);
         } else if (taken(name)) {
             throw api_exception(409, "A terminal named '" + name + "' exists already");
         }
@@ -189,6 +202,74 @@ kernels::kernel_ptr terminal_kernel(services& s, const request_ptr& req, const j
     return best;
 }
 
+// A cluster node's tag in a kernel id ("" when it has none).
+std::string tag_of_id(const std::string& id) { return id.size() > 9 && id[8] == '-' ? id.substr(0, 8) : std::string(); }
+
+// The POST, as it came but with "kernel_id" set, to the peer at `address`
+// (host:port), with the caller's credentials and X-Cellgate-Hop (so it is
+// never passed on again); its answer is the reply. Blocking: file-work threads only.
+void create_on_peer(services& s, const request_ptr& req, json body, const std::string& kernel_id,
+                    const std::string& address, const reply_fn& reply) {
+    body["kernel_id"] = kernel_id;
+    auto headers = peer_headers(req);
+    headers.emplace_back(http::hop_header, s.node_tag);
+    headers.emplace_back("Content-Type", "application/json");
+    const auto colon = address.rfind(':');
+    try {
+        if (colon == std::string::npos) throw util::http_failure("no port in '" + address + "'");
+        const auto r = util::http_call("POST", address.substr(0, colon), address.substr(colon + 1), "/api/terminals",
+                                       headers, body.dump(), std::chrono::seconds(30));
+        auto answer = json::parse(r.body, nullptr, false);
+        if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
+        reply(json_response(r.status, answer));
+    } catch (const util::http_failure& e) {
+        reply(error_response(502, "The terminal belongs beside kernel " + kernel_id + ", on node " +
+                                      tag_of_id(kernel_id) + ", which did not answer: " + e.what()));
+    }
+}
+
+// Where, in the cluster, the caller's most recently active kernel runs: its
+// id and its node's address ("" for this node), or nothing when the caller
+// has none anywhere. Asks each live peer for its kernels (blocking).
+std::optional<std::pair<std::string, std::string>> most_recent_in_cluster(services& s, const request_ptr& req) {
+    std::optional<std::pair<std::string, std::string>> best;
+    std::string best_time;
+    for (const auto& k : s.kernels.list(req->who.tenant))
+        if (k->state() != kernels::kernel_state::dead && kernels::iso8601(k->last_activity_time()) > best_time) {
+            best_time = kernels::iso8601(k->last_activity_time());
+            best = std::pair{k->id(), std::string()};
+        }
+    auto peers = s.cluster_peers();
+    if (!peers)
+        throw api_exception(503, "A terminal goes beside your most recently active kernel, which may be on any node, "
+                                 "and this node cannot reach etcd now; name the kernel with \"kernel_id\"");
+    const auto headers = peer_headers(req);
+    for (const auto& [tag, address] : *peers) {
+        const auto colon = address.rfind(':');
+        if (colon == std::string::npos) continue;
+        try {
+            const auto r = util::http_call("GET", address.substr(0, colon), address.substr(colon + 1), "/api/kernels",
+                                           headers, "", std::chrono::seconds(3));
+            const auto list = json::parse(r.body, nullptr, false);
+            if (r.status != 200 || !list.is_array()) continue;
+            for (const auto& m : list) {
+                const auto id = m.value("id", std::string());
+                const auto when = m.value("last_activity", std::string());
+                if (tag_of_id(id) == tag && m.value("execution_state", std::string()) != "dead" && when > best_time) {
+                    best_time = when;
+                    best = std::pair{id, address};
+                }
+            }
+        } catch (const util::http_failure& e) {
+            spdlog::warn("terminal: node {} did not list its kernels: {}", tag, e.what());
+        }
+    }
+    return best;
+}
+
+void create_here(services& s, processes::process_table& table, const std::shared_ptr<terminal_book>& book,
+                 const request_ptr& req, const json& body, const reply_fn& reply);
+
 void create(services& s, processes::process_table& table, const std::shared_ptr<terminal_book>& book,
             const request_ptr& req, reply_fn reply) {
     auto body = req->json_body(true);
@@ -197,6 +278,30 @@ void create(services& s, processes::process_table& table, const std::shared_ptr<
     const auto name = string_field(body, "name");
     if (name.size() > max_name_bytes || name.find('/') != std::string::npos || has_control_bytes(name) || !is_valid_utf8(name))
         throw api_exception(400, "'name' must be at most 64 bytes of text without '/'");
+    const auto named = string_field(body, "kernel_id");
+    const bool clustered = s.cluster_peers && !s.node_tag.empty() && http::header_value(req->req, "x-cellgate-hop").empty();
+    if (!clustered || (!named.empty() && tag_of_id(named) == s.node_tag))
+        return create_here(s, table, book, req, body, reply);
+    // A cluster node: the kernel may be another node's; finding out may block.
+    run_file_work(s, req, std::move(reply), [&s, &table, book, req, body, named](const reply_fn& rep) {
+        if (!named.empty()) {
+            auto peers = s.cluster_peers();
+            if (peers)
+                for (const auto& [tag, address] : *peers)
+                    if (tag == tag_of_id(named)) return create_on_peer(s, req, body, named, address, rep);
+            return create_here(s, table, book, req, body, rep);  // no live node has it: 404 here
+        }
+        const auto where = most_recent_in_cluster(s, req);
+        if (where && !where->second.empty()) return create_on_peer(s, req, body, where->first, where->second, rep);
+        json here = body;
+        if (where) here["kernel_id"] = where->first;
+        create_here(s, table, book, req, here, rep);
+    });
+}
+
+void create_here(services& s, processes::process_table& table, const std::shared_ptr<terminal_book>& book,
+                 const request_ptr& req, const json& body, const reply_fn& reply) {
+    const auto name = string_field(body, "name");
     std::string cwd = "/home/user";
     if (const auto rel = string_field(body, "cwd"); !rel.empty() && rel != "/") {
         try {
@@ -208,7 +313,7 @@ void create(services& s, processes::process_table& table, const std::shared_ptr<
     }
     const auto k = terminal_kernel(s, req, body);
     const auto tenant = req->who.tenant;
-    const auto reserved = book->reserve(tenant, name);
+    const auto reserved = book->reserve(tenant, name, s.node_tag.empty() ? std::string() : s.node_tag + "-");
     processes::command c;
     c.spec.argv = {"/bin/bash", "-l"};
     c.spec.cwd = cwd;
@@ -243,10 +348,10 @@ terminal_ptr terminal_or_404(terminal_book& book, const request_ptr& req) {
 
 std::shared_ptr<void> register_terminals_api(router& r, services& s, processes::process_table& table) {
     auto book = std::make_shared<terminal_book>();
-    r.add(bhttp::verb::get, "/api/terminals", [book](const request_ptr& req, reply_fn reply) {
+    r.add(bhttp::verb::get, "/api/terminals", [&s, book](const request_ptr& req, reply_fn reply) {
         json all = json::array();
         for (const auto& t : book->list(req->who.tenant)) all.push_back(t->model());
-        reply(json_response(200, all));
+        reply_list(s, req, std::move(reply), std::move(all));
     });
     r.add(bhttp::verb::post, "/api/terminals", [&s, &table, book](const request_ptr& req, reply_fn reply) {
         create(s, table, book, req, std::move(reply));

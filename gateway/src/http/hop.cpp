@@ -29,6 +29,15 @@ std::string tag_of_segment(std::string_view s) {
     return std::string(s.substr(0, 8));
 }
 
+// A cluster node's terminal name, "<tag>-…" (api/terminals_api.cpp): its tag
+// when `s`, up to its end, is one.
+std::string tag_of_terminal(std::string_view s) {
+    if (s.size() < 10 || s[8] != '-' || s.find('/') != std::string_view::npos) return {};
+    for (std::size_t i = 0; i < 8; ++i)
+        if (!lower_hex(s[i])) return {};
+    return std::string(s.substr(0, 8));
+}
+
 }  // namespace
 
 std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string_view raw_path) {
@@ -40,6 +49,8 @@ std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string
             if (auto tag = tag_of_segment(raw_path.substr(prefix.size())); !tag.empty()) return tag;
             break;
         }
+    for (const std::string_view prefix : {"/api/terminals/", "/terminals/websocket/"})
+        if (raw_path.substr(0, prefix.size()) == prefix) return tag_of_terminal(raw_path.substr(prefix.size()));
     const auto header = h["E2b-Sandbox-Id"];
     if (!header.empty()) {
         const std::string_view id(header.data(), header.size());

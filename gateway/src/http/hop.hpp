@@ -27,7 +27,8 @@ inline constexpr const char* hop_header = "X-Cellgate-Hop";
 // The node tag of the id the request names (its first group, 8 hex digits),
 // or empty: from the path (/api/kernels/<id>…, /api/sessions/<id>…,
 // /api/contents/<id>…, /files/<id>…, /v1/sessions/<id>…, /v1/snapshots/<id>,
-// /e2b/sandboxes/<id>…, /e2b/v2/sandboxes/<id>…), else the E2B sandbox
+// /e2b/sandboxes/<id>…, /e2b/v2/sandboxes/<id>…; a cluster node's terminal
+// name, <tag>-…, in /api/terminals/<name> and /terminals/websocket/<name>), else the E2B sandbox
 // plane's E2b-Sandbox-Id header or <port>-<id>.<domain> Host. The same rules
 // as the router's (deploy/cellgate-router).
 std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string_view raw_path);

@@ -1,15 +1,19 @@
 // @jupyterlab/services against a cellgate cluster through its router
 // (HAProxy, deploy/cellgate-router): kernels started through the router run
 // on the nodes their ids name, their WebSockets (v1 subprotocol) reach them,
-// and the kernel, session and contents lists hold every node's.
+// the kernel, session and contents lists hold every node's, and a terminal
+// opens in the sandbox of the caller's most recently active kernel, on its node.
 //
 //   CELLGATE_URL=http://127.0.0.1:ROUTER CELLGATE_TOKEN=T CELLGATE_NODE_TAGS=tag1,tag2,tag3 node --test cluster.test.mjs
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import services from '@jupyterlab/services';
 import WebSocket from 'ws';
+import coreutils from '@jupyterlab/coreutils';
 
-const { ContentsManager, KernelManager, ServerConnection, SessionManager } = services;
+const { ContentsManager, KernelManager, ServerConnection, SessionManager, TerminalManager } = services;
+// JupyterLab learns this from the page the server renders; cellgate has terminals.
+coreutils.PageConfig.setOption('terminalsAvailable', 'true');
 const BASE_URL = process.env.CELLGATE_URL;
 const TAGS = (process.env.CELLGATE_NODE_TAGS ?? '').split(',').filter(Boolean);
 if (!BASE_URL || TAGS.length < 2) throw new Error('set CELLGATE_URL, CELLGATE_TOKEN and CELLGATE_NODE_TAGS');
@@ -51,6 +55,37 @@ test('kernels started through the router run on the nodes their ids name', async
     assert.equal((await run(k, `print(${i} * 7)`)).trim(), String(i * 7));
   }
   // Where creates land is HAProxy's draw (test_cluster.py checks the spread over more of them).
+});
+
+test('a terminal opened through the router runs beside the most recently active kernel, on its node', async () => {
+  const terminals = new TerminalManager({ serverSettings });
+  try {
+    for (const k of started.slice(0, 3)) {
+      await run(k, `open('which.txt', 'w').write(${JSON.stringify(k.id)})`);  // now the most recently active
+      const term = await terminals.startNew();
+      assert.equal(term.name.slice(0, 9), k.id.slice(0, 9), `terminal ${term.name} is not on ${k.id}'s node`);
+      let out = '';
+      term.messageReceived.connect((_, msg) => {
+        if (msg.type === 'stdout') out += msg.content[0];
+      });
+      const until = async (what, pred) => {
+        const end = Date.now() + 30000;
+        while (!pred()) {
+          if (Date.now() > end) throw new Error(`timed out waiting for ${what}; terminal output: ${JSON.stringify(out)}`);
+          await new Promise(r => setTimeout(r, 50));
+        }
+      };
+      await until('the terminal to connect', () => term.connectionStatus === 'connected');
+      term.send({ type: 'stdin', content: ['cat which.txt; echo; echo end-$((6*7))\r'] });
+      await until('the shell to answer', () => /end-42/.test(out));
+      assert.match(out, new RegExp(k.id), 'the terminal is not in the kernel\'s sandbox');
+      await terminals.refreshRunning();
+      assert.ok([...terminals.running()].some(m => m.name === term.name), 'the terminal is not listed');
+      await term.shutdown();
+    }
+  } finally {
+    terminals.dispose();
+  }
 });
 
 test('the kernel list, through any node, holds every node’s kernels', async () => {

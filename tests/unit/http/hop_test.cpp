@@ -47,6 +47,19 @@ TEST(hop, the_tag_comes_from_an_id_in_the_routed_paths) {
     EXPECT_EQ(tag(get("/v2/api/kernels/" + their_id)), "");
 }
 
+TEST(hop, a_cluster_nodes_terminal_names_carry_its_tag) {
+    const auto name = std::string(theirs) + "-1";
+    EXPECT_EQ(tag(get("/api/terminals/" + name)), theirs);
+    EXPECT_EQ(tag(get("/terminals/websocket/" + name + "?token=t")), theirs);
+    EXPECT_EQ(tag(get("/api/terminals/" + std::string(theirs) + "-my-shell")), theirs);
+    // A name without a tag (one gateway alone), a bare tag, or more than a name.
+    EXPECT_EQ(tag(get("/api/terminals/1")), "");
+    EXPECT_EQ(tag(get("/api/terminals/" + std::string(theirs) + "-")), "");
+    EXPECT_EQ(tag(get("/api/terminals/1A2B3C4D-1")), "");
+    EXPECT_EQ(tag(get("/api/terminals/" + name + "/x")), "");
+    EXPECT_EQ(tag(get("/api/terminals")), "");
+}
+
 TEST(hop, the_e2b_sandbox_plane_names_its_sandbox_in_a_header_or_the_host) {
     auto h = get("/files?path=/home/user");
     h.set("E2b-Sandbox-Id", their_id);
