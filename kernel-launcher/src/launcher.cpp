@@ -343,7 +343,7 @@ struct launcher::impl {
             in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(fs::path(info.run_dir)).script_dir.string()};
         in.env = base_environment(spec.limits);
         for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
-        if (cfg.memory_merge && rt.name() == "runc") {
+        if (info.memory_merge) {
             // The entry point opts into KSM; a fixed string hash seed lays out
             // the imports' dicts alike in every kernel (a caller's seed stands).
             in.env.push_back("CELLGATE_MEMORY_MERGE=1");
@@ -477,6 +477,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
     const bool relayed = rt.traits().relays_kernel_sockets;
     sandbox_info info = describe(spec);
     info.platform = rt.platform();
+    info.memory_merge = cfg.memory_merge && rt.name() == "runc";
     step_timer steps(info);
 
     // Run dir: a small tmpfs of its own, so nothing the kernel writes to its

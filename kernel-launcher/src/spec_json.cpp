@@ -156,6 +156,7 @@ void to_json(json& j, const sandbox_info& i) {
              {"image", i.image},
              {"runtime", i.runtime},
              {"platform", i.platform},
+             {"memory_merge", i.memory_merge},
              {"run_dir", i.run_dir},
              {"workspace_dir", i.workspace_dir},
              {"pid", i.pid},
@@ -192,6 +193,7 @@ sandbox_info sandbox_info_from_json(const json& j) {
     i.image = j.at("image").get<std::string>();
     i.runtime = j.at("runtime").get<std::string>();
     i.platform = j.value("platform", std::string());
+    i.memory_merge = j.value("memory_merge", false);
     i.run_dir = j.at("run_dir").get<std::string>();
     i.workspace_dir = j.at("workspace_dir").get<std::string>();
     i.pid = j.at("pid").get<std::int64_t>();

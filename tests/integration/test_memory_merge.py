@@ -64,8 +64,19 @@ def plain():
     g.cleanup()
 
 
+def merge_reported(g, sid):
+    """What the session model and /metrics say of merging."""
+    model = g.api("GET", f"/v1/sessions/{sid}").json()["sandbox"]
+    counted = [l for l in g.api("GET", "/metrics").text.splitlines() if l.startswith("cellgate_sandboxes_memory_merge ")]
+    assert len(counted) == 1, counted
+    return model["memory_merge"], float(counted[0].split()[1])
+
+
 def test_merging_kernels_start_with_a_fixed_layout_and_opt_into_ksm(merging):
-    a, b = (look(merging, sid) for sid in sessions(merging, 2))
+    ids = sessions(merging, 2)
+    a, b = (look(merging, sid) for sid in ids)
+    said, counted = merge_reported(merging, ids[0])
+    assert said is True and counted >= 2
     for k in (a, b):
         assert k["personality"] & ADDR_NO_RANDOMIZE, k
         assert k["merge_any"] == "yes", k
@@ -76,7 +87,9 @@ def test_merging_kernels_start_with_a_fixed_layout_and_opt_into_ksm(merging):
 
 
 def test_without_it_kernels_keep_a_random_layout_and_do_not_merge(plain):
-    a, b = (look(plain, sid) for sid in sessions(plain, 2))
+    ids = sessions(plain, 2)
+    a, b = (look(plain, sid) for sid in ids)
+    assert merge_reported(plain, ids[0]) == (False, 0.0)
     for k in (a, b):
         assert not k["personality"] & ADDR_NO_RANDOMIZE, k
         assert k["merge_any"] == "no", k

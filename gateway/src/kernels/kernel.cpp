@@ -560,7 +560,8 @@ nlohmann::json kernel::model() const {
               // What the kernel runs in now (none while paused or between two sandboxes).
               {"sandbox", sandbox_ ? nlohmann::json{{"runtime", sandbox_->runtime},
                                                    {"platform", sandbox_->platform.empty() ? nlohmann::json(nullptr)
-                                                                                           : nlohmann::json(sandbox_->platform)}}
+                                                                                           : nlohmann::json(sandbox_->platform)},
+                                                   {"memory_merge", sandbox_->memory_merge}}
                                    : nlohmann::json(nullptr)}}}};
 }
 

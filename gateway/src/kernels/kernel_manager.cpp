@@ -227,7 +227,7 @@ void kernel_manager::start_admitted(const std::string& tenant, const std::string
                         [this, tenant, cb](const std::string& why) {
                             bool stopping = false;
                             {
-                                std::lock_guard lock(mutex_);
+                                std::lock_guard held(mutex_);
                                 admission_.release(tenant);
                                 stopping = shutting_down_;
                             }
@@ -627,12 +627,20 @@ void kernel_manager::gauges(std::string& out) const {
     // Sandboxes by runtime and, for gVisor, platform (kvm or ptrace: which
     // one the launcher's probe chose).
     std::map<std::pair<std::string, std::string>, int> by_runtime;
+    int merging = 0;
     for (const auto& k : all)
-        if (const auto sb = k->sandbox()) ++by_runtime[{sb->runtime, sb->platform}];
+        if (const auto sb = k->sandbox()) {
+            ++by_runtime[{sb->runtime, sb->platform}];
+            merging += sb->memory_merge ? 1 : 0;
+        }
     out += "# HELP cellgate_sandboxes running sandboxes by runtime and platform\n# TYPE cellgate_sandboxes gauge\n";
     for (const auto& [key, n] : by_runtime)
         out += "cellgate_sandboxes{runtime=\"" + key.first + "\",platform=\"" + key.second + "\"} " +
                std::to_string(n) + "\n";
+    // Whose kernels opted into KSM with a fixed layout (--memory-merge on; docs/memory.md).
+    out += "# HELP cellgate_sandboxes_memory_merge running sandboxes whose kernels merge their pages\n"
+           "# TYPE cellgate_sandboxes_memory_merge gauge\ncellgate_sandboxes_memory_merge " +
+           std::to_string(merging) + "\n";
 }
 
 }  // namespace cellgate::kernels
