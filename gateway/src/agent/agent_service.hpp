@@ -14,10 +14,12 @@ namespace cellgate::agent {
 // Server defaults and maxima for agent sessions; a request may lower or raise
 // a limit up to the maximum.
 struct agent_limits {
-    kernels::kernel_policy defaults{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
-                                    1u << 20, 32u << 20, 256u << 20, std::nullopt, {}};
-    kernels::kernel_policy maxima{std::chrono::seconds(3600), std::chrono::seconds(86400),
-                                  std::chrono::seconds(7 * 86400), 64u << 20, 256u << 20, 4ull << 30, std::nullopt, {}};
+    kernels::kernel_policy defaults{.exec_timeout = std::chrono::seconds(300), .idle_timeout = std::chrono::seconds(600),
+                                    .lifetime = std::chrono::seconds(86400), .output_limit_bytes = 1u << 20,
+                                    .result_limit_bytes = 32u << 20, .upload_limit_bytes = 256u << 20};
+    kernels::kernel_policy maxima{.exec_timeout = std::chrono::seconds(3600), .idle_timeout = std::chrono::seconds(86400),
+                                  .lifetime = std::chrono::seconds(7 * 86400), .output_limit_bytes = 64u << 20,
+                                  .result_limit_bytes = 256u << 20, .upload_limit_bytes = 4ull << 30};
 };
 
 // Runs agent executions one at a time per session, in arrival order.

@@ -52,8 +52,8 @@ class context : public std::enable_shared_from_this<context> {
 public:
     enum class phase { starting, ready, dead };
 
-    context(asio::io_context& io, std::string kernel_id, context_info info, std::map<std::string, std::string> env)
-        : io_(io), kernel_id(std::move(kernel_id)), info(std::move(info)), env(std::move(env)) {}
+    context(asio::io_context& io, std::string kernel, context_info what, std::map<std::string, std::string> variables)
+        : io_(io), kernel_id(std::move(kernel)), info(std::move(what)), env(std::move(variables)) {}
 
     asio::io_context& io_;
     const std::string kernel_id;
@@ -338,7 +338,7 @@ void code_contexts::start(const kernels::kernel_ptr& k, const std::shared_ptr<co
             ctx->start_timer = std::make_unique<asio::steady_timer>(table_.io(), limits_.start_timeout);
             ctx->start_timer->async_wait([ctx, gen](boost::system::error_code ec) {
                 if (ec) return;
-                std::lock_guard lock(ctx->mutex);
+                std::lock_guard held(ctx->mutex);
                 if (ctx->generation == gen && ctx->state == context::phase::starting && ctx->proc) ctx->proc->kill();
             });
         }

@@ -42,7 +42,7 @@ struct kernel_policy {
     // The session's network policy ({"allow": […], "deny": […], "presets": […]},
     // checked by the API before it gets here). Present: the sandbox has a path
     // to the egress proxy; absent: loopback only, for its whole life.
-    std::optional<nlohmann::json> network;
+    std::optional<nlohmann::json> network{};
     // What idle_timeout does: delete the session (false), or pause it (true:
     // its files, and its memory where the runtime checkpoints, are kept).
     bool pause_on_idle = false;
@@ -52,7 +52,7 @@ struct kernel_policy {
     // E2B surface's autoPause; a later connect resumes it with a new end).
     bool pause_at_end = false;
     // Named volumes mounted at start (at most 8; one writer each at a time).
-    std::vector<volume_attachment> volumes;
+    std::vector<volume_attachment> volumes{};
 };
 
 enum class surface { jupyter, agent };
@@ -88,10 +88,12 @@ struct policy_book {
     // Jupyter surface: JupyterLab users run long cells, so the defaults are
     // wider than an agent's; an operator relaxes them further per kernelspec
     // or tenant (0 = none). See README, "Limits".
-    kernel_policy jupyter{std::chrono::seconds(600), std::chrono::seconds(0), std::chrono::seconds(0),
-                          16u << 20, 64u << 20, 256u << 20, std::nullopt, {}};
-    kernel_policy agent{std::chrono::seconds(300), std::chrono::seconds(600), std::chrono::seconds(86400),
-                        1u << 20, 32u << 20, 256u << 20, std::nullopt, {}};
+    kernel_policy jupyter{.exec_timeout = std::chrono::seconds(600), .idle_timeout = std::chrono::seconds(0),
+                          .lifetime = std::chrono::seconds(0), .output_limit_bytes = 16u << 20,
+                          .result_limit_bytes = 64u << 20, .upload_limit_bytes = 256u << 20};
+    kernel_policy agent{.exec_timeout = std::chrono::seconds(300), .idle_timeout = std::chrono::seconds(600),
+                        .lifetime = std::chrono::seconds(86400), .output_limit_bytes = 1u << 20,
+                        .result_limit_bytes = 32u << 20, .upload_limit_bytes = 256u << 20};
     std::map<std::string, policy_layer> by_kernelspec, by_tenant;
 
     kernel_policy resolve(surface s, const std::string& spec_name, const std::string& tenant) const;
