@@ -45,14 +45,11 @@ def machine_busy_s():
     return (sum(fields[:8]) - fields[3] - fields[4]) / TICK  # user nice system idle iowait irq softirq steal
 
 
-def cgroup_dirs(parent):
-    return [Path(base) / parent for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup")]
-
-
 def cgroup_cpu_s(parent):
     """CPU seconds of every task that ran under the cgroup parent (0 before the
     launcher made it, with the first sandbox)."""
-    for d in cgroup_dirs(parent):
+    for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup"):
+        d = Path(base) / parent
         if (d / "cpuacct.usage").exists():
             return int((d / "cpuacct.usage").read_text()) / 1e9
         if (d / "cpu.stat").exists():  # cgroup v2

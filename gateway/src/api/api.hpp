@@ -8,6 +8,7 @@
 #include "metrics/metrics.hpp"
 #include "util/api_error.hpp"
 #include "util/file_io_pool.hpp"
+#include "util/http_client.hpp"
 
 #include <filesystem>
 #include <functional>
@@ -132,6 +133,22 @@ void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply,
 // credentials (the Authorization header, or the ?token= JupyterLab appends to
 // WebSocket URLs, as a header), and `X-Cellgate-Scope: node`.
 std::vector<std::pair<std::string, std::string>> peer_headers(const http::request_ptr& req);
+
+// One request to a peer at `address` ("host:port"), blocking (file-work
+// threads only); throws util::http_failure when no answer came.
+util::http_reply call_peer(const std::string& address, const std::string& method, const std::string& target,
+                           const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                           std::chrono::milliseconds timeout);
+
+// GET `target` of each peer (tag, address), blocking: the array each one
+// answered (`member` of its JSON object, or the whole answer when ""), by
+// tag, and the tags of those that did not answer with one, comma-separated.
+struct peer_answers {
+    std::vector<std::pair<std::string, nlohmann::json>> parts;
+    std::string unreachable;
+};
+peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& peers, const std::string& target,
+                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& member = "");
 
 // Runs `work` on the file-I/O pool under the caller's tenant, off the io
 // threads; it replies through `reply` as a handler does, and what it throws

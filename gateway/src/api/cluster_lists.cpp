@@ -21,6 +21,36 @@ std::vector<std::pair<std::string, std::string>> peer_headers(const request_ptr&
     return headers;
 }
 
+util::http_reply call_peer(const std::string& address, const std::string& method, const std::string& target,
+                           const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                           std::chrono::milliseconds timeout) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos) throw util::http_failure("no port in the address '" + address + "'");
+    return util::http_call(method, address.substr(0, colon), address.substr(colon + 1), target, headers, body, timeout);
+}
+
+peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& peers, const std::string& target,
+                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& member) {
+    peer_answers out;
+    for (const auto& [tag, address] : peers) {
+        try {
+            const auto r = call_peer(address, "GET", target, headers, "", std::chrono::seconds(3));
+            auto part = nlohmann::json::parse(r.body, nullptr, false);
+            if (r.status == 200 && !part.is_discarded()) {
+                auto& items = member.empty() ? part : part[member];
+                if (items.is_array()) {
+                    out.parts.emplace_back(tag, std::move(items));
+                    continue;
+                }
+            }
+        } catch (const util::http_failure& e) {
+            spdlog::warn("cluster: node {} did not answer {}: {}", tag, target, e.what());
+        }
+        out.unreachable += (out.unreachable.empty() ? "" : ",") + tag;
+    }
+    return out;
+}
+
 void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member) {
     if (!s.cluster_peers || http::header_value(req->req, "x-cellgate-scope") == "node")
         return reply(http::json_response(200, local));
@@ -29,35 +59,14 @@ void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::j
         return reply(http::error_response(503, "Lists span the cluster and need etcd, which this node cannot reach "
                                                "now; open sessions keep working"));
     if (peers->empty()) return reply(http::json_response(200, local));
-    auto headers = peer_headers(req);
     run_file_work(s, req, std::move(reply),
-                  [req, local = std::move(local), member, peers = std::move(*peers), headers](const reply_fn& rep) mutable {
+                  [req, local = std::move(local), member, peers = std::move(*peers)](const reply_fn& rep) mutable {
                       auto& into = member.empty() ? local : local[member];
-                      std::string unreachable;
-                      const std::string target(req->req.target());
-                      for (const auto& [tag, address] : peers) {
-                          const auto colon = address.rfind(':');
-                          bool ok = false;
-                          if (colon != std::string::npos) {
-                              try {
-                                  const auto r = util::http_call("GET", address.substr(0, colon), address.substr(colon + 1),
-                                                                 target, headers, "", std::chrono::seconds(3));
-                                  auto part = nlohmann::json::parse(r.body, nullptr, false);
-                                  if (r.status == 200 && !part.is_discarded()) {
-                                      const auto& items = member.empty() ? part : part[member];
-                                      if (items.is_array()) {
-                                          for (const auto& item : items) into.push_back(item);
-                                          ok = true;
-                                      }
-                                  }
-                              } catch (const util::http_failure& e) {
-                                  spdlog::warn("cluster list: node {} did not answer: {}", tag, e.what());
-                              }
-                          }
-                          if (!ok) unreachable += (unreachable.empty() ? "" : ",") + tag;
-                      }
+                      auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
+                      for (auto& [tag, items] : asked.parts)
+                          for (auto& item : items) into.push_back(std::move(item));
                       auto res = http::json_response(200, local);
-                      if (!unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", unreachable);
+                      if (!asked.unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
                       rep(std::move(res));
                   });
 }

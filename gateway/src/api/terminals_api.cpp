@@ -25,11 +25,11 @@
 #include "processes/process_table.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
-#include "util/http_client.hpp"
 #include "http/hop.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <optional>
 #include <set>
 
@@ -214,11 +214,8 @@ void create_on_peer(services& s, const request_ptr& req, json body, const std::s
     auto headers = peer_headers(req);
     headers.emplace_back(http::hop_header, s.node_tag);
     headers.emplace_back("Content-Type", "application/json");
-    const auto colon = address.rfind(':');
     try {
-        if (colon == std::string::npos) throw util::http_failure("no port in '" + address + "'");
-        const auto r = util::http_call("POST", address.substr(0, colon), address.substr(colon + 1), "/api/terminals",
-                                       headers, body.dump(), std::chrono::seconds(30));
+        const auto r = call_peer(address, "POST", "/api/terminals", headers, body.dump(), std::chrono::seconds(30));
         auto answer = json::parse(r.body, nullptr, false);
         if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
         reply(json_response(r.status, answer));
@@ -243,27 +240,16 @@ std::optional<std::pair<std::string, std::string>> most_recent_in_cluster(servic
     if (!peers)
         throw api_exception(503, "A terminal goes beside your most recently active kernel, which may be on any node, "
                                  "and this node cannot reach etcd now; name the kernel with \"kernel_id\"");
-    const auto headers = peer_headers(req);
-    for (const auto& [tag, address] : *peers) {
-        const auto colon = address.rfind(':');
-        if (colon == std::string::npos) continue;
-        try {
-            const auto r = util::http_call("GET", address.substr(0, colon), address.substr(colon + 1), "/api/kernels",
-                                           headers, "", std::chrono::seconds(3));
-            const auto list = json::parse(r.body, nullptr, false);
-            if (r.status != 200 || !list.is_array()) continue;
-            for (const auto& m : list) {
-                const auto id = m.value("id", std::string());
-                const auto when = m.value("last_activity", std::string());
-                if (tag_of_id(id) == tag && m.value("execution_state", std::string()) != "dead" && when > best_time) {
-                    best_time = when;
-                    best = std::pair{id, address};
-                }
+    std::map<std::string, std::string> address_of(peers->begin(), peers->end());
+    for (const auto& [tag, kernels] : ask_peers(*peers, "/api/kernels", peer_headers(req)).parts)
+        for (const auto& m : kernels) {
+            const auto id = m.value("id", std::string());
+            const auto when = m.value("last_activity", std::string());
+            if (tag_of_id(id) == tag && m.value("execution_state", std::string()) != "dead" && when > best_time) {
+                best_time = when;
+                best = std::pair{id, address_of[tag]};
             }
-        } catch (const util::http_failure& e) {
-            spdlog::warn("terminal: node {} did not list its kernels: {}", tag, e.what());
         }
-    }
     return best;
 }
 
