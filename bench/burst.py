@@ -6,7 +6,11 @@ One gateway started by this script (loopback, port 0, runc), the pool filled
 before each burst, sessions deleted after it.
 
     /usr/bin/python3 bench/burst.py [--sizes 20,50] [--pool 4] [--pool-max N] [--rounds 2]
-        [--json bench/results/burst.json]
+        [--zygote] [--json bench/results/burst.json]
+
+--zygote runs the gateway with --zygote on: kernels that miss the pool are
+forked from the image's pre-imported zygote into sandboxes made for them
+(the script waits until a lone create says its kernel came from it).
 
 --pool-max (default: the pool's size, no growth) lets misses raise the pool's
 target up to N for the gateway's growth window: then each round after the
@@ -41,12 +45,14 @@ def pct(values, q):
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def first_result(cg, start, out, errors):
+def first_result(cg, start, out, errors, forked=None):
     try:
         r = cg.api("POST", "/v1/sessions", json={"timeout_s": 120})
         if r.status_code != 201:
             raise RuntimeError(f"create: {r.status_code} {r.text[:200]}")
         sid = r.json()["id"]
+        if forked is not None:
+            forked.append(bool((r.json().get("sandbox") or {}).get("zygote")))
         res = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
         if res.get("status") != "ok":
             raise RuntimeError(f"1+1: {res}")
@@ -55,11 +61,11 @@ def first_result(cg, start, out, errors):
         errors.append(str(e))
 
 
-def burst(cg, n):
+def burst(cg, n, forked=None):
     out, errors, threads = [], [], []
     start = time.perf_counter()
     for _ in range(n):
-        t = threading.Thread(target=first_result, args=(cg, start, out, errors))
+        t = threading.Thread(target=first_result, args=(cg, start, out, errors, forked))
         t.start()
         threads.append(t)
     for t in threads:
@@ -75,15 +81,18 @@ def main():
     ap.add_argument("--pool", type=int, default=4)
     ap.add_argument("--pool-max", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--json", default=str(REPO / "bench" / "results" / "burst.json"))
+    ap.add_argument("--zygote", action="store_true")
+    ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    args.json = args.json or str(REPO / "bench" / "results" / ("burst-zygote.json" if args.zygote else "burst.json"))
     sizes = [max(1, min(int(x), MAX_BURST)) for x in args.sizes.split(",")]
     rounds = max(1, min(args.rounds, MAX_ROUNDS))
     pool_max = max(args.pool, args.pool_max)
     cg = Cellgate("--pool-size", str(args.pool), "--pool-max", str(pool_max),
                   "--max-kernels", str(max(sizes) + pool_max + 4),
-                  "--max-kernels-per-tenant", "0", "--max-launches-per-tenant", "16")
-    results = {"pool": args.pool, "pool_max": pool_max}
+                  "--max-kernels-per-tenant", "0", "--max-launches-per-tenant", "16",
+                  *(["--zygote", "on"] if args.zygote else []))
+    results = {"pool": args.pool, "pool_max": pool_max, "zygote": args.zygote}
 
     def settle():
         """The pool at its (possibly raised) target with no start under way."""
@@ -96,6 +105,20 @@ def main():
         raise RuntimeError("the warm pool did not settle")
     try:
         cg.wait_pool(args.pool)
+        if args.zygote:
+            # Until the zygote has imported, kernels start cold: wait for a
+            # miss that is forked (the pool refills after each lone create).
+            end = time.time() + 120
+            while True:
+                forked = []
+                for _ in range(args.pool + 1):
+                    burst(cg, 1, forked)
+                if forked[-1]:
+                    break
+                if time.time() > end:
+                    raise RuntimeError("no kernel came from the zygote")
+                time.sleep(1)
+            cg.wait_pool(args.pool)
         lone = []
         for _ in range(5):
             times, errors = burst(cg, 1)
@@ -105,10 +128,10 @@ def main():
             cg.wait_pool(args.pool)
         results["lone_median_s"] = statistics.median(lone)
         for n in sizes:
-            samples, failed, per_round = [], [], []
+            samples, failed, per_round, forked = [], [], [], []
             for r in range(rounds):
                 ready = settle()
-                times, errors = burst(cg, n)
+                times, errors = burst(cg, n, forked)
                 samples += times
                 failed += errors
                 per_round.append({"ready_before": ready, "p50_s": statistics.median(times) if times else None,
@@ -118,6 +141,7 @@ def main():
                           f"p99 {pct(times, 0.99):.2f} s, failed {len(errors)}", flush=True)
             results[f"burst_{n}"] = {"p50_s": statistics.median(samples), "p99_s": pct(samples, 0.99),
                                      "max_s": max(samples), "failed": len(failed), "errors": failed[:3],
+                                     "forked_from_zygote": sum(forked),
                                      "p50_ratio": statistics.median(samples) / results["lone_median_s"],
                                      "rounds": per_round}
             print(f"burst of {n} (pool {args.pool}): p50 {statistics.median(samples):.2f} s, "

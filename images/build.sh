@@ -19,7 +19,7 @@ store=${CELLGATE_IMAGE_STORE:-/var/cache/cellgate/images}
 mirror=${CELLGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${CELLGATE_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
 
-key=$( { cat "$src/packages.txt" "$src/customize.sh" "$src/cellgate-kernel" "$src/cellgate-context" "$src/cellgate-egress" "$src/kernel.json" "$src/strip-packages.txt" "$0";
+key=$( { cat "$src/packages.txt" "$src/customize.sh" "$src/cellgate-kernel" "$src/cellgate-context" "$src/cellgate-egress" "$src/cellgate-zygote" "$src/kernel.json" "$src/strip-packages.txt" "$0";
          echo "$mirror $security"; } | sha256sum | cut -c1-16 )
 dest="$store/$image/$key"
 if [[ -f "$dest/.complete" ]]; then

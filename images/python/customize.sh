@@ -35,6 +35,8 @@ install -m 0755 "$here/cellgate-kernel" "$root/opt/cellgate/cellgate-kernel"
 install -m 0755 "$here/cellgate-context" "$root/opt/cellgate/cellgate-context"
 # The egress forwarder, started by cellgate-kernel when /run/egress is mounted.
 install -m 0755 "$here/cellgate-egress" "$root/opt/cellgate/cellgate-egress"
+# The kernel zygote (the launcher's --zygote on): forks pre-imported kernels into sandboxes.
+install -m 0755 "$here/cellgate-zygote" "$root/opt/cellgate/cellgate-zygote"
 mkdir -p "$root/etc/matplotlib"
 cat > "$root/etc/matplotlib/matplotlibrc" <<'RC'
 backend: module://matplotlib_inline.backend_inline

@@ -12,6 +12,7 @@
 #include "relay_process.hpp"
 #include "spec_validation.hpp"
 #include "workspace.hpp"
+#include "zygote.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -172,10 +173,52 @@ struct launcher::impl {
     std::map<std::string, std::unique_ptr<oci_runtime>> runtimes;
     workspace_store workspaces;
     exec_registry execs;
+    // --zygote on: the images' zygotes, and runc's seccomp filter as read
+    // from the first sandbox it made (the profile is the launcher's own
+    // constant, so every runc sandbox has the same).
+    zygotes zygote_processes;
+    std::mutex filters_mutex;
+    std::vector<seccomp_filter> runc_filters;
 
     explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
         : cfg(std::move(c)), runtimes(std::move(r)),
-          workspaces(cfg.workspace_root, cfg.host_id_base, cfg.max_slots) {}
+          workspaces(cfg.workspace_root, cfg.host_id_base, cfg.max_slots), zygote_processes(cfg.state_dir) {}
+
+    // Whether this start may take its kernel from the image's zygote: runc,
+    // and a kernel the zygote's imports fit (one BLAS thread, the zygote's
+    // own hash seed, no merging, which wants kernels started alike).
+    bool forks_from_zygote(const sandbox_spec& spec, const oci_runtime& rt, const sandbox_info& info) {
+        if (!cfg.zygote || rt.name() != "runc" || info.memory_merge || spec.limits.cpu_millis > 1000) return false;
+        for (const auto& [name, value] : spec.env)
+            if (name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
+                name == "NUMEXPR_MAX_THREADS")
+                return false;
+        return zygote_processes.ready(info.image);
+    }
+
+    // Forks the kernel into the sandbox whose init (tini and a sleep) has
+    // just started; returns its supervisor's host pid.
+    std::int64_t fork_kernel(const sandbox_info& info, const oci_inputs& in, const fs::path& dir) {
+        std::vector<seccomp_filter> filters;
+        {
+            const std::lock_guard lock(filters_mutex);
+            if (runc_filters.empty()) runc_filters = read_seccomp_filters(info.pid);
+            filters = runc_filters;
+        }
+        if (filters.empty()) throw launch_error("zygote-fork", "runc gave the sandbox no seccomp filter", EINVAL);
+        const unique_fd log(::open((dir / "kernel.log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
+        if (!log) throw launch_error("zygote-fork", "open kernel.log", errno);
+        zygote_fork f;
+        f.init_pid = info.pid;
+        f.cgroups_path = in.cgroups_path;
+        f.log_fd = log.get();
+        f.uid = in.uid;
+        f.gid = in.gid;
+        f.nofile = in.limits.nofile;
+        f.fsize = effective_fsize(in.limits);
+        f.seccomp = std::move(filters);
+        return zygote_processes.fork_kernel(info.image, f);
+    }
 
     fs::path sandboxes_dir() const { return cfg.state_dir / "sandboxes"; }
     fs::path run_dir(const std::string& id) const { return sandboxes_dir() / id; }
@@ -512,6 +555,20 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
 
     const fs::path socket_dir = prepare_kernel_dir(info, dir, ws, relayed);
     auto in = oci_inputs_for(info, spec, dir / "kernel", ws.host_id_base, rt);
+    info.zygote = forks_from_zygote(spec, rt, info);
+    if (info.zygote) {
+        // The container's process only holds the sandbox (and reaps its
+        // orphans); the kernel comes from the zygote and reads its
+        // environment here, inside, where the zygote never sees it.
+        json env = json::object();
+        for (const auto& e : in.env) {
+            const auto eq = e.find('=');
+            if (eq != std::string::npos) env[e.substr(0, eq)] = e.substr(eq + 1);
+        }
+        write_file("prepare-run-dir", dir / "kernel" / "environ.json", env.dump(), 0400,
+                   ws.host_id_base + spec.uid, ws.host_id_base + spec.gid);
+        in.args = zygote_sandbox_args();
+    }
     if (!spec.volumes.empty()) in.volumes_dir = attach_volumes(spec, dir, ws.host_id_base).string();
     write_file("build-config", dir / "config.json", build_oci_config(in).dump(2), 0600);
     steps.done("config");
@@ -525,6 +582,10 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
 
     info.pid = start_container(info, dir, ws, rt, runtime_started, steps);
     steps.done("runtime_run");
+    if (info.zygote) {
+        info.kernel_pid = fork_kernel(info, in, dir);
+        steps.done("zygote_fork");
+    }
     wait_until_serving(info, socket_dir, relayed, deadline, steps);
     info.step_ms["total"] = ms_since(t0);
 
@@ -839,6 +900,14 @@ launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr
                                                      config.runsc_platform));
     }
     impl_ = std::make_unique<impl>(std::move(config), std::move(runtimes));
+    if (impl_->cfg.zygote) {
+        // The default image's zygote imports while the node starts; until it
+        // is ready, kernels start cold.
+        try {
+            impl_->zygote_processes.ready(resolve_image(sandbox_spec{}.image, impl_->cfg).string());
+        } catch (const std::exception&) {
+        }
+    }
 }
 
 launcher::~launcher() = default;
@@ -944,12 +1013,14 @@ void launcher::signal(const std::string& id, int sig) {
         it->second->kill(id, sig, false);
         return;
     }
-    // pidfd first, then check that this pid is still the sandbox's init (its
+    // pidfd first, then check that this pid is still the sandbox's (its
     // cgroup names the sandbox), then signal through the pidfd: a recycled pid
-    // can never receive the signal.
-    const int pidfd = pidfd_open(info->pid);
+    // can never receive the signal. The init forwards it to the kernel's
+    // group; a kernel from the zygote has its supervisor do that.
+    const auto target = info->kernel_pid > 0 ? info->kernel_pid : info->pid;
+    const int pidfd = pidfd_open(target);
     if (pidfd < 0) throw launch_error("signal", "sandbox '" + id + "' is not running", errno);
-    const auto cgroups = read_file("/proc/" + std::to_string(info->pid) + "/cgroup", 8192);
+    const auto cgroups = read_file("/proc/" + std::to_string(target) + "/cgroup", 8192);
     const bool ours = cgroups.find(cgroup_path_of(config_, id) + "\n") != std::string::npos ||
                       cgroups.find(cgroup_path_of(config_, id) + "/") != std::string::npos;
     int rc = -1;

@@ -86,7 +86,7 @@ void check_node_settings(const launcher_config& cfg) {
 
 bool is_node_option(std::string_view name) {
     return name == "--cgroup-parent" || name == "--uid-range-start" || name == "--uid-range-slots" ||
-           name == "--runsc-platform" || name == "--memory-merge";
+           name == "--runsc-platform" || name == "--memory-merge" || name == "--zygote";
 }
 
 bool apply_node_option(launcher_config& cfg, const std::string& name, const std::string& value) {
@@ -102,6 +102,9 @@ bool apply_node_option(launcher_config& cfg, const std::string& name, const std:
     } else if (name == "--memory-merge") {
         if (value != "on" && value != "off") throw spec_error(name + " must be on or off");
         cfg.memory_merge = value == "on";
+    } else if (name == "--zygote") {
+        if (value != "on" && value != "off") throw spec_error(name + " must be on or off");
+        cfg.zygote = value == "on";
     } else if (name == "--uid-range-slots") {
         const auto n = parse_number(value, name);
         if (n == 0 || n > 65536) throw spec_error(name + " must be 1…65536");

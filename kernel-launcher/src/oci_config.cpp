@@ -122,6 +122,8 @@ std::vector<std::string> kernel_args() {
             sandbox_connection_file};
 }
 
+std::vector<std::string> zygote_sandbox_args() { return {"/usr/bin/tini", "--", "/bin/sleep", "infinity"}; }
+
 std::vector<std::string> relayed_kernel_args() {
     return {"/usr/bin/tini", "-g", "--", "/usr/bin/python3", "-I", "-S", sandbox_relay_script, "--",
             "/opt/cellgate/cellgate-kernel", "-f", sandbox_connection_file};

@@ -57,6 +57,9 @@ nlohmann::json build_exec_process(const nlohmann::json& sandbox_process, const e
 std::vector<std::string> kernel_args();
 // The same under gVisor, with the relay between tini and the kernel.
 std::vector<std::string> relayed_kernel_args();
+// The process of a sandbox whose kernel the zygote forks in: tini (reaping
+// orphans) over a sleep.
+std::vector<std::string> zygote_sandbox_args();
 
 // The host cgroup's pids limit for a gVisor sandbox whose kernel may have
 // `guest_pids` tasks: the sentry's and gofer's threads and one ptrace stub

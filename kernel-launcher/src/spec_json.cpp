@@ -157,6 +157,8 @@ void to_json(json& j, const sandbox_info& i) {
              {"runtime", i.runtime},
              {"platform", i.platform},
              {"memory_merge", i.memory_merge},
+             {"zygote", i.zygote},
+             {"kernel_pid", i.kernel_pid},
              {"run_dir", i.run_dir},
              {"workspace_dir", i.workspace_dir},
              {"pid", i.pid},
@@ -194,6 +196,8 @@ sandbox_info sandbox_info_from_json(const json& j) {
     i.runtime = j.at("runtime").get<std::string>();
     i.platform = j.value("platform", std::string());
     i.memory_merge = j.value("memory_merge", false);
+    i.zygote = j.value("zygote", false);
+    i.kernel_pid = j.value("kernel_pid", std::int64_t{0});
     i.run_dir = j.at("run_dir").get<std::string>();
     i.workspace_dir = j.at("workspace_dir").get<std::string>();
     i.pid = j.at("pid").get<std::int64_t>();

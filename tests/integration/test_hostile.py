@@ -39,7 +39,9 @@ import requests
 from conftest import _missing_prerequisite
 from gateway import BUILD, GATEWAY, Gateway
 
-RUNTIMES = ["runc", "runsc"]
+# runc-zygote: runc sandboxes whose kernels the launcher forks from the
+# image's zygote (--zygote on) instead of starting them in the sandbox.
+RUNTIMES = ["runc", "runsc", "runc-zygote"]
 LAUNCH = BUILD / "bin" / "cellgate-launch"
 MiB = 1 << 20
 
@@ -119,9 +121,26 @@ def probe(gw, sid, code, timeout_s=120):
 def new_session(gw, **body):
     r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 120, **body})
     assert r.status_code == 201, r.text
+    # Under runc-zygote every attack runs in a kernel forked from the zygote.
+    assert r.json()["sandbox"]["zygote"] is gw.zygote, r.json()
     sid = r.json()["id"]
     gw.session_ids.append(sid)
     return sid
+
+
+def wait_for_zygote(gw, timeout=60):
+    """The zygote starts with the gateway and imports for a second or two;
+    until then kernels start cold. Waits until a new session's is forked."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 120})
+        assert r.status_code == 201, r.text
+        forked = r.json()["sandbox"]["zygote"]
+        api(gw, "DELETE", f"/v1/sessions/{r.json()['id']}")
+        if forked:
+            return
+        assert time.monotonic() < deadline, "no kernel came from the zygote"
+        time.sleep(1)
 
 
 def kernel_log(gw, sid):
@@ -165,22 +184,28 @@ def measure(gw, name, **values):
 
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
-    runtime = request.param
+    variant = request.param
+    runtime = variant.removesuffix("-zygote")
     _require(runtime)
-    d = tmp_path_factory.mktemp(f"hostile-{runtime}")
+    d = tmp_path_factory.mktemp(f"hostile-{variant}")
     config = d / "config.json"
     config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime, "limits": LIMITS}}}))
     # Secrets a real deployment might have in its environment, under their
     # usual names and one of ours.
     env = dict(os.environ, CELLGATE_HOSTILE_SECRET=SECRET, AWS_SECRET_ACCESS_KEY=SECRET,
                OPENAI_API_KEY=SECRET, DATABASE_URL=f"postgres://gw:{SECRET}@127.0.0.1/db", CELLGATE_TOKEN=TOKEN)
-    g = Gateway("--config", str(config), "--max-kernels", "16", token=TOKEN, env=env)
+    zygote = variant != runtime
+    g = Gateway("--config", str(config), "--max-kernels", "16", *(["--zygote", "on"] if zygote else []),
+                token=TOKEN, env=env)
     g.runtime = runtime
+    g.zygote = zygote
     g.session_ids = []
     g.figures = {}
     g.stopped = False
     try:
         g.start()
+        if zygote:
+            wait_for_zygote(g)
         g.neighbour = new_session(g)
         r = run(g, g.neighbour, "neighbour_state = 1\nneighbour_state")
         assert r["status"] == "ok", r
@@ -189,14 +214,14 @@ def gw(request, tmp_path_factory):
         yield g
     finally:
         LOGS.mkdir(parents=True, exist_ok=True)
-        (LOGS / f"hostile-{runtime}.json").write_text(json.dumps(g.figures, indent=1, sort_keys=True))
+        (LOGS / f"hostile-{variant}.json").write_text(json.dumps(g.figures, indent=1, sort_keys=True))
         # Straight to the terminal, past pytest's capture, so a passing run shows them too.
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         capture = request.config.pluginmanager.get_plugin("capturemanager")
         if reporter is not None and capture is not None:
             with capture.global_and_fixture_disabled():
                 reporter.write_line("")
-                reporter.write_line(f"hostile battery under {runtime}: figures")
+                reporter.write_line(f"hostile battery under {variant}: figures")
                 for name, values in sorted(g.figures.items()):
                     reporter.write_line(f"  {name}: {json.dumps(values, sort_keys=True)}")
         g.stop()

@@ -59,7 +59,7 @@ def test_the_session_says_which_sandbox_and_platform_it_runs_on(gw):
     sid = r.json()["id"]
     try:
         # This gateway runs without --memory-merge: no kernel of it merges (test_memory_merge has it on).
-        said = {"runtime": gw.runtime, "platform": expected, "memory_merge": False}
+        said = {"runtime": gw.runtime, "platform": expected, "memory_merge": False, "zygote": False}
         assert r.json()["sandbox"] == said, r.json()
         k = gw.api("GET", f"/api/kernels/{sid}").json()
         assert k["cellgate"]["sandbox"] == said, k

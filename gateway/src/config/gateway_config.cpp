@@ -230,6 +230,8 @@ const std::map<std::string, setter>& setters() {
         {"runsc_platform", [](auto& c, const auto& v) { node_option(c, "--runsc-platform", v); }},
         // Kernels opt into KSM with a fixed layout (runc; docs/memory.md): on, off.
         {"memory_merge", [](auto& c, const auto& v) { node_option(c, "--memory-merge", v); }},
+        // New kernels are forked from the image's pre-imported zygote (runc; docs/memory.md): on, off.
+        {"zygote", [](auto& c, const auto& v) { node_option(c, "--zygote", v); }},
         {"max_kernels", [](auto& c, const auto& v) { c.manager.max_kernels = to_u64("max_kernels", v); }},
         {"auto_restart", [](auto& c, const auto& v) { c.manager.auto_restart = v == "true" || v == "1" || v == "yes"; }},
         {"iopub_msg_rate", [](auto& c, const auto& v) { c.manager.kernel.iopub_msg_rate = to_double("iopub_msg_rate", v); }},
@@ -477,7 +479,7 @@ std::string usage() {
            "                [--certfile F --keyfile F] [--allow-origin ORIGIN]... [--config FILE.json]\n"
            "                [--state-dir D] [--state-db FILE|none] [--launcher-socket PATH] [--image-store D] [--workspace-root D] [--max-kernels N]\n"
            "                [--cgroup-parent NAME] [--uid-range-start UID] [--uid-range-slots N]\n"
-           "                [--runsc-platform auto|kvm|ptrace] [--memory-merge on|off]\n"
+           "                [--runsc-platform auto|kvm|ptrace] [--memory-merge on|off] [--zygote on|off]\n"
            "                [--iopub-msg-rate N] [--iopub-data-rate BYTES] [--no-auto-restart] [--log-level L] [--check-config]\n"
            "                [--node-tag HEX8] [--etcd http://H:P,…] [--node-address H:P] [--lease-ttl S] [--pool-size N] [--pool-max N] [--pool-growth-window S] [--pool-preload numpy,pandas,…] [--tokens-file F] [--max-kernels-per-tenant N]\n"
            "                [--io-threads N] [--file-io-threads N] [--file-io-per-tenant N]\n"

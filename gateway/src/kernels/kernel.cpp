@@ -561,7 +561,8 @@ nlohmann::json kernel::model() const {
               {"sandbox", sandbox_ ? nlohmann::json{{"runtime", sandbox_->runtime},
                                                    {"platform", sandbox_->platform.empty() ? nlohmann::json(nullptr)
                                                                                            : nlohmann::json(sandbox_->platform)},
-                                                   {"memory_merge", sandbox_->memory_merge}}
+                                                   {"memory_merge", sandbox_->memory_merge},
+                                                   {"zygote", sandbox_->zygote}}
                                    : nlohmann::json(nullptr)}}}};
 }
 

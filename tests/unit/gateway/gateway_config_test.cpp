@@ -56,6 +56,9 @@ TEST(gateway_config, per_node_settings_reach_the_launcher) {
     EXPECT_FALSE(parse({}).launcher.memory_merge);
     EXPECT_TRUE(parse({"--memory-merge", "on"}).launcher.memory_merge);
     EXPECT_THROW(parse({"--memory-merge", "yes"}), config::config_error);
+    EXPECT_FALSE(parse({}).launcher.zygote);
+    EXPECT_TRUE(parse({"--zygote", "on"}).launcher.zygote);
+    EXPECT_THROW(parse({"--zygote", "yes"}), config::config_error);
 }
 
 TEST(gateway_config, a_kernelspec_names_its_start_timeout) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 using namespace cellgate::launcher;
 
@@ -85,15 +86,19 @@ TEST(node_settings, start_up_check_refuses_a_range_listed_in_a_subid_file) {
     std::filesystem::remove_all(dir);
 }
 
-TEST(node_settings, the_memory_merge_option) {
-    auto c = no_subid_files();
-    EXPECT_FALSE(c.memory_merge);
-    EXPECT_TRUE(is_node_option("--memory-merge"));
-    EXPECT_TRUE(apply_node_option(c, "--memory-merge", "on"));
-    EXPECT_TRUE(c.memory_merge);
-    EXPECT_TRUE(apply_node_option(c, "--memory-merge", "off"));
-    EXPECT_FALSE(c.memory_merge);
-    for (const char* bad : {"", "yes", "1", "ON"}) EXPECT_THROW(apply_node_option(c, "--memory-merge", bad), spec_error) << bad;
+TEST(node_settings, the_on_off_switches) {
+    const std::pair<const char*, bool launcher_config::*> switches[] = {{"--memory-merge", &launcher_config::memory_merge},
+                                                                        {"--zygote", &launcher_config::zygote}};
+    for (const auto& [name, member] : switches) {
+        auto c = no_subid_files();
+        EXPECT_FALSE(c.*member) << name;
+        EXPECT_TRUE(is_node_option(name));
+        EXPECT_TRUE(apply_node_option(c, name, "on"));
+        EXPECT_TRUE(c.*member) << name;
+        EXPECT_TRUE(apply_node_option(c, name, "off"));
+        EXPECT_FALSE(c.*member) << name;
+        for (const char* bad : {"", "yes", "1", "ON"}) EXPECT_THROW(apply_node_option(c, name, bad), spec_error) << bad;
+    }
     for (const char* name : {"--cgroup-parent", "--uid-range-start", "--uid-range-slots", "--runsc-platform"})
         EXPECT_TRUE(is_node_option(name)) << name;
     EXPECT_FALSE(is_node_option("--state-dir"));

@@ -32,6 +32,11 @@ struct launcher_config {
     // that merge can learn, by timing a write, whether another session holds
     // a page of given content.
     bool memory_merge = false;
+    // The kernel zygote (runc sandboxes; docs/memory.md): one pre-imported
+    // Python per image forks each new kernel into its sandbox, so a start
+    // skips the imports and the kernels share the imports' pages. Kernels
+    // forked from one zygote share its string hash seed.
+    bool zygote = false;
     // The host half of the gVisor relay; empty: next to the running program,
     // else in PATH.
     std::string relay_path;

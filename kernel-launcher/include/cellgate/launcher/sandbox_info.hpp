@@ -29,6 +29,10 @@ struct sandbox_info {
     std::string run_dir;
     std::string workspace_dir;
     std::int64_t pid = 0;   // host pid of the sandbox's init
+    // The kernel was forked from the image's zygote (launcher_config::zygote);
+    // kernel_pid is then its supervisor's host pid, which signals go to.
+    bool zygote = false;
+    std::int64_t kernel_pid = 0;
     std::uint32_t host_uid_base = 0;
     std::int64_t created_unix_ms = 0;
     sandbox_spec spec;
