@@ -2,8 +2,12 @@
 """What one cold session costs the box in CPU, and so what a burst of
 creates that misses the warm pool must cost (issue 16, "Bursts").
 
-    /usr/bin/python3 bench/cold_cost.py [--count 10] [--burst 20] [--pool 4]
+    /usr/bin/python3 bench/cold_cost.py [--count 10] [--burst 20] [--pool 4] [--zygote]
         [--json bench/results/cold-cost.json]
+
+--zygote: the gateway runs with --zygote on, and every measured create's
+kernel is forked from the image's zygote (the script checks the session
+model); the zygote's own CPU (the fork) counts in "the rest".
 
 One gateway started by this script (loopback, port 0, runc, no warm pool,
 its own cgroup parent). Creates run one at a time on an otherwise quiet box:
@@ -64,20 +68,34 @@ def main():
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--burst", type=int, default=20)
     ap.add_argument("--pool", type=int, default=4)
+    ap.add_argument("--zygote", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
     if not 1 <= args.count <= MAX_COUNT:
         raise SystemExit(f"--count: 1 to {MAX_COUNT}")
     parent = "cellgate-coldcost-" + uuid.uuid4().hex[:6]
-    cg = Cellgate("--pool-size", "0", "--cgroup-parent", parent)
+    cg = Cellgate("--pool-size", "0", "--cgroup-parent", parent, *(["--zygote", "on"] if args.zygote else []))
     rows = []
     try:
+        if args.zygote:  # until it has imported, kernels start cold
+            end = time.time() + 60
+            while True:
+                r = cg.api("POST", "/v1/sessions", json={"timeout_s": 120})
+                r.raise_for_status()
+                cg.api("DELETE", f"/v1/sessions/{r.json()['id']}")
+                if r.json()["sandbox"]["zygote"]:
+                    break
+                if time.time() > end:
+                    raise SystemExit("no kernel came from the zygote")
+                time.sleep(1)
         for i in range(args.count + 1):  # the first one warms the page cache, not counted
             time.sleep(1.0)  # let the last delete settle
             busy0, box0, t0 = machine_busy_s(), cgroup_cpu_s(parent), time.perf_counter()
             r = cg.api("POST", "/v1/sessions", json={"timeout_s": 120})
             r.raise_for_status()
             sid = r.json()["id"]
+            if r.json()["sandbox"]["zygote"] is not args.zygote:
+                raise SystemExit(f"the kernel's zygote flag is not {args.zygote}: {r.json()['sandbox']}")
             res = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
             wall = time.perf_counter() - t0
             busy, box = machine_busy_s() - busy0, cgroup_cpu_s(parent) - box0
@@ -104,6 +122,7 @@ def main():
         "cores": cores,
         "count": len(rows),
         "median": med,
+        "zygote": args.zygote,
         "burst": args.burst,
         "pool": args.pool,
         "floor_s": cold * med["cpu_s"] / cores,

@@ -9,6 +9,12 @@ same imports under jupyter_server (bench.py's memory scenario, 4 kernels).
 
     /usr/bin/python3 bench/density.py [--max 400] [--reserve-gib 2] [--json bench/results/density.json]
     /usr/bin/python3 bench/density.py --memory-merge [--ksm-pages 2000] [--ksm-sleep-ms 20]
+    /usr/bin/python3 bench/density.py --zygote
+
+--zygote runs the gateway with --zygote on: every session's kernel is
+forked from the image's zygote (checked in each session's model) and
+shares the pages of its imports with it. The zygote's own PSS is counted
+with the sessions' (it holds its share of those pages).
 
 --memory-merge runs the gateway with --memory-merge on and the host's ksmd
 as scripts/ksm.sh would (the host's settings are put back after), waits for
@@ -60,6 +66,21 @@ def settle(timeout_s=300):
         last = sharing
 
 
+def zygote_pids(gateway_pid):
+    """The gateway's zygotes (its children running /opt/cellgate/cellgate-zygote)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == gateway_pid and b"/opt/cellgate/cellgate-zygote" in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--max", type=int, default=400)
@@ -68,9 +89,10 @@ def main():
     ap.add_argument("--memory-merge", action="store_true")
     ap.add_argument("--ksm-pages", type=int, default=2000)
     ap.add_argument("--ksm-sleep-ms", type=int, default=20)
+    ap.add_argument("--zygote", action="store_true")
     args = ap.parse_args()
     if args.json is None:
-        name = "density-merge.json" if args.memory_merge else "density.json"
+        name = "density-merge.json" if args.memory_merge else "density-zygote.json" if args.zygote else "density.json"
         args.json = str(REPO / "bench" / "results" / name)
     if not args.memory_merge:
         return run(args)
@@ -84,7 +106,18 @@ def run(args):
     ref = reference_stack_pss_kib()
     cg = Cellgate("--pool-size", "0", "--max-kernels", str(limit + 4), "--max-kernels-per-tenant", "0",
                   "--idle-timeout", "0", "--cull-idle-timeout", "0",
-                  *(["--memory-merge", "on"] if args.memory_merge else []))
+                  *(["--memory-merge", "on"] if args.memory_merge else []),
+                  *(["--zygote", "on"] if args.zygote else []))
+    if args.zygote:  # until it has imported, kernels start cold
+        end = time.monotonic() + 60
+        while True:
+            r = cg.api("POST", "/v1/sessions", json={})
+            cg.api("DELETE", f"/v1/sessions/{r.json()['id']}")
+            if r.json()["sandbox"]["zygote"]:
+                break
+            if time.monotonic() > end:
+                raise SystemExit("no kernel came from the zygote")
+            time.sleep(1)
     cpu0 = ksmd_cpu_s()
     ids, failed, per, per_after, waited, steady = [], [], None, None, [], None
     stopped_by = "max"
@@ -105,6 +138,9 @@ def run(args):
                 failed.append(f"create: {r.status_code} {r.text[:120]}")
                 break
             sid = r.json()["id"]
+            if r.json()["sandbox"]["zygote"] is not args.zygote:
+                failed.append(f"create: the kernel's zygote flag is not {args.zygote}")
+                break
             ex = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": STACK}).json()
             if ex.get("status") != "ok":
                 failed.append(f"import: {ex}")
@@ -124,6 +160,8 @@ def run(args):
             procs = Path(f"/sys/fs/cgroup/pids/cellgate/{sid}/cgroup.procs")
             if procs.exists():
                 pids += [int(p) for p in procs.read_text().split()]
+        if args.zygote:
+            pids += zygote_pids(cg.g.proc.pid)
         per = pss_kib(pids) / max(1, len(ids))
         for sid in ids:  # every one still answers
             ex = cg.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "1+1"}).json()
@@ -137,7 +175,7 @@ def run(args):
     results = {"sessions": len(ids), "stopped_by": stopped_by, "failed": len(failed), "errors": failed[:5],
                "pss_per_session_mib": per / 1024, "pss_after_1+1_round_mib": (per_after or 0) / 1024, "reference_pss_mib": ref / 1024, "ratio": per / ref,
                "fill_seconds": fill_s, "memory_gib": round(mem_available_kib() / 1048576, 1),
-               "memory_merge": args.memory_merge}
+               "memory_merge": args.memory_merge, "zygote": args.zygote}
     if args.memory_merge:
         results["ksmd"] = {"cpu_seconds": round(ksmd_cpu_s() - cpu0, 1), "pages_to_scan": args.ksm_pages,
                            "sleep_ms": args.ksm_sleep_ms, "wall_seconds": round(time.monotonic() - t0, 1),
