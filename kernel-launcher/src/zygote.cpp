@@ -35,18 +35,6 @@ namespace {
 constexpr const char* zygote_script = "/opt/cellgate/cellgate-zygote";
 constexpr int request_timeout_s = 20;
 
-std::string hex(const std::string& bytes) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(bytes.size() * 2);
-    for (const char byte : bytes) {
-        const auto c = static_cast<unsigned char>(byte);
-        out.push_back(digits[c >> 4]);
-        out.push_back(digits[c & 15]);
-    }
-    return out;
-}
-
 bool write_all(int fd, const char* data, std::size_t size) {
     while (size > 0) {
         const ssize_t n = ::write(fd, data, size);
@@ -331,10 +319,15 @@ std::int64_t zygotes::fork_kernel(const std::string& rootfs, const zygote_fork& 
     if (::pipe2(go, O_CLOEXEC) != 0) throw launch_error("zygote-fork", "pipe", errno);
     unique_fd go_read(go[0]), go_write(go[1]);
 
+    // A JSON line, then the filters' BPF, raw, one after the other.
     json req = {{"uid", f.uid}, {"gid", f.gid}, {"nofile", f.nofile}, {"fsize", f.fsize}};
     req["seccomp"] = json::array();
-    for (const auto& s : f.seccomp) req["seccomp"].push_back({{"filter", hex(s.bpf)}, {"flags", s.flags}});
-    const std::string body = req.dump();
+    std::string programs;
+    for (const auto& s : f.seccomp) {
+        req["seccomp"].push_back({{"bytes", s.bpf.size()}, {"flags", s.flags}});
+        programs += s.bpf;
+    }
+    const std::string body = req.dump() + "\n" + programs;
 
     std::vector<int> fds = {go_read.get(), f.log_fd};
     for (const auto& h : held) fds.push_back(h.get());
