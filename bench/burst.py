@@ -106,18 +106,7 @@ def main():
     try:
         cg.wait_pool(args.pool)
         if args.zygote:
-            # Until the zygote has imported, kernels start cold: wait for a
-            # miss that is forked (the pool refills after each lone create).
-            end = time.time() + 120
-            while True:
-                forked = []
-                for _ in range(args.pool + 1):
-                    burst(cg, 1, forked)
-                if forked[-1]:
-                    break
-                if time.time() > end:
-                    raise RuntimeError("no kernel came from the zygote")
-                time.sleep(1)
+            cg.g.wait_for_zygote(timeout=120)
             cg.wait_pool(args.pool)
         lone = []
         for _ in range(5):

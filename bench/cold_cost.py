@@ -77,17 +77,8 @@ def main():
     cg = Cellgate("--pool-size", "0", "--cgroup-parent", parent, *(["--zygote", "on"] if args.zygote else []))
     rows = []
     try:
-        if args.zygote:  # until it has imported, kernels start cold
-            end = time.time() + 60
-            while True:
-                r = cg.api("POST", "/v1/sessions", json={"timeout_s": 120})
-                r.raise_for_status()
-                cg.api("DELETE", f"/v1/sessions/{r.json()['id']}")
-                if r.json()["sandbox"]["zygote"]:
-                    break
-                if time.time() > end:
-                    raise SystemExit("no kernel came from the zygote")
-                time.sleep(1)
+        if args.zygote:
+            cg.g.wait_for_zygote()
         for i in range(args.count + 1):  # the first one warms the page cache, not counted
             time.sleep(1.0)  # let the last delete settle
             busy0, box0, t0 = machine_busy_s(), cgroup_cpu_s(parent), time.perf_counter()

@@ -108,16 +108,8 @@ def run(args):
                   "--idle-timeout", "0", "--cull-idle-timeout", "0",
                   *(["--memory-merge", "on"] if args.memory_merge else []),
                   *(["--zygote", "on"] if args.zygote else []))
-    if args.zygote:  # until it has imported, kernels start cold
-        end = time.monotonic() + 60
-        while True:
-            r = cg.api("POST", "/v1/sessions", json={})
-            cg.api("DELETE", f"/v1/sessions/{r.json()['id']}")
-            if r.json()["sandbox"]["zygote"]:
-                break
-            if time.monotonic() > end:
-                raise SystemExit("no kernel came from the zygote")
-            time.sleep(1)
+    if args.zygote:
+        cg.g.wait_for_zygote()
     cpu0 = ksmd_cpu_s()
     ids, failed, per, per_after, waited, steady = [], [], None, None, [], None
     stopped_by = "max"

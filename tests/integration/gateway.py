@@ -143,6 +143,21 @@ class Gateway:
         assert r.status_code == 201, r.text
         return r.json()
 
+    def wait_for_zygote(self, timeout=60):
+        """With --zygote on: the zygote imports for a second or two after the
+        gateway starts, and kernels start cold until then (a warm pool's, until
+        it has refilled). Creates and deletes sessions until one's kernel says
+        it was forked."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.api("POST", "/v1/sessions", json={"timeout_s": 120})
+            assert r.status_code == 201, r.text
+            self.api("DELETE", f"/v1/sessions/{r.json()['id']}")
+            if r.json()["sandbox"]["zygote"]:
+                return
+            assert time.monotonic() < deadline, "no kernel came from the zygote: " + self.log_text()[-2000:]
+            time.sleep(0.5)
+
     def alive(self):
         return self.proc is not None and self.proc.poll() is None and \
             requests.get(self.url + "/healthz", timeout=10).status_code == 200

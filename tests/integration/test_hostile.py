@@ -128,21 +128,6 @@ def new_session(gw, **body):
     return sid
 
 
-def wait_for_zygote(gw, timeout=60):
-    """The zygote starts with the gateway and imports for a second or two;
-    until then kernels start cold. Waits until a new session's is forked."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = api(gw, "POST", "/v1/sessions", json={"timeout_s": 120})
-        assert r.status_code == 201, r.text
-        forked = r.json()["sandbox"]["zygote"]
-        api(gw, "DELETE", f"/v1/sessions/{r.json()['id']}")
-        if forked:
-            return
-        assert time.monotonic() < deadline, "no kernel came from the zygote"
-        time.sleep(1)
-
-
 def kernel_log(gw, sid):
     """The gateway's log lines about one kernel (for failure messages)."""
     return [l[:300] for l in gw.log_text().splitlines() if sid in l][-12:]
@@ -205,7 +190,7 @@ def gw(request, tmp_path_factory):
     try:
         g.start()
         if zygote:
-            wait_for_zygote(g)
+            g.wait_for_zygote()
         g.neighbour = new_session(g)
         r = run(g, g.neighbour, "neighbour_state = 1\nneighbour_state")
         assert r["status"] == "ok", r

@@ -11,7 +11,6 @@ the whole battery against such kernels too (runc-zygote)."""
 import ctypes
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -63,17 +62,6 @@ def create(g, **body):
     r = g.api("POST", "/v1/sessions", json={"timeout_s": 120, **body})
     assert r.status_code == 201, r.text
     return r.json()
-
-
-def wait_for_zygote(g, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        s = create(g)
-        g.api("DELETE", f"/v1/sessions/{s['id']}")
-        if s["sandbox"]["zygote"]:
-            return
-        assert time.monotonic() < deadline, "no kernel came from the zygote: " + g.log_text()[-2000:]
-        time.sleep(1)
 
 
 def cgroup_procs(sid):
@@ -138,7 +126,7 @@ def seccomp_filters(pid):
 @pytest.fixture(scope="module")
 def g():
     gw = Gateway("--zygote", "on").start()
-    wait_for_zygote(gw)
+    gw.wait_for_zygote()
     yield gw
     gw.stop()
     gw.cleanup()
