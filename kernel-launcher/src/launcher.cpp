@@ -179,6 +179,7 @@ struct launcher::impl {
     zygotes zygote_processes;
     std::mutex filters_mutex;
     std::vector<seccomp_filter> runc_filters;
+    bool filters_unreadable = false;  // then no kernel comes from a zygote (each would be a runc start wasted)
 
     explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
         : cfg(std::move(c)), runtimes(std::move(r)),
@@ -189,6 +190,10 @@ struct launcher::impl {
     // own hash seed, no merging, which wants kernels started alike).
     bool forks_from_zygote(const sandbox_spec& spec, const oci_runtime& rt, const sandbox_info& info) {
         if (!cfg.zygote || rt.name() != "runc" || info.memory_merge || spec.limits.cpu_millis > 1000) return false;
+        {
+            const std::lock_guard lock(filters_mutex);
+            if (filters_unreadable) return false;
+        }
         for (const auto& [name, value] : spec.env)
             if (name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
                 name == "NUMEXPR_MAX_THREADS")
@@ -202,7 +207,15 @@ struct launcher::impl {
         std::vector<seccomp_filter> filters;
         {
             const std::lock_guard lock(filters_mutex);
-            if (runc_filters.empty()) runc_filters = read_seccomp_filters(info.pid);
+            if (runc_filters.empty()) {
+                try {
+                    runc_filters = read_seccomp_filters(info.pid);
+                } catch (const launch_error&) {
+                    filters_unreadable = true;
+                    throw;
+                }
+                if (runc_filters.empty()) filters_unreadable = true;
+            }
             filters = runc_filters;
         }
         if (filters.empty()) throw launch_error("zygote-fork", "runc gave the sandbox no seccomp filter", EINVAL);
@@ -333,7 +346,8 @@ struct launcher::impl {
     fs::path attach_volumes(const sandbox_spec& spec, const fs::path& run_dir, std::uint32_t host_id_base);
 
     // The launch sequence, in the order launch() runs it.
-    sandbox_info launch(const sandbox_spec& spec);
+    // `zygote`: the kernel may come from the image's zygote (else it starts cold).
+    sandbox_info launch(const sandbox_spec& spec, bool zygote);
     sandbox_info describe(const sandbox_spec& spec) const;
     fs::path make_run_dir(sandbox_info& info);
     fs::path prepare_kernel_dir(sandbox_info& info, const fs::path& dir, const workspace& ws, bool relayed);
@@ -512,7 +526,7 @@ void launcher::impl::wait_until_serving(sandbox_info& info, const fs::path& sock
     steps.done("kernel_info");
 }
 
-sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
+sandbox_info launcher::impl::launch(const sandbox_spec& spec, bool zygote) {
     const auto t0 = clock_type::now();
     const auto deadline = t0 + spec.start_timeout;
     validate_spec(spec, cfg);
@@ -555,7 +569,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec) {
 
     const fs::path socket_dir = prepare_kernel_dir(info, dir, ws, relayed);
     auto in = oci_inputs_for(info, spec, dir / "kernel", ws.host_id_base, rt);
-    info.zygote = forks_from_zygote(spec, rt, info);
+    info.zygote = zygote && forks_from_zygote(spec, rt, info);
     if (info.zygote) {
         // The container's process only holds the sandbox (and reaps its
         // orphans); the kernel comes from the zygote and reads its
@@ -930,7 +944,15 @@ void launcher::validate(const sandbox_spec& spec) const {
 
 sandbox_info launcher::launch(const sandbox_spec& spec) {
     validate(spec);
-    return impl_->launch(spec);
+    try {
+        return impl_->launch(spec, true);
+    } catch (const launch_error& e) {
+        // The zygote ended (or broke) between its "ready" and this fork: the
+        // half-made sandbox is gone (the launch's teardown), and this start
+        // goes cold; the next one starts a new zygote.
+        if (!std::string_view(e.step()).starts_with("zygote")) throw;
+        return impl_->launch(spec, false);
+    }
 }
 
 snapshot_info launcher::snapshot_workspace(const std::string& id, const std::string& snapshot) {

@@ -11,6 +11,7 @@ the whole battery against such kernels too (runc-zygote)."""
 import ctypes
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -212,10 +213,14 @@ def test_interrupt_death_restart_and_removal_work_as_for_a_cold_kernel(g):
     assert gone(kernel, supervisor) and cgroup_procs(sid) == []
 
 
+def zygotes_of(g):
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()
+            and cmdline(int(p))[:3] == [b"/usr/bin/python3", b"-s", b"/opt/cellgate/cellgate-zygote"]
+            and int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) == g.proc.pid]
+
+
 def test_the_zygote_has_no_capability_and_a_read_only_view_of_the_image(g):
-    zygotes = [int(p) for p in os.listdir("/proc") if p.isdigit()
-               and cmdline(int(p))[:3] == [b"/usr/bin/python3", b"-s", b"/opt/cellgate/cellgate-zygote"]
-               and int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) == g.proc.pid]
+    zygotes = zygotes_of(g)
     assert len(zygotes) == 1, zygotes
     z = zygotes[0]
     status = dict(l.split(":", 1) for l in Path(f"/proc/{z}/status").read_text().splitlines() if ":" in l)
@@ -229,3 +234,23 @@ def test_the_zygote_has_no_capability_and_a_read_only_view_of_the_image(g):
     # Nothing of a session's reaches it: no environment of a kernel's, no connection key.
     environ = Path(f"/proc/{z}/environ").read_bytes()
     assert b"KERNEL_MARK" not in environ and b"key" not in environ.lower()
+
+
+def test_a_zygote_that_ends_costs_no_session_and_is_made_again(g):
+    """Killed between two creates: the next start goes cold (the launcher
+    notices the broken channel, drops the half-made sandbox and starts
+    again without it), and a new zygote serves the starts after."""
+    before = zygotes_of(g)
+    assert len(before) == 1, before
+    os.kill(before[0], signal.SIGKILL)
+    assert gone(before[0])
+    first = create(g)
+    assert first["sandbox"]["zygote"] is False, first
+    assert run(g, first["id"], "print(6 * 7)")["stdout"].strip() == "42"
+    g.wait_for_zygote()
+    after = zygotes_of(g)
+    assert len(after) == 1 and after != before, (before, after)
+    s = create(g)
+    assert s["sandbox"]["zygote"] is True and run(g, s["id"], "print(6 * 7)")["stdout"].strip() == "42"
+    for sid in (first["id"], s["id"]):
+        g.api("DELETE", f"/v1/sessions/{sid}")
