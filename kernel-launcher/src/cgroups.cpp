@@ -106,7 +106,7 @@ void kill_stragglers(const fs::path& dir, const std::string& cgroups_path) {
     for (const auto& d : dirs) {
         std::istringstream procs(read_file(d / "cgroup.procs", 1 << 16));
         for (long pid; procs >> pid;) {
-            const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+            const int pidfd = pidfd_open(pid);
             if (pidfd < 0) continue;
             const auto cgroups = read_file("/proc/" + std::to_string(pid) + "/cgroup", 8192);
             if (cgroups.find(cgroups_path + "\n") != std::string::npos ||

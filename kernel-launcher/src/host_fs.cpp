@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -178,6 +179,16 @@ void require_searchable_by_others(const std::string& step, const fs::path& path)
                                EACCES);
         }
     }
+}
+
+int pidfd_open(std::int64_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+}
+
+unique_fd open_kernel_log(const std::string& step, const fs::path& run_dir) {
+    unique_fd fd(::open((run_dir / "kernel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) throw launch_error(step, "open kernel.log", errno);
+    return fd;
 }
 
 }  // namespace cellgate::launcher

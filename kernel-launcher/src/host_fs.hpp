@@ -1,5 +1,7 @@
 #pragma once
 
+#include "cellgate/launcher/unique_fd.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -43,5 +45,11 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes =
 // sandbox's mapped root, not as host root).
 void require_searchable_by_others(const std::string& step, const std::filesystem::path& path);
 std::string read_tail(const std::filesystem::path& path, std::size_t max_bytes);
+
+// A pidfd for `pid` (-1 and errno when it is gone).
+int pidfd_open(std::int64_t pid);
+// The sandbox's kernel.log in its run dir, for appending (made if missing):
+// the container's stdout and stderr, or a forked kernel's.
+unique_fd open_kernel_log(const std::string& step, const std::filesystem::path& run_dir);
 
 }  // namespace cellgate::launcher

@@ -55,10 +55,6 @@ std::int64_t unix_ms_now() {
         .count();
 }
 
-int pidfd_open(std::int64_t pid) {
-    return static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-}
-
 // The launch's undo list: run in reverse unless the launch completed.
 class teardown_guard {
 public:
@@ -219,8 +215,7 @@ struct launcher::impl {
             filters = runc_filters;
         }
         if (filters.empty()) throw launch_error("zygote-fork", "runc gave the sandbox no seccomp filter", EINVAL);
-        const unique_fd log(::open((dir / "kernel.log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
-        if (!log) throw launch_error("zygote-fork", "open kernel.log", errno);
+        const unique_fd log = open_kernel_log("zygote-fork", dir);
         zygote_fork f;
         f.init_pid = info.pid;
         f.cgroups_path = in.cgroups_path;
@@ -485,15 +480,9 @@ std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs:
                     ws.host_id_base + info.spec.gid, pipes, /*resumed=*/image != nullptr);
         steps.done("relay");
     }
-    const int log_fd = ::open((dir / "kernel.log").c_str(),
-                              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (log_fd < 0) throw launch_error("runtime-run", "open kernel.log", errno);
+    const unique_fd log = open_kernel_log("runtime-run", dir);
     runtime_started = true;
-    struct fd_closer {
-        int fd;
-        ~fd_closer() { ::close(fd); }
-    } log_closer{log_fd};
-    const container_stdio io{pipes.sandbox_stdin, pipes.sandbox_stdout, log_fd};
+    const container_stdio io{pipes.sandbox_stdin, pipes.sandbox_stdout, log.get()};
     return image != nullptr ? rt.restore(info.id, dir, *image, io) : rt.run(info.id, dir, io);
 }
 

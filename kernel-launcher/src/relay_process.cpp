@@ -106,7 +106,7 @@ void stop_relay(const fs::path& run_dir, std::chrono::milliseconds grace) {
     }
     // pidfd first, then the lock: while the lock is held the pid is still the
     // relay's, so the pidfd cannot name a recycled process.
-    const fd_closer pidfd{static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0))};
+    const fd_closer pidfd{pidfd_open(pid)};
     if (pidfd.fd < 0 || !relay_running(run_dir)) return;
     if (::syscall(SYS_pidfd_send_signal, pidfd.fd, SIGKILL, nullptr, 0) != 0)
         throw launch_error("stop-relay", "kill the relay", errno);

@@ -3,6 +3,7 @@
 #include "cgroups.hpp"
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/unique_fd.hpp"
+#include "host_fs.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -304,7 +305,7 @@ std::int64_t zygotes::fork_kernel(const std::string& rootfs, const zygote_fork& 
     // The init's namespaces, held by descriptor: pidfd first, then the
     // files, then a check that the pidfd's process is still there, so they
     // are its and not a recycled pid's.
-    unique_fd init(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(f.init_pid), 0)));
+    unique_fd init(pidfd_open(f.init_pid));
     if (!init) throw launch_error("zygote-fork", "the sandbox's init is gone", errno);
     std::vector<unique_fd> held;
     for (const char* ns : {"user", "ipc", "uts", "net", "cgroup", "pid", "mnt"}) {
