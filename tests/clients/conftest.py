@@ -17,15 +17,12 @@ from cellgate_clients import Gateway, require
 TIGHT_POLICY = {"jupyter": {"exec_timeout": 2, "output_limit": 65536}}
 
 
-@pytest.fixture(scope="module")
-def cellgate(tmp_path_factory):
-    """A running cellgate on a free port with its own state dir and token, and
-    `tight_token` for a tenant with TIGHT_POLICY."""
+def _cellgate(tmp_path_factory, *extra):
     require()
     tight_token = "tight-" + uuid.uuid4().hex
     config = tmp_path_factory.mktemp("clients") / "config.json"
     config.write_text(json.dumps({"tokens": [{"token": tight_token, "tenant": "tight", "policy": TIGHT_POLICY}]}))
-    gw = Gateway("--config", str(config), "--cell-interrupt-grace", "2")
+    gw = Gateway("--config", str(config), "--cell-interrupt-grace", "2", *extra)
     gw.tight_token = tight_token
     try:
         gw.start()
@@ -33,3 +30,19 @@ def cellgate(tmp_path_factory):
     finally:
         gw.stop()
         gw.cleanup()
+
+
+@pytest.fixture(scope="module")
+def cellgate(tmp_path_factory):
+    """A running cellgate on a free port with its own state dir and token, and
+    `tight_token` for a tenant with TIGHT_POLICY."""
+    yield from _cellgate(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def cellgate_zygote(tmp_path_factory):
+    """The same with --zygote on, once the zygote serves: kernels are forked
+    from a pre-imported interpreter instead of started cold."""
+    for gw in _cellgate(tmp_path_factory, "--zygote", "on"):
+        gw.wait_for_zygote()
+        yield gw

@@ -43,9 +43,21 @@ def node_modules():
 
 @pytest.mark.parametrize("protocol", ["v1", "json"])
 def test_jupyterlab_services(cellgate, node_modules, protocol):
+    _run_suite(cellgate, protocol)
+
+
+def test_jupyterlab_services_on_zygote_kernels(cellgate_zygote, node_modules):
+    """The same suite against --zygote on: every kernel it starts or restarts
+    must be forked (the suite checks each kernel's model), and behave as a
+    cold one does for JupyterLab — plots, input(), interrupt, restart,
+    terminals, the tight tenant's limits."""
+    _run_suite(cellgate_zygote, "v1", {"CELLGATE_EXPECT_ZYGOTE": "1"})
+
+
+def _run_suite(cellgate, protocol, extra_env=None):
     env = {**os.environ, **NO_DOWNLOADS, "CELLGATE_URL": cellgate.url, "CELLGATE_TOKEN": cellgate.token,
            "CELLGATE_WS_PROTOCOL": protocol, "NODE_NO_WARNINGS": "1",
-           "CELLGATE_TIGHT_TOKEN": cellgate.tight_token}
+           "CELLGATE_TIGHT_TOKEN": cellgate.tight_token, **(extra_env or {})}
     try:
         r = subprocess.run(["node", "--test", "--test-reporter=spec", "services.test.mjs"], cwd=JS_DIR, env=env,
                            capture_output=True, text=True, timeout=300)

@@ -30,6 +30,9 @@ coreutils.PageConfig.setOption('terminalsAvailable', 'true');
 const BASE_URL = process.env.CELLGATE_URL;
 const TOKEN = process.env.CELLGATE_TOKEN ?? '';
 const MODE = process.env.CELLGATE_WS_PROTOCOL ?? 'v1';
+// Set when the gateway runs with --zygote on: every kernel this suite starts
+// or restarts must say it was forked from the zygote.
+const EXPECT_ZYGOTE = process.env.CELLGATE_EXPECT_ZYGOTE === '1';
 if (!BASE_URL) throw new Error('set CELLGATE_URL (and CELLGATE_TOKEN)');
 if (MODE !== 'v1' && MODE !== 'json') throw new Error(`CELLGATE_WS_PROTOCOL must be v1 or json, not ${MODE}`);
 const V1 = 'v1.kernel.websocket.jupyter.org';
@@ -99,6 +102,21 @@ async function execute(kernel, code, { timeout = 60000, onIOPub } = {}) {
   return { reply, iopub, of, stdout };
 }
 
+// The kernel's model as the gateway serves it (cellgate's own fields included).
+async function kernelModel(id) {
+  const url = `${BASE_URL}/api/kernels/${id}`;
+  const r = await fetch(url, { headers: { Authorization: `token ${TOKEN}` } });
+  assert.equal(r.status, 200, `GET /api/kernels/${id}: ${r.status}`);
+  return r.json();
+}
+
+async function assertForked(id, what) {
+  if (!EXPECT_ZYGOTE) return;
+  const model = await kernelModel(id);
+  assert.equal(model.cellgate?.sandbox?.zygote, true,
+    `${what}: the kernel was not forked from the zygote: ${JSON.stringify(model.cellgate?.sandbox)}`);
+}
+
 function assertProtocols(what) {
   // The kernel channels' sockets (a terminal's negotiates no subprotocol).
   const opened = sockets.filter(s => s.protocol !== null && s.url.includes('/api/kernels/'));
@@ -165,6 +183,7 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
     await kernels.refreshRunning();
     assert.ok([...kernels.running()].some(m => m.id === kernel.id), 'kernel missing from GET /api/kernels');
     assertProtocols('kernel channel');
+    await assertForked(kernel.id, 'start');
   });
 
   test("print('hello') streams hello to stdout", async () => {
@@ -267,6 +286,7 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
     const ok = await execute(kernel, "print('hello')");
     assert.equal(ok.stdout, 'hello\n');
     assertProtocols('after restart');
+    await assertForked(kernel.id, 'restart');
   });
 
   // jupyter_server sends iopub "restarting" only when its restarter
