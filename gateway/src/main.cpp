@@ -400,12 +400,17 @@ int main(int argc, char** argv) {
                     r.why};
             });
             member->count_kernels_with([&manager] { return manager.admitted_by_tenant(); });
-            services.cluster_peers = [m = member.get()]() -> std::optional<std::vector<std::pair<std::string, std::string>>> {
-                auto peers = m->peers();
+            // Peers as (tag, address) pairs, for the api layer.
+            using peer_pairs = std::optional<std::vector<std::pair<std::string, std::string>>>;
+            const auto pairs = [](std::optional<std::vector<cluster::membership::peer>> peers) -> peer_pairs {
                 if (!peers) return std::nullopt;
                 std::vector<std::pair<std::string, std::string>> out;
                 for (auto& p : *peers) out.emplace_back(std::move(p.tag), std::move(p.address));
                 return out;
+            };
+            services.cluster_peers = [m = member.get(), pairs] { return pairs(m->peers()); };
+            services.cluster_holders = [m = member.get(), pairs](const std::string& tenant) {
+                return pairs(m->holders(tenant));
             };
             services.node_tag = cfg.node_tag;
             // A request for an id another node made is relayed to that node (http/hop.hpp).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import EtcdCluster, Router, cluster_missing, node
+from cluster import EtcdCluster, Router, cluster_missing, node, wait_for
 from gateway import KernelChannel
 
 TTL = 3
@@ -507,6 +507,59 @@ def test_a_second_tenant_keeps_its_own_cap_and_sees_none_of_the_firsts(cluster):
             router.api("DELETE", f"/v1/sessions/{sid}")
         for sid in made_b:
             router.api("DELETE", f"/v1/sessions/{sid}", headers=b)
+
+
+def holders(etcd, tenant):
+    """The tags the cluster's index names as holding some of the tenant's
+    kernels, and each key's lease (hex)."""
+    prefix = f"/cellgate/holders/{tenant.encode().hex()}/"
+    r = etcd.ctl("get", "--prefix", "-w", "json", prefix)
+    assert r.returncode == 0, r.stderr
+    import base64
+    return {base64.b64decode(kv["key"]).decode()[len(prefix):]: format(int(kv.get("lease", 0)), "x")
+            for kv in json.loads(r.stdout).get("kvs") or []}
+
+
+def test_the_index_names_the_nodes_holding_a_tenants_sessions_and_lists_ask_only_them(cluster):
+    """etcd's index (`holders/<tenant>/<tag>`, on the node's lease) names a
+    node as soon as a create of the tenant's is admitted there, is written
+    again when it goes missing (it can be rebuilt from the nodes), and drops
+    the node once it holds none of the tenant's sessions. A tenant's list asks
+    only the nodes it names: with a third node frozen (SIGSTOP), the second
+    tenant's list from any other node is whole and names no node it could
+    not reach, while the first tenant's, which that node holds some of,
+    names it."""
+    import signal
+    etcd, nodes, router = cluster
+    b = {"Authorization": f"token {TOKEN_B}"}
+    assert holders(etcd, "b") == {}, "earlier tests' sessions of tenant b are still indexed"
+    sid_b = nodes[0].api("POST", "/v1/sessions", json={}, headers=b).json()["id"]
+    sid_a = nodes[2].api("POST", "/v1/sessions", json={}).json()["id"]
+    frozen = False
+    try:
+        node_lease = etcd.get(f"/cellgate/nodes/{TAGS[0]}")[1]
+        # Written before the create answered: no wait.
+        assert holders(etcd, "b") == {TAGS[0]: node_lease}
+        assert TAGS[2] in holders(etcd, "default")
+        # Rebuilt when lost: the node's next refresh (a third of the TTL) puts it back.
+        assert etcd.ctl("del", f"/cellgate/holders/{'b'.encode().hex()}/{TAGS[0]}").returncode == 0
+        wait_for(lambda: holders(etcd, "b") == {TAGS[0]: node_lease}, "the index to be rebuilt", timeout=TTL * 3)
+        nodes[2].proc.send_signal(signal.SIGSTOP)
+        frozen = True
+        r = nodes[1].api("GET", "/v1/sessions", headers=b)
+        assert r.status_code == 200 and "X-Cellgate-Unreachable" not in r.headers, (r.status_code, r.headers)
+        assert [x["id"] for x in r.json()["sessions"]] == [sid_b]
+        r = nodes[1].api("GET", "/v1/sessions")
+        assert r.headers.get("X-Cellgate-Unreachable") == TAGS[2], (r.status_code, r.headers)
+    finally:
+        if frozen:
+            nodes[2].proc.send_signal(signal.SIGCONT)
+        # The frozen node may have lost its lease meanwhile: it joins again.
+        wait_for(lambda: set(router.owners()) == set(TAGS), "every node to be routed again")
+        router.api("DELETE", f"/v1/sessions/{sid_a}")
+        router.api("DELETE", f"/v1/sessions/{sid_b}", headers=b)
+    wait_for(lambda: holders(etcd, "b") == {}, "the index to drop the node with no session of tenant b",
+             timeout=TTL * 3)
 
 
 def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):

@@ -38,6 +38,11 @@ struct services {
     // A cluster node's live peers (tag, address), for lists that span the
     // cluster; nothing when the node cannot reach etcd. Unset: one gateway alone.
     std::function<std::optional<std::vector<std::pair<std::string, std::string>>>()> cluster_peers{};
+    // The live peers (tag, address) the cluster's index names as holding some
+    // of the tenant's kernels: one etcd read, blocking (file-work threads
+    // only); nothing while fenced; throws when etcd does not answer.
+    std::function<std::optional<std::vector<std::pair<std::string, std::string>>>(const std::string& tenant)>
+        cluster_holders{};
     std::string node_tag{};  // a cluster node's tag (the first group of the ids it makes); "" alone
 };
 
@@ -120,14 +125,21 @@ agent::execution_options agent_execution_options(agent::agent_service& agents, c
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);
 
-// Replies with a list: this node's `local`, and on a cluster node each live
-// peer's part too (the same GET with the caller's credentials and
+// Replies with a list: this node's `local`, and on a cluster node the part of
+// each live peer that holds some of the caller's kernels by the cluster's
+// index (the same GET with the caller's credentials and
 // `X-Cellgate-Scope: node`, which asks a node for its own part only), joined
 // into the array `local[member]` ("" = `local` itself). Peers that do not
 // answer are named in `X-Cellgate-Unreachable`; a node that has lost etcd
 // answers 503.
 void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply, nlohmann::json local,
                 const std::string& member = "");
+
+// The live peers holding some of the caller's kernels (the cluster's index;
+// blocking, file-work threads only), or api_exception(503): `what` (a clause
+// that ends in "etcd"), which this node cannot reach now.
+std::vector<std::pair<std::string, std::string>> holding_peers(services& s, const http::request_ptr& req,
+                                                               const std::string& what);
 
 // The headers a request to a peer carries for the caller: its own
 // credentials (the Authorization header, or the ?token= JupyterLab appends to

@@ -1,6 +1,7 @@
 // Lists that span a cluster (issue 16, Part 2): a node answers with its own
-// kernels or sessions and each live peer's, asked over HTTP with the caller's
-// own credentials (the cluster shares one tokens file), off the io threads.
+// kernels or sessions and those of each live peer the cluster's index names
+// as holding some of the caller's, asked over HTTP with the caller's own
+// credentials (the cluster shares one tokens file), off the io threads.
 #include "api/api.hpp"
 
 #include "util/http_client.hpp"
@@ -51,24 +52,36 @@ peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& p
     return out;
 }
 
+std::vector<std::pair<std::string, std::string>> holding_peers(services& s, const request_ptr& req,
+                                                               const std::string& what) {
+    std::optional<std::vector<std::pair<std::string, std::string>>> peers;
+    std::string why;
+    try {
+        peers = s.cluster_holders ? s.cluster_holders(req->who.tenant) : s.cluster_peers();
+    } catch (const std::exception& e) {
+        why = std::string(" (etcd: ") + e.what() + ")";
+    }
+    if (!peers)
+        throw api_exception(503, what + ", which this node cannot reach now" + why + "; open sessions keep working");
+    return std::move(*peers);
+}
+
 void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member) {
     if (!s.cluster_peers || http::header_value(req->req, "x-cellgate-scope") == "node")
         return reply(http::json_response(200, local));
-    auto peers = s.cluster_peers();
-    if (!peers)
+    if (!s.cluster_peers())  // fenced: answered at once, from the last view
         return reply(http::error_response(503, "Lists span the cluster and need etcd, which this node cannot reach "
                                                "now; open sessions keep working"));
-    if (peers->empty()) return reply(http::json_response(200, local));
-    run_file_work(s, req, std::move(reply),
-                  [req, local = std::move(local), member, peers = std::move(*peers)](const reply_fn& rep) mutable {
-                      auto& into = member.empty() ? local : local[member];
-                      auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
-                      for (auto& [tag, items] : asked.parts)
-                          for (auto& item : items) into.push_back(std::move(item));
-                      auto res = http::json_response(200, local);
-                      if (!asked.unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
-                      rep(std::move(res));
-                  });
+    run_file_work(s, req, std::move(reply), [&s, req, local = std::move(local), member](const reply_fn& rep) mutable {
+        const auto peers = holding_peers(s, req, "Lists span the cluster and need etcd");
+        auto& into = member.empty() ? local : local[member];
+        auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
+        for (auto& [tag, items] : asked.parts)
+            for (auto& item : items) into.push_back(std::move(item));
+        auto res = http::json_response(200, local);
+        if (!asked.unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
+        rep(std::move(res));
+    });
 }
 
 }  // namespace cellgate::api

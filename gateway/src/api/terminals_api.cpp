@@ -227,7 +227,8 @@ void create_on_peer(services& s, const request_ptr& req, json body, const std::s
 
 // Where, in the cluster, the caller's most recently active kernel runs: its
 // id and its node's address ("" for this node), or nothing when the caller
-// has none anywhere. Asks each live peer for its kernels (blocking).
+// has none anywhere. Asks each live peer that holds some of the caller's
+// kernels (the cluster's index) for them (blocking).
 std::optional<std::pair<std::string, std::string>> most_recent_in_cluster(services& s, const request_ptr& req) {
     std::optional<std::pair<std::string, std::string>> best;
     std::string best_time;
@@ -236,12 +237,11 @@ std::optional<std::pair<std::string, std::string>> most_recent_in_cluster(servic
             best_time = kernels::iso8601(k->last_activity_time());
             best = std::pair{k->id(), std::string()};
         }
-    auto peers = s.cluster_peers();
-    if (!peers)
-        throw api_exception(503, "A terminal goes beside your most recently active kernel, which may be on any node, "
-                                 "and this node cannot reach etcd now; name the kernel with \"kernel_id\"");
-    std::map<std::string, std::string> address_of(peers->begin(), peers->end());
-    for (const auto& [tag, kernels] : ask_peers(*peers, "/api/kernels", peer_headers(req)).parts)
+    const auto peers = holding_peers(s, req, "A terminal goes beside your most recently active kernel, which may be "
+                                             "on any node; finding it needs etcd (name the kernel with "
+                                             "\"kernel_id\" instead)");
+    std::map<std::string, std::string> address_of(peers.begin(), peers.end());
+    for (const auto& [tag, kernels] : ask_peers(peers, "/api/kernels", peer_headers(req)).parts)
         for (const auto& m : kernels) {
             const auto id = m.value("id", std::string());
             const auto when = m.value("last_activity", std::string());

@@ -13,6 +13,7 @@ namespace cellgate::cluster {
 
 membership::membership(options opts, std::function<nlohmann::json()> figures)
     : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), quota_etcd_(opts_.etcd),
+      index_etcd_(opts_.etcd),
       key_nonce_(protocol::make_uuid().substr(0, 8)), started_(protocol::now_iso8601()) {
     if (opts_.ttl < std::chrono::seconds(2)) opts_.ttl = std::chrono::seconds(2);
 }
@@ -135,13 +136,20 @@ std::string membership::admit_prefix(const std::string& tenant) const {
 
 membership::reservation membership::reserve(const std::string& tenant, std::size_t count, std::size_t limit) {
     if (auto why = refusal()) return {reservation::outcome::unavailable, *why};
-    if (limit == 0) return {};
     std::int64_t lease = 0;
     {
         std::lock_guard lock(mutex_);
         lease = shared_lease_;
     }
     std::lock_guard serial(reserve_mutex_);
+    try {
+        hold(cellgate::hex_encode(tenant), lease);
+    } catch (const std::exception& e) {
+        spdlog::warn("cluster: node {}: the index could not name it for tenant {}: {}", opts_.tag, tenant, e.what());
+        return {reservation::outcome::unavailable,
+                std::string("The cluster's index could not be updated (etcd: ") + e.what() + ")"};
+    }
+    if (limit == 0) return {};
     const auto quota_key = opts_.prefix + "quota/" + cellgate::hex_encode(tenant);
     // Contention (other nodes reserving for the tenant at once) makes the
     // compare-and-swap fail; try again, with a short random pause so the
@@ -222,6 +230,73 @@ void membership::reconcile(std::int64_t lease) {
             }
         }
     }
+
+    // The index: this node under every tenant it holds a kernel of, on the
+    // current lease, and under no other (a key written in the last two
+    // seconds stays: its kernel may be being admitted now).
+    const auto index_root = opts_.prefix + "holders/";
+    const auto suffix = "/" + opts_.tag;
+    std::map<std::string, std::int64_t> listed;  // tenant (hex) → the lease of this node's key
+    for (const auto& kv : etcd_.range_prefix(index_root))
+        if (kv.key.size() > index_root.size() + suffix.size() && kv.key.ends_with(suffix))
+            listed[kv.key.substr(index_root.size(), kv.key.size() - index_root.size() - suffix.size())] = kv.lease;
+    for (const auto& [tenant, n] : local) {
+        if (n == 0) continue;
+        const auto t = cellgate::hex_encode(tenant);
+        if (const auto it = listed.find(t); it == listed.end() || it->second != lease) {
+            std::lock_guard serial(reserve_mutex_);
+            {
+                std::lock_guard lock(mutex_);
+                holding_.erase(t);  // what etcd has, not what was written, decides
+            }
+            hold(t, lease);
+        }
+        listed.erase(t);
+    }
+    for (const auto& [t, key_lease] : listed) {
+        std::lock_guard serial(reserve_mutex_);
+        {
+            std::lock_guard lock(mutex_);
+            if (const auto it = holding_.find(t); it != holding_.end() && now - it->second.at < 2) continue;
+            holding_.erase(t);
+        }
+        etcd_.erase(holder_key(t));
+    }
+}
+
+std::string membership::holder_key(const std::string& tenant_hex) const {
+    return opts_.prefix + "holders/" + tenant_hex + "/" + opts_.tag;
+}
+
+void membership::hold(const std::string& tenant_hex, std::int64_t lease) {
+    {
+        std::lock_guard lock(mutex_);
+        if (const auto it = holding_.find(tenant_hex); it != holding_.end() && it->second.lease == lease) {
+            it->second.at = unix_now();
+            return;
+        }
+    }
+    // The reservations' client: its callers (a reservation, the loop's
+    // reconcile) hold reserve_mutex_.
+    quota_etcd_.put(holder_key(tenant_hex), nlohmann::json{{"node", opts_.tag}}.dump(), lease);
+    std::lock_guard lock(mutex_);
+    holding_[tenant_hex] = {lease, unix_now()};
+}
+
+std::optional<std::vector<membership::peer>> membership::holders(const std::string& tenant) {
+    if (refusal()) return std::nullopt;
+    const auto prefix = opts_.prefix + "holders/" + cellgate::hex_encode(tenant) + "/";
+    std::vector<std::string> tags;
+    {
+        std::lock_guard serial(index_mutex_);
+        for (const auto& kv : index_etcd_.range_prefix(prefix)) tags.push_back(kv.key.substr(prefix.size()));
+    }
+    std::sort(tags.begin(), tags.end());
+    std::vector<peer> out;
+    std::lock_guard lock(mutex_);
+    for (const auto& p : peers_)
+        if (std::binary_search(tags.begin(), tags.end(), p.tag)) out.push_back(p);
+    return out;
 }
 
 std::optional<std::vector<membership::peer>> membership::peers() const {

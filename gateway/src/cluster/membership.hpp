@@ -42,6 +42,17 @@ namespace cellgate::cluster {
 // after a restart or a new lease get theirs), so a session that ends frees
 // its place within a third of the TTL (at once when nudged).
 //
+// The index of who holds what: `<prefix>holders/<tenant>/<tag>` on the
+// node's lease while the node holds at least one of the tenant's kernels
+// (running, starting or paused; Jupyter and `/v1` sessions, terminals and
+// workspaces all live beside a kernel). A reservation writes it before the
+// kernel is admitted, so a list made anywhere right after a create finds its
+// node; each refresh rebuilds it from the node's kernels (a node that comes
+// back, or gets a new lease, writes it again) and removes the tenants that
+// have none left. A tenant's list asks only the nodes the index names, so a
+// cluster's lists cost what the tenant's own spread costs, not the node
+// count, and a hung node delays only its own tenants' lists.
+//
 // The loop runs on a thread of its own (etcd calls block).
 class membership {
 public:
@@ -85,6 +96,10 @@ public:
         std::string tag, address;
     };
     std::optional<std::vector<peer>> peers() const;
+    // The live peers that hold some of `tenant`'s kernels, from the index
+    // (one etcd read, blocking); nothing while this node is fenced. Throws
+    // when etcd does not answer.
+    std::optional<std::vector<peer>> holders(const std::string& tenant);
     // Who holds ids with `tag`, as of the last refresh: this node, a live
     // peer (its address), a node that has left (gone), or no node ever
     // (unknown). Answers from the last view even while fenced: the data path
@@ -104,6 +119,10 @@ private:
     std::string record() const;
     void reconcile(std::int64_t lease);
     std::string admit_prefix(const std::string& tenant) const;
+    std::string holder_key(const std::string& tenant_hex) const;
+    // Puts this node into the index for the tenant (hex) unless it is there
+    // on `lease` already (serialised by reserve_mutex_).
+    void hold(const std::string& tenant_hex, std::int64_t lease);
 
     options opts_;
     std::function<nlohmann::json()> figures_;
@@ -111,6 +130,13 @@ private:
     etcd_client etcd_;         // the loop thread's
     etcd_client quota_etcd_;   // reservations', under reserve_mutex_
     std::mutex reserve_mutex_;
+    etcd_client index_etcd_;  // lists' reads of the index, under index_mutex_
+    std::mutex index_mutex_;
+    struct index_entry {
+        std::int64_t lease = 0;
+        std::int64_t at = 0;  // unix seconds of the last write
+    };
+    std::map<std::string, index_entry> holding_;  // tenant (hex) → this node's index key; under mutex_
     std::uint64_t next_key_ = 0;  // under reserve_mutex_ (reconcile: loop thread, its own counter below)
     std::uint64_t next_fill_ = 0;
     const std::string key_nonce_;  // tells this process's keys from an earlier one's
