@@ -400,6 +400,7 @@ int main(int argc, char** argv) {
                     r.why};
             });
             member->count_kernels_with([&manager] { return manager.admitted_by_tenant(); });
+            member->index_tenants_with([&manager] { return manager.tenants_held(); });
             // Peers as (tag, address) pairs, for the api layer.
             using peer_pairs = std::optional<std::vector<std::pair<std::string, std::string>>>;
             const auto pairs = [](std::optional<std::vector<cluster::membership::peer>> peers) -> peer_pairs {

@@ -227,6 +227,76 @@ def test_the_e2b_planes_through_the_router(cluster):
             router.api("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=key)
 
 
+def test_snapshots_and_e2b_lists_span_the_cluster(cluster):
+    """A snapshot is kept on the node that took it: a start from it asked of
+    any other node runs there (/v1 `from_snapshot`, E2B's templateID), and it
+    is listed from every node after its session has ended (the index names
+    nodes holding a tenant's snapshots too). E2B's sandbox list is the
+    cluster's, and its pages (limit + nextToken, asked of a different node
+    each time) walk every sandbox once, oldest first."""
+    etcd, nodes, router = cluster
+    key = {"X-API-KEY": TOKEN}
+    made, sandboxes, snap = [], [], None
+    try:
+        src = nodes[0].api("POST", "/v1/sessions", json={}).json()["id"]
+        made.append(src)
+        r = nodes[0].api("POST", f"/v1/sessions/{src}/execute",
+                         json={"code": "open('note.txt', 'w').write('kept on node 0')"})
+        assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+        r = nodes[0].api("POST", f"/v1/sessions/{src}/snapshots", json={"name": "base"}, timeout=120)
+        assert r.status_code == 201, r.text
+        snap = r.json()["id"]
+        assert snap.startswith(TAGS[0] + "-")
+        router.api("DELETE", f"/v1/sessions/{made.pop()}")
+        # Asked of another node: started on the snapshot's, with its files.
+        r = nodes[1].api("POST", "/v1/sessions", json={"from_snapshot": snap})
+        assert r.status_code == 201, r.text
+        child = r.json()["id"]
+        made.append(child)
+        assert child.startswith(TAGS[0] + "-") and r.headers.get("Location") == f"/v1/sessions/{child}"
+        r = router.api("POST", f"/v1/sessions/{child}/execute", json={"code": "print(open('note.txt').read())"})
+        assert r.json()["stdout"].strip() == "kept on node 0", r.text
+        r = nodes[2].api("POST", "/e2b/sandboxes", json={"templateID": snap}, headers=key)
+        assert r.status_code == 201 and r.json()["sandboxID"].startswith(TAGS[0] + "-"), r.text
+        sandboxes.append(r.json()["sandboxID"])
+        router.api("DELETE", f"/v1/sessions/{made.pop()}")
+        time.sleep(2.5)  # past the index's grace for a node's last session
+        for n in nodes:
+            listed = n.api("GET", "/v1/snapshots").json()["snapshots"]
+            assert snap in [x["id"] for x in listed], (n.url, listed)
+            e2b = n.api("GET", "/e2b/snapshots", headers=key)
+            assert e2b.status_code == 200 and snap in [x["snapshotID"] for x in e2b.json()], (n.url, e2b.text)
+        # E2B sandboxes: one made on each node.
+        for n in nodes[1:]:
+            r = n.api("POST", "/e2b/sandboxes", json={"templateID": "code-interpreter-v1"}, headers=key)
+            assert r.status_code == 201, r.text
+            sandboxes.append(r.json()["sandboxID"])
+        assert {x[:8] for x in sandboxes} == set(TAGS)
+        for n in nodes:
+            r = n.api("GET", "/e2b/v2/sandboxes", headers=key)
+            assert r.status_code == 200 and "X-Cellgate-Unreachable" not in r.headers, r.text
+            assert {x["sandboxID"] for x in r.json()} == set(sandboxes), (n.url, r.text)
+        seen, token = [], None
+        for page in range(len(sandboxes) + 1):
+            q = "?limit=1" + (f"&nextToken={token}" if token else "")
+            r = nodes[page % len(nodes)].api("GET", "/e2b/v2/sandboxes" + q, headers=key)
+            assert r.status_code == 200 and len(r.json()) <= 1, r.text
+            seen += r.json()
+            token = r.headers.get("X-Next-Token")
+            if not token:
+                break
+        assert [x["sandboxID"] for x in seen] == [x["sandboxID"] for x in sorted(
+            seen, key=lambda x: (x["startedAt"], x["sandboxID"]))]
+        assert sorted(x["sandboxID"] for x in seen) == sorted(sandboxes)
+    finally:
+        for sid in made:
+            router.api("DELETE", f"/v1/sessions/{sid}")
+        for sb in sandboxes:
+            router.api("DELETE", f"/e2b/sandboxes/{sb}", headers=key)
+        if snap:
+            router.api("DELETE", f"/v1/snapshots/{snap}")
+
+
 def hops(n):
     for line in n.api("GET", "/metrics").text.splitlines():
         if line.startswith("cellgate_cluster_hops_total "):

@@ -114,7 +114,12 @@ void finish_upload(services& s, const request_ptr& req, const reply_fn& reply) {
 // Sessions: create, list, look up, delete, interrupt, restart, execute.
 void register_sessions(router& r, services& s, agent::agent_service& agents) {
     r.add(bhttp::verb::post, "/v1/sessions", [&s, &agents](const request_ptr& req, reply_fn reply) {
-        start_agent_session(s, agents.limits(), req->who.tenant, req->json_body(),
+        const auto body = req->json_body();
+        // A start from a snapshot another node took runs on that node, beside its files.
+        if (const auto from = body.is_object() ? body.find("from_snapshot") : body.end();
+            from != body.end() && from->is_string() && relay_to_maker(s, req, from->get<std::string>(), reply))
+            return;
+        start_agent_session(s, agents.limits(), req->who.tenant, body,
                             [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                 if (e) return reply(failure_response(*e));
                                 auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));

@@ -132,8 +132,17 @@ kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, con
 // into the array `local[member]` ("" = `local` itself). Peers that do not
 // answer are named in `X-Cellgate-Unreachable`; a node that has lost etcd
 // answers 503.
+// `order`: the items' field the joined list is sorted by ("" = as joined).
 void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply, nlohmann::json local,
-                const std::string& member = "");
+                const std::string& member = "", const std::string& order = "");
+
+// On a cluster node: when `id` (what a create names to start from, such as a
+// snapshot) was made by another live node, relays the request as it came to
+// that node (the caller's credentials, X-Cellgate-Hop so it goes no further)
+// and replies with its answer; true when it did. False here (no cluster, the
+// id is this node's, its node is gone or unknown, or the request was itself
+// relayed): the caller handles it.
+bool relay_to_maker(services& s, const http::request_ptr& req, const std::string& id, http::reply_fn& reply);
 
 // The live peers holding some of the caller's kernels (the cluster's index;
 // blocking, file-work threads only), or api_exception(503): `what` (a clause

@@ -4,9 +4,12 @@
 // credentials (the cluster shares one tokens file), off the io threads.
 #include "api/api.hpp"
 
+#include "http/hop.hpp"
 #include "util/http_client.hpp"
 
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace cellgate::api {
 
@@ -19,6 +22,8 @@ std::vector<std::pair<std::string, std::string>> peer_headers(const request_ptr&
         headers.emplace_back("Authorization", std::move(auth));
     else if (auto token = req->query_value("token"))
         headers.emplace_back("Authorization", "token " + *token);
+    if (auto key = http::header_value(req->req, "x-api-key"); !key.empty())  // E2B's control plane
+        headers.emplace_back("X-API-Key", std::move(key));
     return headers;
 }
 
@@ -52,6 +57,36 @@ peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& p
     return out;
 }
 
+bool relay_to_maker(services& s, const request_ptr& req, const std::string& id, reply_fn& reply) {
+    if (!s.cluster_peers || s.node_tag.empty() || !http::header_value(req->req, "x-cellgate-hop").empty()) return false;
+    const auto tag = id.size() > 9 && id[8] == '-' ? id.substr(0, 8) : std::string();
+    if (tag.empty() || tag == s.node_tag) return false;
+    const auto peers = s.cluster_peers();
+    if (!peers) return false;
+    const auto it = std::find_if(peers->begin(), peers->end(), [&](const auto& p) { return p.first == tag; });
+    if (it == peers->end()) return false;
+    run_file_work(s, req, std::move(reply), [req, tag, address = it->second, self = s.node_tag](const reply_fn& rep) {
+        auto headers = peer_headers(req);
+        headers.emplace_back(http::hop_header, self);
+        headers.emplace_back("Content-Type", "application/json");
+        try {
+            const auto r = call_peer(address, std::string(req->req.method_string()), std::string(req->req.target()),
+                                     headers, req->req.body(), std::chrono::seconds(120));
+            auto answer = nlohmann::json::parse(r.body, nullptr, false);
+            if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
+            auto res = http::json_response(r.status, answer);
+            if (r.status == 201 && answer.is_object() && answer.contains("id") && answer["id"].is_string() &&
+                req->path == "/v1/sessions")
+                res.headers.emplace_back("Location", "/v1/sessions/" + answer["id"].get<std::string>());
+            rep(std::move(res));
+        } catch (const util::http_failure& e) {
+            rep(http::error_response(502, "This names something node " + tag + " made, and that node did not answer: " +
+                                              e.what()));
+        }
+    });
+    return true;
+}
+
 std::vector<std::pair<std::string, std::string>> holding_peers(services& s, const request_ptr& req,
                                                                const std::string& what) {
     std::optional<std::vector<std::pair<std::string, std::string>>> peers;
@@ -66,18 +101,23 @@ std::vector<std::pair<std::string, std::string>> holding_peers(services& s, cons
     return std::move(*peers);
 }
 
-void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member) {
+void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member,
+                const std::string& order) {
     if (!s.cluster_peers || http::header_value(req->req, "x-cellgate-scope") == "node")
         return reply(http::json_response(200, local));
     if (!s.cluster_peers())  // fenced: answered at once, from the last view
         return reply(http::error_response(503, "Lists span the cluster and need etcd, which this node cannot reach "
                                                "now; open sessions keep working"));
-    run_file_work(s, req, std::move(reply), [&s, req, local = std::move(local), member](const reply_fn& rep) mutable {
+    run_file_work(s, req, std::move(reply), [&s, req, local = std::move(local), member, order](const reply_fn& rep) mutable {
         const auto peers = holding_peers(s, req, "Lists span the cluster and need etcd");
         auto& into = member.empty() ? local : local[member];
         auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
         for (auto& [tag, items] : asked.parts)
             for (auto& item : items) into.push_back(std::move(item));
+        if (!order.empty() && into.is_array())
+            std::stable_sort(into.begin(), into.end(), [&order](const nlohmann::json& a, const nlohmann::json& b) {
+                return a.value(order, std::string()) < b.value(order, std::string());
+            });
         auto res = http::json_response(200, local);
         if (!asked.unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
         rep(std::move(res));

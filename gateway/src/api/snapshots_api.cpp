@@ -67,7 +67,7 @@ void register_snapshots(router& r, services& s, agent::agent_service&) {
     r.add(bhttp::verb::get, "/v1/snapshots", [&s](const request_ptr& req, reply_fn reply) {
         json list = json::array();
         for (const auto& snap : s.kernels.snapshots(req->who.tenant)) list.push_back(snapshot_model(snap));
-        reply(json_response(200, {{"snapshots", list}}));
+        reply_list(s, req, std::move(reply), {{"snapshots", list}}, "snapshots", "created");
     });
     r.add(bhttp::verb::get, "/v1/snapshots/{snapshot}", [&s](const request_ptr& req, reply_fn reply) {
         reply(json_response(200, snapshot_model(snapshot_or_404(s, req))));

@@ -240,8 +240,12 @@ void membership::reconcile(std::int64_t lease) {
     for (const auto& kv : etcd_.range_prefix(index_root))
         if (kv.key.size() > index_root.size() + suffix.size() && kv.key.ends_with(suffix))
             listed[kv.key.substr(index_root.size(), kv.key.size() - index_root.size() - suffix.size())] = kv.lease;
-    for (const auto& [tenant, n] : local) {
-        if (n == 0) continue;
+    std::set<std::string> wanted;
+    if (held_tenants_) wanted = held_tenants_();
+    else
+        for (const auto& [tenant, n] : local)
+            if (n > 0) wanted.insert(tenant);
+    for (const auto& tenant : wanted) {
         const auto t = cellgate::hex_encode(tenant);
         if (const auto it = listed.find(t); it == listed.end() || it->second != lease) {
             std::lock_guard serial(reserve_mutex_);

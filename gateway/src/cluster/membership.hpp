@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <set>
 #include <vector>
 
 namespace cellgate::cluster {
@@ -45,7 +46,7 @@ namespace cellgate::cluster {
 // The index of who holds what: `<prefix>holders/<tenant>/<tag>` on the
 // node's lease while the node holds at least one of the tenant's kernels
 // (running, starting or paused; Jupyter and `/v1` sessions, terminals and
-// workspaces all live beside a kernel). A reservation writes it before the
+// workspaces all live beside a kernel) or snapshots. A reservation writes it before the
 // kernel is admitted, so a list made anywhere right after a create finds its
 // node; each refresh rebuilds it from the node's kernels (a node that comes
 // back, or gets a new lease, writes it again) and removes the tenants that
@@ -87,6 +88,10 @@ public:
     reservation reserve(const std::string& tenant, std::size_t count, std::size_t limit);
     // The node's kernels per tenant, for the refresh's reconciliation. Set before start().
     void count_kernels_with(std::function<std::map<std::string, std::size_t>()> fn) { local_counts_ = std::move(fn); }
+    // The tenants the node holds anything of (kernels, snapshots), for the
+    // index's reconciliation. Set before start(); without it, the tenants
+    // with kernels.
+    void index_tenants_with(std::function<std::set<std::string>()> fn) { held_tenants_ = std::move(fn); }
     // Refresh now (a kernel ended: its quota key can go).
     void nudge();
 
@@ -127,6 +132,7 @@ private:
     options opts_;
     std::function<nlohmann::json()> figures_;
     std::function<std::map<std::string, std::size_t>()> local_counts_;
+    std::function<std::set<std::string>()> held_tenants_;
     etcd_client etcd_;         // the loop thread's
     etcd_client quota_etcd_;   // reservations', under reserve_mutex_
     std::mutex reserve_mutex_;

@@ -196,6 +196,8 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
     const auto template_id = template_of(body);
+    // A snapshot another node took (its id names the node): created there.
+    if (api::relay_to_maker(e.services, req, template_id, reply)) return;
     const auto snap = snapshot_template(e, req->who.tenant, template_id);
     const auto spec = snap ? snap->spec_name : spec_for_template(e, template_id);
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
@@ -280,6 +282,48 @@ response page_of(const surface& e, const request_context& ctx, const std::vector
     return res;
 }
 
+// Whether a list answers for this node only: asked by a peer
+// (`X-Cellgate-Scope: node`). Such an answer is not paged.
+bool node_part_only(const request_context& ctx) {
+    return header_value(ctx.req, "x-cellgate-scope") == "node";
+}
+
+// A list on a cluster node: the page is cut from the whole cluster's items,
+// this node's (`local`, rendered) and those of each peer the index names as
+// holding some of the caller's (the same GET, `X-Cellgate-Scope: node`, so
+// all of theirs), ordered by `order` then `id` (fields of the items), so a
+// nextToken means the same whichever node the next page is asked of.
+// An `order` of cluster_order is taken off the items again.
+constexpr const char* cluster_order = "cellgate_created";
+
+void reply_cluster_page(surface& e, const request_ptr& req, reply_fn reply, json local, bool paged,
+                        const char* order, const char* id) {
+    api::run_file_work(e.services, req, std::move(reply),
+                       [&e, req, local = std::move(local), paged, order, id](const reply_fn& rep) mutable {
+                           const auto peers = api::holding_peers(e.services, req, "Lists span the cluster and need etcd");
+                           auto asked = api::ask_peers(peers, std::string(req->req.target()), api::peer_headers(req));
+                           struct item {
+                               std::string key, id;
+                               json body;
+                           };
+                           std::vector<item> all;
+                           auto add = [&](json& j) {
+                               all.push_back({j.value(order, std::string()), j.value(id, std::string()), std::move(j)});
+                               if (order == std::string_view(cluster_order)) all.back().body.erase(order);
+                           };
+                           for (auto& j : local) add(j);
+                           for (auto& [tag, items] : asked.parts)
+                               for (auto& j : items) add(j);
+                           std::sort(all.begin(), all.end(), [](const item& a, const item& b) {
+                               return a.key != b.key ? a.key < b.key : a.id < b.id;
+                           });
+                           auto res = page_of(e, *req, all, paged, [](const item& i) { return std::optional(i.body); });
+                           if (!asked.unreachable.empty())
+                               res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
+                           rep(std::move(res));
+                       });
+}
+
 // E2B's SnapshotInfo: the id is what Sandbox.create() takes; names, the
 // name it was given (which create takes too).
 json snapshot_info(const kernels::snapshot_record& s) {
@@ -325,11 +369,20 @@ void list_snapshots(surface& e, const request_ptr& req, reply_fn reply) {
     const auto source = req->query_value("sandboxID").value_or("");
     const auto name = req->query_value("name").value_or("");
     const auto match = name.empty() ? std::nullopt : snapshot_template(e, req->who.tenant, name);
-    reply(page_of(e, *req, all, true, [&](const kernels::snapshot_record& s) -> std::optional<json> {
+    const auto render = [&](const kernels::snapshot_record& s) -> std::optional<json> {
         if (!source.empty() && s.source != source) return std::nullopt;
         if (!name.empty() && s.id != name && !(match && !s.name.empty() && s.name == match->name)) return std::nullopt;
-        return snapshot_info(s);
-    }));
+        auto info = snapshot_info(s);
+        // Not E2B's: what a cluster orders the joined list by (taken off again).
+        if (e.services.cluster_peers) info[cluster_order] = kernels::iso8601(s.created);
+        return info;
+    };
+    if (!e.services.cluster_peers) return reply(page_of(e, *req, all, true, render));
+    if (node_part_only(*req)) return reply(page_of(e, *req, all, false, render));
+    json local = json::array();
+    for (const auto& s : all)
+        if (auto j = render(s)) local.push_back(std::move(*j));
+    reply_cluster_page(e, req, std::move(reply), std::move(local), true, cluster_order, "snapshotID");
 }
 
 // DELETE /templates/{id}: a snapshot by id, or every snapshot of a name (a
@@ -474,12 +527,18 @@ void list(surface& e, const request_ptr& req, reply_fn reply, bool paged) {
     std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
         return a.started != b.started ? a.started < b.started : a.id < b.id;
     });
-    reply(page_of(e, *req, records, paged, [&](const sandbox_record& r) -> std::optional<json> {
+    const auto render = [&](const sandbox_record& r) -> std::optional<json> {
         if (!matches(r, filter)) return std::nullopt;
         const auto k = e.services.kernels.find(req->who.tenant, r.id);
         if (!k || !(k->state() == kernels::kernel_state::paused ? want_paused : want_running)) return std::nullopt;
         return detail_json(e, r, *k, false);
-    }));
+    };
+    if (!e.services.cluster_peers) return reply(page_of(e, *req, records, paged, render));
+    if (node_part_only(*req)) return reply(page_of(e, *req, records, false, render));
+    json local = json::array();
+    for (const auto& r : records)
+        if (auto j = render(r)) local.push_back(std::move(*j));
+    reply_cluster_page(e, req, std::move(reply), std::move(local), paged, "startedAt", "sandboxID");
 }
 
 }  // namespace

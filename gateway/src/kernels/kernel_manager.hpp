@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -126,6 +127,8 @@ public:
     void set_admission_gate(admission_gate gate) { admission_gate_ = std::move(gate); }
     // Kernels admitted per tenant on this node (a cluster node publishes them).
     std::map<std::string, std::size_t> admitted_by_tenant() const;
+    // The tenants this node holds anything of: an admitted kernel or a snapshot.
+    std::set<std::string> tenants_held() const;
     // A kernel whose policy has a network gets <egress_root>/<id>/ (made
     // here) mounted in its sandbox; this is called with that directory before
     // every launch of it and when a restarted gateway takes it back, so the

@@ -52,6 +52,15 @@ std::map<std::string, std::size_t> kernel_manager::admitted_by_tenant() const {
     return admission_.by_tenant();
 }
 
+std::set<std::string> kernel_manager::tenants_held() const {
+    std::lock_guard lock(mutex_);
+    std::set<std::string> out;
+    for (const auto& [tenant, n] : admission_.by_tenant())
+        if (n > 0) out.insert(tenant);
+    for (const auto& [id, s] : snapshots_) out.insert(s.tenant);
+    return out;
+}
+
 kernel_manager::load_figures kernel_manager::load() const {
     std::lock_guard lock(mutex_);
     return {admission_.admitted(), admission_.max_total(), pool_.ready(), pool_.waiting()};
