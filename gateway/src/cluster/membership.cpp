@@ -136,21 +136,30 @@ std::string membership::admit_prefix(const std::string& tenant) const {
 
 membership::reservation membership::reserve(const std::string& tenant, std::size_t count, std::size_t limit) {
     if (auto why = refusal()) return {reservation::outcome::unavailable, *why};
+    const auto tenant_hex = cellgate::hex_encode(tenant);
     std::int64_t lease = 0;
+    bool indexed = false;  // this node is in the index for the tenant already, on its lease
     {
         std::lock_guard lock(mutex_);
         lease = shared_lease_;
+        if (const auto it = holding_.find(tenant_hex); it != holding_.end() && it->second.lease == lease) {
+            it->second.at = unix_now();
+            indexed = true;
+        }
     }
+    // A tenant without a cluster-wide cap, already indexed here: no etcd
+    // round trip, and no wait behind another tenant's compare-and-swap.
+    if (indexed && limit == 0) return {};
     std::lock_guard serial(reserve_mutex_);
     try {
-        hold(cellgate::hex_encode(tenant), lease);
+        if (!indexed) hold(tenant_hex, lease);
     } catch (const std::exception& e) {
         spdlog::warn("cluster: node {}: the index could not name it for tenant {}: {}", opts_.tag, tenant, e.what());
         return {reservation::outcome::unavailable,
                 std::string("The cluster's index could not be updated (etcd: ") + e.what() + ")"};
     }
     if (limit == 0) return {};
-    const auto quota_key = opts_.prefix + "quota/" + cellgate::hex_encode(tenant);
+    const auto quota_key = opts_.prefix + "quota/" + tenant_hex;
     // Contention (other nodes reserving for the tenant at once) makes the
     // compare-and-swap fail; try again, with a short random pause so the
     // contenders spread out, for up to three seconds.
