@@ -117,8 +117,15 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body();
         // A start from a snapshot another node took runs on that node, beside its files.
         if (const auto from = body.is_object() ? body.find("from_snapshot") : body.end();
-            from != body.end() && from->is_string() && relay_to_maker(s, req, from->get<std::string>(), reply))
-            return;
+            from != body.end() && from->is_string()) {
+            reply_fn located = [reply](response res) {  // the other node's 201, with its Location
+                if (const auto made = json::parse(res.body, nullptr, false); res.status == 201 && made.is_object() &&
+                                                                             made.value("id", json()).is_string())
+                    res.headers.emplace_back("Location", "/v1/sessions/" + made["id"].get<std::string>());
+                reply(std::move(res));
+            };
+            if (relay_to_maker(s, req, from->get<std::string>(), located)) return;
+        }
         start_agent_session(s, agents.limits(), req->who.tenant, body,
                             [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                 if (e) return reply(failure_response(*e));

@@ -144,6 +144,21 @@ void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply,
 // relayed): the caller handles it.
 bool relay_to_maker(services& s, const http::request_ptr& req, const std::string& id, http::reply_fn& reply);
 
+// The request's method, with `body` to `target`, on the peer at `address`
+// (the caller's credentials, X-Cellgate-Hop so it goes no further), waiting at
+// most `timeout` (file-work threads only):
+// its JSON answer is the reply, or 502 "`failed`, which did not answer: …".
+void reply_from_peer(services& s, const http::request_ptr& req, const std::string& address, const std::string& target,
+                     const std::string& body, std::chrono::seconds timeout, const std::string& failed,
+                     const http::reply_fn& reply);
+
+// The same GET of each peer holding some of the caller's kernels (the
+// cluster's index), `X-Cellgate-Scope: node`, their items appended to `into`
+// (`member` of each answer, "" = the answer itself); blocking. Returns the
+// tags that did not answer, comma-separated; api_exception(503) without etcd.
+std::string join_holders_parts(services& s, const http::request_ptr& req, nlohmann::json& into,
+                               const std::string& member = "");
+
 // The live peers holding some of the caller's kernels (the cluster's index;
 // blocking, file-work threads only), or api_exception(503): `what` (a clause
 // that ends in "etcd"), which this node cannot reach now.

@@ -57,32 +57,33 @@ peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& p
     return out;
 }
 
+void reply_from_peer(services& s, const request_ptr& req, const std::string& address, const std::string& target,
+                     const std::string& body, std::chrono::seconds timeout, const std::string& failed,
+                     const reply_fn& reply) {
+    auto headers = peer_headers(req);
+    headers.emplace_back(http::hop_header, s.node_tag);
+    headers.emplace_back("Content-Type", "application/json");
+    try {
+        const auto r = call_peer(address, std::string(req->req.method_string()), target, headers, body, timeout);
+        auto answer = nlohmann::json::parse(r.body, nullptr, false);
+        if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
+        reply(http::json_response(r.status, answer));
+    } catch (const util::http_failure& e) {
+        reply(http::error_response(502, failed + ", which did not answer: " + e.what()));
+    }
+}
+
 bool relay_to_maker(services& s, const request_ptr& req, const std::string& id, reply_fn& reply) {
     if (!s.cluster_peers || s.node_tag.empty() || !http::header_value(req->req, "x-cellgate-hop").empty()) return false;
-    const auto tag = id.size() > 9 && id[8] == '-' ? id.substr(0, 8) : std::string();
+    const auto tag = http::node_tag_of_id(id);
     if (tag.empty() || tag == s.node_tag) return false;
     const auto peers = s.cluster_peers();
     if (!peers) return false;
     const auto it = std::find_if(peers->begin(), peers->end(), [&](const auto& p) { return p.first == tag; });
     if (it == peers->end()) return false;
-    run_file_work(s, req, std::move(reply), [req, tag, address = it->second, self = s.node_tag](const reply_fn& rep) {
-        auto headers = peer_headers(req);
-        headers.emplace_back(http::hop_header, self);
-        headers.emplace_back("Content-Type", "application/json");
-        try {
-            const auto r = call_peer(address, std::string(req->req.method_string()), std::string(req->req.target()),
-                                     headers, req->req.body(), std::chrono::seconds(120));
-            auto answer = nlohmann::json::parse(r.body, nullptr, false);
-            if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
-            auto res = http::json_response(r.status, answer);
-            if (r.status == 201 && answer.is_object() && answer.contains("id") && answer["id"].is_string() &&
-                req->path == "/v1/sessions")
-                res.headers.emplace_back("Location", "/v1/sessions/" + answer["id"].get<std::string>());
-            rep(std::move(res));
-        } catch (const util::http_failure& e) {
-            rep(http::error_response(502, "This names something node " + tag + " made, and that node did not answer: " +
-                                              e.what()));
-        }
+    run_file_work(s, req, std::move(reply), [&s, req, tag, address = it->second](const reply_fn& rep) {
+        reply_from_peer(s, req, address, std::string(req->req.target()), req->req.body(), std::chrono::seconds(120),
+                        "This names something node " + tag + " made", rep);
     });
     return true;
 }
@@ -101,6 +102,14 @@ std::vector<std::pair<std::string, std::string>> holding_peers(services& s, cons
     return std::move(*peers);
 }
 
+std::string join_holders_parts(services& s, const request_ptr& req, nlohmann::json& into, const std::string& member) {
+    const auto peers = holding_peers(s, req, "Lists span the cluster and need etcd");
+    auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
+    for (auto& [tag, items] : asked.parts)
+        for (auto& item : items) into.push_back(std::move(item));
+    return asked.unreachable;
+}
+
 void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::json local, const std::string& member,
                 const std::string& order) {
     if (!s.cluster_peers || http::header_value(req->req, "x-cellgate-scope") == "node")
@@ -109,17 +118,14 @@ void reply_list(services& s, const request_ptr& req, reply_fn reply, nlohmann::j
         return reply(http::error_response(503, "Lists span the cluster and need etcd, which this node cannot reach "
                                                "now; open sessions keep working"));
     run_file_work(s, req, std::move(reply), [&s, req, local = std::move(local), member, order](const reply_fn& rep) mutable {
-        const auto peers = holding_peers(s, req, "Lists span the cluster and need etcd");
         auto& into = member.empty() ? local : local[member];
-        auto asked = ask_peers(peers, std::string(req->req.target()), peer_headers(req), member);
-        for (auto& [tag, items] : asked.parts)
-            for (auto& item : items) into.push_back(std::move(item));
+        const auto unreachable = join_holders_parts(s, req, into, member);
         if (!order.empty() && into.is_array())
             std::stable_sort(into.begin(), into.end(), [&order](const nlohmann::json& a, const nlohmann::json& b) {
                 return a.value(order, std::string()) < b.value(order, std::string());
             });
         auto res = http::json_response(200, local);
-        if (!asked.unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
+        if (!unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", unreachable);
         rep(std::move(res));
     });
 }

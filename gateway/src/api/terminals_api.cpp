@@ -211,18 +211,8 @@ std::string tag_of_id(const std::string& id) { return id.size() > 9 && id[8] == 
 void create_on_peer(services& s, const request_ptr& req, json body, const std::string& kernel_id,
                     const std::string& address, const reply_fn& reply) {
     body["kernel_id"] = kernel_id;
-    auto headers = peer_headers(req);
-    headers.emplace_back(http::hop_header, s.node_tag);
-    headers.emplace_back("Content-Type", "application/json");
-    try {
-        const auto r = call_peer(address, "POST", "/api/terminals", headers, body.dump(), std::chrono::seconds(30));
-        auto answer = json::parse(r.body, nullptr, false);
-        if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
-        reply(json_response(r.status, answer));
-    } catch (const util::http_failure& e) {
-        reply(error_response(502, "The terminal belongs beside kernel " + kernel_id + ", on node " +
-                                      tag_of_id(kernel_id) + ", which did not answer: " + e.what()));
-    }
+    reply_from_peer(s, req, address, "/api/terminals", body.dump(), std::chrono::seconds(30),
+                    "The terminal belongs beside kernel " + kernel_id + ", on node " + tag_of_id(kernel_id), reply);
 }
 
 // Where, in the cluster, the caller's most recently active kernel runs: its

@@ -300,8 +300,7 @@ void reply_cluster_page(surface& e, const request_ptr& req, reply_fn reply, json
                         const char* order, const char* id) {
     api::run_file_work(e.services, req, std::move(reply),
                        [&e, req, local = std::move(local), paged, order, id](const reply_fn& rep) mutable {
-                           const auto peers = api::holding_peers(e.services, req, "Lists span the cluster and need etcd");
-                           auto asked = api::ask_peers(peers, std::string(req->req.target()), api::peer_headers(req));
+                           const auto unreachable = api::join_holders_parts(e.services, req, local);
                            struct item {
                                std::string key, id;
                                json body;
@@ -312,14 +311,11 @@ void reply_cluster_page(surface& e, const request_ptr& req, reply_fn reply, json
                                if (order == std::string_view(cluster_order)) all.back().body.erase(order);
                            };
                            for (auto& j : local) add(j);
-                           for (auto& [tag, items] : asked.parts)
-                               for (auto& j : items) add(j);
                            std::sort(all.begin(), all.end(), [](const item& a, const item& b) {
                                return a.key != b.key ? a.key < b.key : a.id < b.id;
                            });
                            auto res = page_of(e, *req, all, paged, [](const item& i) { return std::optional(i.body); });
-                           if (!asked.unreachable.empty())
-                               res.headers.emplace_back("X-Cellgate-Unreachable", asked.unreachable);
+                           if (!unreachable.empty()) res.headers.emplace_back("X-Cellgate-Unreachable", unreachable);
                            rep(std::move(res));
                        });
 }

@@ -40,6 +40,8 @@ std::string tag_of_terminal(std::string_view s) {
 
 }  // namespace
 
+std::string node_tag_of_id(std::string_view id) { return id.size() == 36 ? tag_of_segment(id) : std::string(); }
+
 std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string_view raw_path) {
     static constexpr std::array<std::string_view, 8> prefixes = {
         "/api/kernels/", "/api/sessions/", "/api/contents/", "/files/",

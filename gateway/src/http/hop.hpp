@@ -33,6 +33,10 @@ inline constexpr const char* hop_header = "X-Cellgate-Hop";
 // as the router's (deploy/cellgate-router).
 std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string_view raw_path);
 
+// The node tag of `id` when it is exactly an id of the shape 8-4-4-4-12
+// (lowercase hex), as a body names one (a snapshot to start from); else empty.
+std::string node_tag_of_id(std::string_view id);
+
 struct hop_owner {
     enum class kind { self, peer, gone, unknown } what = kind::unknown;
     std::string address;  // host:port, for a peer
