@@ -5,11 +5,15 @@ set -euo pipefail
 
 packages=(
   # build
-  build-essential cmake pkg-config git ca-certificates ccache
+  build-essential cmake ninja-build pkg-config git ca-certificates ccache
+  # the fuzz targets (fuzz/run.sh): clang with libFuzzer's runtime
+  clang libclang-rt-14-dev
   libboost-dev libboost-program-options-dev libssl-dev libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev libsqlite3-dev
   # sandbox runtime
   runc runsc mmdebstrap e2fsprogs mount util-linux iproute2 procps
+  # the launcher's bounded runsc-on-kvm probe (setpriv --pdeathsig, nice, env)
+  coreutils
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3
   python3 python3-pytest python3-jupyter-client python3-ipykernel python3-requests
   python3-websocket python3-jupyter-server python3-nbformat python3-openpyxl python3-jsonschema

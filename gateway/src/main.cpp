@@ -156,7 +156,9 @@ std::unique_ptr<launcher::sandbox_launcher> make_launcher(const config::gateway_
     if (::geteuid() != 0)
         spdlog::warn("running the launcher in process without root: sandboxes will not start "
                      "(use cellgate-launchd and --launcher-socket)");
-    return std::make_unique<launcher::launcher>(cfg.launcher);
+    auto config = cfg.launcher;
+    config.note = [](const std::string& line) { spdlog::info("launcher: {}", line); };
+    return std::make_unique<launcher::launcher>(std::move(config));
 }
 
 // Every kernelspec can start here (its image, runtime and limits pass the

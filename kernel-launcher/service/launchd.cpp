@@ -393,6 +393,7 @@ int main(int argc, char** argv) {
         std::cerr << "cellgate-launchd: must run as root (it starts sandboxes)\n";
         return 2;
     }
+    o.launcher.note = [](const std::string& line) { log(line); };
     std::signal(SIGPIPE, SIG_IGN);
     struct sigaction sa {};
     sa.sa_handler = [](int) { stopping = true; };
@@ -404,7 +405,10 @@ int main(int argc, char** argv) {
         const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_un addr{};
         addr.sun_family = AF_UNIX;
-        if (o.socket.native().size() >= sizeof addr.sun_path) throw std::runtime_error("socket path too long");
+        if (o.socket.native().size() >= sizeof addr.sun_path)
+            throw std::runtime_error("--socket " + o.socket.string() + " is " + std::to_string(o.socket.native().size()) +
+                                     " bytes long; a unix socket's path holds at most " +
+                                     std::to_string(sizeof addr.sun_path - 1));
         std::memcpy(addr.sun_path, o.socket.c_str(), o.socket.native().size());
         fs::create_directories(o.socket.parent_path());
         ::unlink(o.socket.c_str());

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -151,6 +152,49 @@ private:
     std::map<std::string, std::uint32_t> starting_;
 };
 
+// Where the launcher keeps run dirs and exec dirs, whose sockets the host
+// dials by path. A unix socket's path holds at most 107 bytes, and the
+// longest made there is <root>/sandboxes/<id of 64>/relay/k-5 (gVisor's
+// relay), so the root has 22 bytes: the state dir when it is that short, else
+// a stand-in for it, /run/cellgate/<hash of the state dir>, the same for every
+// start with that state dir (its sandboxes are found again), linked from the
+// state dir as `sandboxes`. A state dir of any depth then works, and where no
+// stand-in can be made the launcher refuses to start, saying why.
+constexpr std::size_t max_socket_root = 22;
+
+fs::path socket_root_for(const fs::path& state_dir) {
+    if (state_dir.native().size() <= max_socket_root) return state_dir;
+    std::uint32_t h = 2166136261u;  // FNV-1a: a directory name, not a secret
+    const std::string name_of = fs::absolute(state_dir).lexically_normal().native();
+    for (const char c : name_of) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+    char name[16];
+    std::snprintf(name, sizeof name, "%08x", h);
+    const fs::path root = fs::path("/run/cellgate") / name;
+    // Made at the first start (nothing is made for a launcher that starts
+    // nothing); checked now, so a launcher that could not make it refuses to
+    // start instead of failing each sandbox.
+    const auto usable = [](const fs::path& dir) { return ::access(dir.c_str(), W_OK | X_OK) == 0; };
+    if (!(usable(root) || usable(root.parent_path()) || (!fs::exists(root.parent_path()) && usable("/run"))))
+        throw launch_error("state-dir",
+                           "the state dir " + state_dir.string() + " is longer than the " +
+                               std::to_string(max_socket_root) +
+                               " bytes its sandboxes' socket paths allow, and its short stand-in " + root.string() +
+                               " cannot be made (a shorter --state-dir, or run as root)",
+                           EACCES);
+    return root;
+}
+
+// The stand-in of a deep state dir, and the link to it (socket_root_for).
+void make_socket_root(const fs::path& state_dir, const fs::path& root) {
+    if (root == state_dir) return;
+    std::error_code ec;
+    fs::create_directories(root.parent_path(), ec);
+    make_dir("prepare-run-dir", root, 0711);
+    fs::create_directories(state_dir, ec);
+    const auto link = state_dir / "sandboxes";
+    if (!fs::exists(fs::symlink_status(link, ec))) fs::create_directory_symlink(root / "sandboxes", link, ec);
+}
+
 // A directory removed with everything in it when the scope ends.
 struct dir_remover {
     fs::path dir;
@@ -177,9 +221,14 @@ struct launcher::impl {
     std::vector<seccomp_filter> runc_filters;
     bool filters_unreadable = false;  // then no kernel comes from a zygote (each would be a runc start wasted)
 
+    // Where run dirs and exec dirs live: under the state dir, or a short
+    // stand-in for it (socket_root_for).
+    fs::path socket_root;
+
     explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
         : cfg(std::move(c)), runtimes(std::move(r)),
-          workspaces(cfg.workspace_root, cfg.host_id_base, cfg.max_slots), zygote_processes(cfg.state_dir) {}
+          workspaces(cfg.workspace_root, cfg.host_id_base, cfg.max_slots), zygote_processes(cfg.state_dir),
+          socket_root(socket_root_for(cfg.state_dir)) {}
 
     // Whether this start may take its kernel from the image's zygote: runc,
     // and a kernel the zygote's imports fit (one BLAS thread, the zygote's
@@ -228,7 +277,7 @@ struct launcher::impl {
         return zygote_processes.fork_kernel(info.image, f);
     }
 
-    fs::path sandboxes_dir() const { return cfg.state_dir / "sandboxes"; }
+    fs::path sandboxes_dir() const { return socket_root / "sandboxes"; }
     fs::path run_dir(const std::string& id) const { return sandboxes_dir() / id; }
 
     oci_runtime& runtime(const std::string& name) {
@@ -440,6 +489,7 @@ fs::path launcher::impl::make_run_dir(sandbox_info& info) {
     std::error_code ec;
     fs::create_directories(cfg.state_dir.parent_path(), ec);
     make_dir("prepare-run-dir", cfg.state_dir, 0711);
+    make_socket_root(cfg.state_dir, socket_root);
     make_dir("prepare-run-dir", sandboxes_dir(), 0711);
     const fs::path dir = run_dir(info.id);
     info.run_dir = dir.string();
@@ -523,6 +573,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec, bool zygote) {
     const bool relayed = rt.traits().relays_kernel_sockets;
     sandbox_info info = describe(spec);
     info.platform = rt.platform();
+    info.platform_reason = rt.platform_reason();
     info.memory_merge = cfg.memory_merge && rt.name() == "runc";
     step_timer steps(info);
 
@@ -810,7 +861,8 @@ fs::path launcher::impl::attach_volumes(const sandbox_spec& spec, const fs::path
 }
 
 fs::path launcher::impl::make_exec_dir() const {
-    const auto root = cfg.state_dir / "execs";
+    const auto root = socket_root / "execs";
+    make_socket_root(cfg.state_dir, socket_root);
     make_dir("exec", root, 0700);
     const auto dir = root / protocol::make_uuid();
     make_dir("exec", dir, 0700, /*must_not_exist=*/true);
@@ -900,7 +952,7 @@ launcher::launcher(launcher_config config, std::map<std::string, std::unique_ptr
     if (runtimes.empty()) {
         runtimes.emplace("runc", make_runc_runtime(config.runc_path, config.state_dir / "runc", config.memory_merge));
         runtimes.emplace("runsc", make_runsc_runtime(config.runsc_path, config.state_dir / "runsc",
-                                                     config.runsc_platform));
+                                                     config.runsc_platform, config.note));
     }
     impl_ = std::make_unique<impl>(std::move(config), std::move(runtimes));
     if (impl_->cfg.zygote) {

@@ -25,6 +25,7 @@
 //   12693, fixed upstream in 2026): see SECURITY.md.
 #include "cli_runtime.hpp"
 #include "command.hpp"
+#include "runsc_platform.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -44,21 +45,30 @@ namespace {
 
 class runsc_runtime final : public cli_runtime {
 public:
-    runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform)
-        : cli_runtime(std::move(runsc_path), std::move(state_root)), platform_(chosen_platform(platform)) {}
+    runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform,
+                  std::function<void(const std::string&)> note)
+        : cli_runtime(runsc_path, std::move(state_root)),
+          requested_(platform),
+          platform_({.runsc = std::move(runsc_path),
+                     .requested = std::move(platform),
+                     .cache_dir = "/run/cellgate/runsc-platform",
+                     .probe_bound = std::chrono::seconds(5),
+                     .device_check = {},
+                     .note = std::move(note)}) {}
 
     std::string_view name() const override { return "runsc"; }
-    std::string platform() const override { return platform_; }
+    std::string platform() const override { return platform_.platform(); }
+    std::string platform_reason() const override { return platform_.reason(); }
 
     runtime_traits traits() const override { return {.relays_kernel_sockets = true, .signals_through_runtime = true}; }
 
     std::string unavailable_reason() const override {
         if (find_executable(program()).empty())
             return "gVisor's runsc is not installed (no executable '" + program() + "'; apt-get install runsc)";
-        if (platform_ == "kvm" && ::access("/dev/kvm", R_OK | W_OK) != 0)
+        if (requested_ == "kvm" && ::access("/dev/kvm", R_OK | W_OK) != 0)
             return "runsc's kvm platform needs /dev/kvm, which is not usable here";
-        if (platform_ != "ptrace" && platform_ != "kvm" && platform_ != "systrap")
-            return "unknown runsc platform '" + platform_ + "'";
+        if (requested_ != "auto" && requested_ != "ptrace" && requested_ != "kvm" && requested_ != "systrap")
+            return "unknown runsc platform '" + requested_ + "'";
         return {};
     }
 
@@ -118,30 +128,12 @@ private:
     // The flags the sandbox was made with; exec passes them too, so that
     // whatever runsc reads from its configuration there is the same.
     std::vector<std::string> sandbox_flags() const {
-        return {"--platform", platform_, "--network=none", "--host-uds=none", "--host-fifo=none", "--oci-seccomp",
+        return {"--platform", platform_.platform(), "--network=none", "--host-uds=none", "--host-fifo=none", "--oci-seccomp",
                 "--cpu-num-from-quota"};
     }
 
-    // "auto": kvm only when /dev/kvm makes VMs *and* runsc itself runs a
-    // process on it (`runsc do true`: a /dev/kvm that opens may still not be
-    // one gVisor can use, e.g. a paravirtualised one), else ptrace. Checked
-    // once, when the launcher starts; a few seconds where /dev/kvm exists,
-    // nothing where it does not.
-    std::string chosen_platform(const std::string& requested) const {
-        const auto p = resolve_runsc_platform(requested);
-        if (requested != "auto" || p != "kvm" || find_executable(program()).empty()) return p;
-        char tmpl[] = "/tmp/cellgate-runsc-kvm-probe-XXXXXX";
-        if (::mkdtemp(tmpl) == nullptr) return "ptrace";
-        const fs::path dir = tmpl;
-        const auto r = run_command({program(), "--root", (dir / "root").string(), "--platform=kvm", "--network=none",
-                                    "do", "/bin/true"},
-                                   std::chrono::seconds(30));
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-        return r.exit_code == 0 ? "kvm" : "ptrace";
-    }
-
-    std::string platform_;
+    std::string requested_;
+    runsc_platform platform_;  // "auto": ptrace until kvm is proven (runsc_platform.hpp)
 };
 
 }  // namespace
@@ -173,8 +165,10 @@ std::string resolve_runsc_platform(const std::string& requested, std::string* wh
     return platform;
 }
 
-std::unique_ptr<oci_runtime> make_runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform) {
-    return std::make_unique<runsc_runtime>(std::move(runsc_path), std::move(state_root), std::move(platform));
+std::unique_ptr<oci_runtime> make_runsc_runtime(std::string runsc_path, fs::path state_root, std::string platform,
+                                                std::function<void(const std::string&)> note) {
+    return std::make_unique<runsc_runtime>(std::move(runsc_path), std::move(state_root), std::move(platform),
+                                           std::move(note));
 }
 
 }  // namespace cellgate::launcher

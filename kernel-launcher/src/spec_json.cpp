@@ -156,6 +156,7 @@ void to_json(json& j, const sandbox_info& i) {
              {"image", i.image},
              {"runtime", i.runtime},
              {"platform", i.platform},
+             {"platform_reason", i.platform_reason},
              {"memory_merge", i.memory_merge},
              {"zygote", i.zygote},
              {"kernel_pid", i.kernel_pid},
@@ -195,6 +196,7 @@ sandbox_info sandbox_info_from_json(const json& j) {
     i.image = j.at("image").get<std::string>();
     i.runtime = j.at("runtime").get<std::string>();
     i.platform = j.value("platform", std::string());
+    i.platform_reason = j.value("platform_reason", std::string());
     i.memory_merge = j.value("memory_merge", false);
     i.zygote = j.value("zygote", false);
     i.kernel_pid = j.value("kernel_pid", std::int64_t{0});

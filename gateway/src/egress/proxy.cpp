@@ -19,6 +19,7 @@
 #include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include <deque>
 #include <mutex>
 #include <set>
+#include <system_error>
 
 namespace cellgate::egress {
 
@@ -727,7 +729,16 @@ void proxy::attach(const std::string& session, const std::filesystem::path& sock
     ::unlink(socket.c_str());
     s->acceptor.emplace(impl_->ioc);
     s->acceptor->open();
-    s->acceptor->bind(local::endpoint(socket.string()));
+    // A unix socket's path holds 107 bytes, and the session's directory sits
+    // as deep as the state dir: bound through a descriptor of the directory,
+    // the path is /proc/self/fd/N/proxy.sock however deep it is.
+    const int dir = ::open(socket.parent_path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) throw std::system_error(errno, std::generic_category(), "egress: open " + socket.parent_path().string());
+    boost::system::error_code bind_error;
+    s->acceptor->bind(local::endpoint("/proc/self/fd/" + std::to_string(dir) + "/" + socket.filename().string()),
+                      bind_error);
+    ::close(dir);
+    if (bind_error) throw boost::system::system_error(bind_error, "egress: bind " + socket.string());
     // The sandbox's uid is not ours: anyone who can reach the path may
     // connect (the directory is this session's only, mounted in its sandbox).
     ::chmod(socket.c_str(), 0666);

@@ -628,15 +628,30 @@ void kernel_manager::gauges(std::string& out) const {
     // one the launcher's probe chose).
     std::map<std::pair<std::string, std::string>, int> by_runtime;
     int merging = 0;
+    std::optional<launcher::sandbox_info> newest_runsc;
     for (const auto& k : all)
         if (const auto sb = k->sandbox()) {
             ++by_runtime[{sb->runtime, sb->platform}];
             merging += sb->memory_merge ? 1 : 0;
+            if (sb->runtime == "runsc" && (!newest_runsc || sb->created_unix_ms > newest_runsc->created_unix_ms))
+                newest_runsc = sb;
         }
     out += "# HELP cellgate_sandboxes running sandboxes by runtime and platform\n# TYPE cellgate_sandboxes gauge\n";
     for (const auto& [key, n] : by_runtime)
         out += "cellgate_sandboxes{runtime=\"" + key.first + "\",platform=\"" + key.second + "\"} " +
                std::to_string(n) + "\n";
+    // Why gVisor's newest sandbox got its platform ("auto" runs ptrace until
+    // a background probe proves kvm; the launcher's log says the same).
+    if (newest_runsc) {
+        std::string reason;
+        for (const char c : newest_runsc->platform_reason) {
+            if (c == '\\' || c == '"') reason += '\\';
+            reason += c == '\n' ? ' ' : c;
+        }
+        out += "# HELP cellgate_runsc_platform_info gVisor's platform for new sandboxes, and why\n"
+               "# TYPE cellgate_runsc_platform_info gauge\ncellgate_runsc_platform_info{platform=\"" +
+               newest_runsc->platform + "\",reason=\"" + reason + "\"} 1\n";
+    }
     // Whose kernels opted into KSM with a fixed layout (--memory-merge on; docs/memory.md).
     out += "# HELP cellgate_sandboxes_memory_merge running sandboxes whose kernels merge their pages\n"
            "# TYPE cellgate_sandboxes_memory_merge gauge\ncellgate_sandboxes_memory_merge " +

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,12 @@ struct launcher_config {
     std::string runc_path = "runc";
     // gVisor: `spec.runtime = "runsc"`. ptrace needs no /dev/kvm; kvm is faster
     // where /dev/kvm works (bare metal, or nested virtualisation). "auto":
-    // kvm when a probe of /dev/kvm succeeds at start, else ptrace.
+    // ptrace until a bounded background probe proves kvm (never delays a start).
     std::string runsc_path = "runsc";
     std::string runsc_platform = "auto";
+    // Told, in a sentence, what the launcher decides on its own after start
+    // (runsc's platform and why), for the log. May be called from another thread.
+    std::function<void(const std::string&)> note;
     // Memory merging (runc sandboxes; docs/memory.md): each kernel opts into
     // KSM (PR_SET_MEMORY_MERGE) and starts with a fixed address layout
     // (ADDR_NO_RANDOMIZE) and string hash seed (PYTHONHASHSEED=0), so the

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,6 +74,8 @@ public:
     // What the runtime runs sandboxes on, when it has a choice (runsc's
     // platform: "kvm" or "ptrace"); empty otherwise.
     virtual std::string platform() const { return {}; }
+    // Why that platform (a sentence for the log and /metrics).
+    virtual std::string platform_reason() const { return {}; }
 
     // Creates and starts the container from `bundle` (which holds config.json)
     // and returns once its init runs. Returns the host pid to watch: the
@@ -113,8 +116,11 @@ std::unique_ptr<oci_runtime> make_runc_runtime(std::string runc_path, std::files
 // chose.
 std::string resolve_runsc_platform(const std::string& requested, std::string* why = nullptr,
                                    const std::filesystem::path& kvm_device = "/dev/kvm");
+// "auto" starts on ptrace and moves new sandboxes to kvm once a background
+// probe proves it (src/runsc_platform.hpp); `note` hears each verdict.
 std::unique_ptr<oci_runtime> make_runsc_runtime(std::string runsc_path, std::filesystem::path state_root,
-                                                std::string platform);
+                                                std::string platform,
+                                                std::function<void(const std::string&)> note = {});
 
 // The absolute path of `program` (as given when it holds a '/', else looked
 // up in PATH), or "" when there is no such executable.

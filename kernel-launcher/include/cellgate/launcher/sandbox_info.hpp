@@ -25,6 +25,7 @@ struct sandbox_info {
     std::string image;      // resolved rootfs path
     std::string runtime;
     std::string platform;   // runsc's platform ("kvm", "ptrace"); empty under runc
+    std::string platform_reason;  // why that platform (runsc_platform)
     bool memory_merge = false;  // the kernel merges its pages (--memory-merge on, runc only)
     std::string run_dir;
     std::string workspace_dir;
