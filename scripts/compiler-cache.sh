@@ -12,6 +12,9 @@ if [[ ${CELLGATE_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$1}
   export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-6G}
+  # The rooms' precompiled header comes in by -include: ccache caches such
+  # units only when told not to hash the PCH's defines and time macros.
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
   if mkdir -p "$CCACHE_DIR" 2>/dev/null && [[ -w $CCACHE_DIR ]]; then
     compiler_cache_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi

@@ -13,6 +13,7 @@
 // a direction idle for an hour ends the relay.
 
 #include "http/connection_limiter.hpp"
+#include "http/handoffs.hpp"
 #include "http/http_types.hpp"
 #include "metrics/metrics.hpp"
 
@@ -149,5 +150,13 @@ private:
     std::array<char, 16 * 1024> up_{}, down_{};
     bool done_ = false;
 };
+
+template <class Stream>
+void start_hop_session(Stream&& client, connection_limiter::slot slot, std::string head, std::string already,
+                       std::string address, std::string tag, unsigned version) {
+    std::make_shared<hop_session<Stream>>(std::move(client), std::move(slot), std::move(head), std::move(already),
+                                          std::move(address), std::move(tag), version)
+        ->run();
+}
 
 }  // namespace cellgate::http

@@ -7,19 +7,16 @@
 // shared_from_this().
 
 #include "http/dispatch.hpp"
-#include "http/hop_session.hpp"
-#include "http/message_socket.hpp"
+#include "http/handoffs.hpp"
 #include "http/server_context.hpp"
 #include "http/sse_stream.hpp"
-#include "http/websocket_session.hpp"
+#include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <boost/beast/websocket.hpp>
-#include <boost/beast/websocket/ssl.hpp>
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -196,8 +193,8 @@ private:
         const bool v1 = header_list_contains(std::string_view(offered.data(), offered.size()), jupyter::v1_subprotocol);
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
-        std::make_shared<websocket_session<Stream>>(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1)
-            ->run(std::move(ctx->req));
+        start_websocket_session(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1,
+                                std::move(ctx->req));
     }
 
     // The connection goes to the id's owner, with what was read past the head.
@@ -211,9 +208,8 @@ private:
         const auto pending = buffer_.data();
         std::string already(static_cast<const char*>(pending.data()), pending.size());
         boost::beast::get_lowest_layer(stream_).expires_never();
-        std::make_shared<hop_session<Stream>>(std::move(stream_), std::move(slot_), std::move(relayed), std::move(already),
-                                              a.forward_to, a.forward_tag, head.version())
-            ->run();
+        start_hop_session(std::move(stream_), std::move(slot_), std::move(relayed), std::move(already), a.forward_to,
+                          a.forward_tag, head.version());
     }
 
     void open_socket(const socket_handler& handler, const request_ptr& ctx) {
@@ -228,9 +224,8 @@ private:
         if (accepted.refusal) return send(std::move(*accepted.refusal), false, ctx);
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
-        std::make_shared<message_socket<Stream>>(std::move(stream_), ctx_, std::move(slot_), ctx->route,
-                                                 std::move(accepted.open))
-            ->run(std::move(ctx->req));
+        start_message_socket(std::move(stream_), ctx_, std::move(slot_), ctx->route, std::move(accepted.open),
+                             std::move(ctx->req));
     }
 
     template <class Body>

@@ -1,6 +1,7 @@
 #include "http/listener.hpp"
 
-#include "http/http_session.hpp"
+#include "http/handoffs.hpp"
+#include "http/server_context.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -76,16 +77,10 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     }
 
     void start_session(tcp::socket socket, connection_limiter::slot slot, std::string remote) {
-        if (tls) {
-            using stream = beast::ssl_stream<beast::tcp_stream>;
-            std::make_shared<http_session<stream>>(stream(beast::tcp_stream(std::move(socket)), *tls), ctx,
-                                                   std::move(slot), std::move(remote))
-                ->run();
-        } else {
-            std::make_shared<http_session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), ctx, std::move(slot),
-                                                              std::move(remote))
-                ->run();
-        }
+        if (tls)
+            start_tls_session(std::move(socket), *tls, ctx, std::move(slot), std::move(remote));
+        else
+            start_plain_session(std::move(socket), ctx, std::move(slot), std::move(remote));
     }
 
     void refuse(tcp::socket socket, const std::string& remote) {

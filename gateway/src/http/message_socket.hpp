@@ -9,6 +9,7 @@
 // what a new connection is replayed). Binary frames are refused (1003).
 
 #include "http/connection_limiter.hpp"
+#include "http/handoffs.hpp"
 #include "http/server_context.hpp"
 
 #include <boost/asio/post.hpp>
@@ -152,5 +153,13 @@ private:
     std::atomic<std::size_t> inbound_{0};  // posted by send(), not yet on the strand
     bool writing_ = false, closing_ = false, finished_ = false, counted_ = false, close_after_writes_ = false;
 };
+
+template <class Stream>
+void start_message_socket(Stream&& stream, server_context& ctx, connection_limiter::slot slot, std::string route,
+                          std::function<std::shared_ptr<socket_peer>(std::shared_ptr<socket_link>)> open,
+                          request req) {
+    std::make_shared<message_socket<Stream>>(std::move(stream), ctx, std::move(slot), std::move(route), std::move(open))
+        ->run(std::move(req));
+}
 
 }  // namespace cellgate::http

@@ -13,6 +13,7 @@
 // bytes (a flood of tiny messages holds more memory than its bytes say).
 
 #include "http/connection_limiter.hpp"
+#include "http/handoffs.hpp"
 #include "http/server_context.hpp"
 #include "kernels/kernel.hpp"
 #include "jupyter/ws_codec.hpp"
@@ -305,5 +306,13 @@ private:
     bool writing_ = false, closing_ = false, finished_ = false, detached_ = false, counted_ = false;
     bool kernel_gone_ = false;
 };
+
+template <class Stream>
+void start_websocket_session(Stream&& stream, server_context& ctx, connection_limiter::slot slot,
+                             std::shared_ptr<kernels::kernel> k, std::string session_id, bool v1, request req) {
+    std::make_shared<websocket_session<Stream>>(std::move(stream), ctx, std::move(slot), std::move(k),
+                                                std::move(session_id), v1)
+        ->run(std::move(req));
+}
 
 }  // namespace cellgate::http
