@@ -4,9 +4,14 @@
 # mounts). Exits non-zero if any suite fails.
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/install-deps.sh
-scripts/build.sh
-images/build.sh python | tail -n 1
+step() {  # a step the suites need: its time, and the run stops if it fails
+  local start=$SECONDS
+  "$@"
+  echo "=== $*: done in $((SECONDS - start)) s"
+}
+step scripts/install-deps.sh
+step scripts/build.sh
+step images/build.sh python
 
 export CELLGATE_REQUIRE_SANDBOX=1
 status=0
@@ -26,22 +31,10 @@ run_suite "unit tests (GoogleTest)" ctest --test-dir build --output-on-failure -
 # corpus, so they keep compiling against the code they test; the long runs
 # are `fuzz/run.sh 600` (fuzz/README.md).
 run_suite "fuzz targets replay their corpus (libFuzzer, ASan + UBSan)" fuzz/run.sh 0
-run_suite "deployment files (Kubernetes manifests, systemd units) agree with the binaries" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/deploy
-run_suite "sandbox and gateway integration tests (runc + image + ipykernel + cellgate)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
-run_suite "client tests (@jupyterlab/services, jupyter_server --gateway-url)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/clients
-run_suite "Python SDK, CLI, tool adapter and notebooks" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/sdk
-run_suite "JavaScript client (node --test against the gateway)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/js
-run_suite "E2B SDKs, unmodified (npm e2b + @e2b/code-interpreter against the /e2b surface)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2b
-run_suite "MCP endpoint, unmodified clients (@modelcontextprotocol/sdk, inspector-cli against /mcp)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/mcp
-run_suite "chat page in Chromium (playwright-core, Debian's chromium)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/browser
-run_suite "soak (20 sessions × 30 cells with uploads and downloads; resources back to baseline)" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/soak
+# Every Python suite in one pytest session on the one harness (tests/support):
+# the plugin prints each suite's time and the sandboxes it started at the end.
+# Suites that need no sandbox come first, the soak last.
+run_suite "Python suites: deployment files, sandbox and gateway integration, clients (@jupyterlab/services, jupyter_server), SDK and CLI, JS client, E2B SDKs, MCP SDKs, chat page in Chromium, soak" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=25 \
+    tests/deploy tests/integration tests/clients tests/sdk tests/js tests/e2b tests/mcp tests/browser tests/soak
 exit $status

@@ -31,13 +31,14 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 import requests  # noqa: E402
 import websocket  # noqa: E402
 import zmq  # noqa: E402
 
-from gateway import BUILD, IMAGE_STORE, Gateway  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from support.gateway import Gateway  # noqa: E402
+from support.prerequisites import BUILD, IMAGE_STORE  # noqa: E402
 
 PY = "/usr/bin/python3"
 LAUNCH = BUILD / "bin" / "cellgate-launch"

@@ -24,10 +24,10 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from cluster import EtcdCluster, Router, node  # noqa: E402
-from gateway import KernelChannel  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from support.cluster import EtcdCluster, Router, node  # noqa: E402
+from support.gateway import KernelChannel  # noqa: E402
 
 MAX_COUNT = 3000
 

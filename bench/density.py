@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench import STACK, Cellgate, pss_kib, reference_stack_pss_kib  # noqa: E402
-from ksm import ksm, ksmd_running  # noqa: E402  (tests/integration, on the path bench put it on)
+sys.path.insert(0, str(REPO / "tests"))
+from support.ksm import ksm, ksmd_running  # noqa: E402
 
 
 def mem_available_kib():

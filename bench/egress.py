@@ -33,11 +33,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
 import bench  # noqa: E402  (its timer)
-from gateway import Gateway  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from support.gateway import Gateway  # noqa: E402
 
 SECRET = "bench-secret"
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import requests  # noqa: E402
 
-from bench import Cellgate, summary  # noqa: E402  (also puts tests/integration on the path)
+from bench import Cellgate, summary  # noqa: E402  (also puts tests/ on the path)
 from pause import Failure, allocated, fs_type  # noqa: E402
 
 COLD_CELL = "import numpy, pandas\nprint('ok')"

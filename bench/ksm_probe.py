@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from ksm import ksm, ksmd_running  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.ksm import ksm, ksmd_running  # noqa: E402
 
 CHILD = """
 import ctypes, sys, time

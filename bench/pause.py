@@ -50,8 +50,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench import LAUNCH, Cellgate, pss_kib, summary, timed  # noqa: E402  (also puts tests/integration on the path)
-from gateway import IMAGE_STORE  # noqa: E402
+from bench import LAUNCH, Cellgate, pss_kib, summary, timed  # noqa: E402  (also puts tests/ on the path)
+sys.path.insert(0, str(REPO / "tests"))
+from support.prerequisites import IMAGE_STORE  # noqa: E402
 
 FIRST_CELL = "import numpy, pandas\nx = 41"
 IMPORT_CELL = "import numpy, pandas"

@@ -29,10 +29,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from bench import Cellgate  # noqa: E402
-from test_runtime_platform import kvm_usable  # noqa: E402  (the launcher's probe, asked the same way)
+from bench import Cellgate  # noqa: E402  (also puts tests/ on the path)
+from support.prerequisites import kvm_usable  # noqa: E402  (the launcher's probe, asked the same way)
 
 MAX_STARTS, MAX_RTT = 30, 2000
 

@@ -22,7 +22,6 @@ from disk instead of the compiled-in copy.
 """
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,9 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, HttpListener, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from support.gateway import Gateway, HttpListener
+from support.prerequisites import gateway_missing, node_missing, npm_ci, require
 
 CHROMIUM = Path(os.environ.get("CELLGATE_CHROMIUM", "/usr/bin/chromium"))
 WEB = REPO / "clients" / "web"

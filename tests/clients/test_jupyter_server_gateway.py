@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from cellgate_clients import log_tail, require
-from gateway import KernelChannel, answer_input
+from support.gateway import KernelChannel, answer_input
 
 PYTHON = "/usr/bin/python3"
 

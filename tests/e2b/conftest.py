@@ -2,7 +2,7 @@
 import pytest
 
 from e2b_support import HERE, require_e2b
-from gateway import npm_ci
+from support.prerequisites import npm_ci
 
 
 @pytest.fixture(scope="module")

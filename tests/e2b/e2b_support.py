@@ -4,15 +4,13 @@ log quoted when it fails). The locked SDK packages are conftest.py's
 `node_modules` fixture."""
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "integration"))
 
-from gateway import gateway_missing, node_missing, require  # noqa: E402
+from support.prerequisites import gateway_missing, node_missing, require
 
 
 def require_e2b(suite):
@@ -23,7 +21,7 @@ def tokens_gateway(tmp_path_factory, suite, tokens, *args):
     """Yields a started Gateway whose tokens file holds `tokens` (a list of
     {"token", "tenant", …}), stopped and cleaned up after."""
     import json
-    from gateway import Gateway
+    from support.gateway import Gateway
     require_e2b(f"E2B SDK {suite} tests")
     path = tmp_path_factory.mktemp(f"e2b-{suite}") / "tokens.json"
     path.write_text(json.dumps(tokens))

@@ -9,7 +9,6 @@ Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and
 npm; without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1
 (CI).
 """
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import pytest
 import requests
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "integration"))
 
-from e2b_support import e2b_env, run_node_suite, tokens_gateway  # noqa: E402
+from e2b_support import e2b_env, run_node_suite, tokens_gateway
 
 KEY = "e2b-fork-" + uuid.uuid4().hex
 OTHER = "e2b-fork-other-" + uuid.uuid4().hex

@@ -9,7 +9,6 @@ README's "Coming from E2B" says. Needs root, runc, build/bin/cellgate, the
 kernel image, Node.js ≥ 20 and npm; without them the tests are skipped,
 unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,9 +18,8 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from e2b_support import e2b_env, run_node_suite, tokens_gateway  # noqa: E402
+from e2b_support import e2b_env, run_node_suite, tokens_gateway
 
 KEY = "e2b-pause-" + uuid.uuid4().hex
 

@@ -11,7 +11,6 @@ Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and npm.
 Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,10 +20,9 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from e2b_support import e2b_env, require_e2b, run_node_suite  # noqa: E402
-from gateway import Gateway, HttpListener  # noqa: E402
+from e2b_support import e2b_env, require_e2b, run_node_suite
+from support.gateway import Gateway, HttpListener
 
 KEY_A = "e2b-tenant-a-" + uuid.uuid4().hex
 KEY_B = "e2b-tenant-b-" + uuid.uuid4().hex

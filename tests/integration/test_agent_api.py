@@ -11,7 +11,7 @@ import pytest
 import requests
 import websocket
 
-from gateway import Gateway, KernelChannel
+from support.gateway import Gateway, KernelChannel
 
 TENANT_A = "token-a-" + uuid.uuid4().hex
 TENANT_B = "token-b-" + uuid.uuid4().hex
@@ -578,7 +578,7 @@ def roomy():
 
 def sandboxes_of(g):
     import subprocess
-    from gateway import BUILD, IMAGE_STORE
+    from support.prerequisites import BUILD, IMAGE_STORE
     out = subprocess.run([str(BUILD / "bin" / "cellgate-launch"), "--state-dir", str(g.state_dir), "--image-store",
                           str(IMAGE_STORE), "--workspace-root", str(g.workspace_root), "ps", "--json"],
                          capture_output=True, text=True, check=True)

@@ -8,8 +8,8 @@ Real gateway, runc sandboxes, real ipykernel."""
 import re
 import threading
 
-from cluster import wait_for
-from gateway import Gateway
+from support.cluster import wait_for
+from support.gateway import Gateway
 
 BURST = 5
 
@@ -76,7 +76,7 @@ def test_a_burst_larger_than_the_pool_waits_for_starts_then_the_pool_grows_and_s
 
 def test_pool_max_below_pool_size_is_refused_at_start():
     import subprocess
-    from gateway import GATEWAY
+    from support.prerequisites import GATEWAY
     r = subprocess.run([str(GATEWAY), "--pool-size", "4", "--pool-max", "2", "--port", "0"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import EtcdCluster, Router, cluster_missing, node, wait_for
-from gateway import KernelChannel
+from support.cluster import EtcdCluster, Router, cluster_missing, node, wait_for
+from support.gateway import KernelChannel
 
 TTL = 3
 QUOTA = 8  # the tenant's cap, on every node: the cluster holds at most this many of its sessions
@@ -36,7 +36,7 @@ QUOTA_B = 2
 def cluster():
     why = cluster_missing()
     if why:
-        from gateway import require
+        from support.prerequisites import require
         require("the cluster tests", why)
     etcd = EtcdCluster().start()
     nodes, router = [], None
@@ -154,7 +154,7 @@ def test_jupyterlab_services_through_the_router(cluster):
     """@jupyterlab/services (npm, unmodified) pointed at the router."""
     import os
     import subprocess
-    from gateway import REPO, node_missing, npm_ci, require
+    from support.prerequisites import REPO, node_missing, npm_ci, require
     require("@jupyterlab/services through the router", node_missing("npm"))
     here = REPO / "tests" / "clients" / "jupyterlab"
     npm_ci(here, "@jupyterlab/services", env={"PUPPETEER_SKIP_DOWNLOAD": "1", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
@@ -171,7 +171,7 @@ def test_the_python_sdk_through_the_router(cluster):
     """Our SDK (clients/python), pointed at the router: create, run (plain and
     streamed over SSE), upload and download, list, fork, close."""
     import sys
-    from gateway import REPO
+    from support.prerequisites import REPO
     sys.path.insert(0, str(REPO / "clients" / "python"))
     from cellgate import Sandbox
     etcd, nodes, router = cluster

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster import EtcdCluster, cluster_missing, node, wait_for
+from support.cluster import EtcdCluster, cluster_missing, node, wait_for
 
 TTL = 3
 
@@ -21,7 +21,7 @@ TTL = 3
 def etcd():
     why = cluster_missing()
     if why:
-        from gateway import require
+        from support.prerequisites import require
         require("the cluster tests", why)
     e = EtcdCluster().start()
     yield e
@@ -153,7 +153,7 @@ def test_killing_the_etcd_leader_costs_no_session_and_creates_resume(etcd):
 
 def test_cluster_options_are_checked_at_start():
     import subprocess
-    from gateway import GATEWAY
+    from support.prerequisites import GATEWAY
     for args, says in ((["--etcd", "http://127.0.0.1:2379"], "--etcd needs --node-tag"),
                        (["--etcd", "127.0.0.1:2379", "--node-tag", "abcdef01"], "--etcd: an etcd endpoint is"),
                        (["--etcd", "http://127.0.0.1:2379", "--node-tag", "abcdef01", "--lease-ttl", "1"],

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from cluster import EtcdCluster, Router, cluster_missing, free_port, node, wait_for
+from support.cluster import EtcdCluster, Router, cluster_missing, free_port, node, wait_for
 
 TTL = 3
 TOKEN = "partition-token-" + uuid.uuid4().hex[:8]
@@ -30,7 +30,7 @@ def sh(*argv):
 def partition():
     why = cluster_missing()
     if why:
-        from gateway import require
+        from support.prerequisites import require
         require("the cluster partition test", why)
     ns = f"cgp{uuid.uuid4().hex[:6]}"
     # Two /30 links: e (etcd) and a (api). Addresses from a test-only range.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import requests
 
-from cluster import cluster_missing, free_port
-from gateway import BUILD, IMAGE_STORE, require
+from support.cluster import cluster_missing, free_port
+from support.prerequisites import BUILD, IMAGE_STORE, require
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "cellgate-cluster"
 

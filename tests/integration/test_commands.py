@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway import Gateway
-from test_hostile import LIMITS, RUNTIMES, _require
+from support.gateway import Gateway
+from support.confinement import LIMITS, RUNTIMES
+from support.netns import NetnsHost
+from support.prerequisites import require, runtime_missing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 import cellgate  # noqa: E402
@@ -32,7 +34,7 @@ TOKEN = "cellgate-commands-token-" + uuid.uuid4().hex
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
     runtime = request.param
-    _require(runtime)
+    require(f"commands on {runtime}", runtime_missing(runtime))
     d = tmp_path_factory.mktemp(f"commands-{runtime}")
     config = d / "config.json"
     config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime, "limits": LIMITS}}}))
@@ -124,11 +126,17 @@ def test_stream_signal_list_and_bad_requests(gw, session):
     assert gw.api("POST", f"/v1/sessions/nope/commands", json={"cmd": "true"}).status_code == 404
 
 
-def _host_listener():
-    """A listener on one of this machine's own addresses (not loopback when
-    there is another): what a sandboxed process must not reach."""
-    addrs = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-    host_ip = next((a for a in addrs if ":" not in a), "127.0.0.1")
+@pytest.fixture(scope="module")
+def test_host():
+    with NetnsHost("cg-commands") as host:
+        yield host
+
+
+def _host_listener(test_host):
+    """A listener on an address of this machine that is not loopback's (the
+    host end of a veth this module made): what a sandboxed process must not
+    reach."""
+    host_ip = test_host.host_addr
     lsock = socket.socket()
     lsock.bind((host_ip, 0))
     lsock.listen(4)
@@ -136,9 +144,9 @@ def _host_listener():
     return lsock, host_ip, lsock.getsockname()[1]
 
 
-def test_a_command_gets_the_kernels_confinement(gw, session):
+def test_a_command_gets_the_kernels_confinement(gw, session, test_host):
     # A listener on one of this machine's own addresses: the command must not reach it.
-    lsock, host_ip, port = _host_listener()
+    lsock, host_ip, port = _host_listener(test_host)
     try:
         probe = (
             "id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u;"
@@ -244,7 +252,7 @@ def _read_until(ws, marker, limit=30):
     return out
 
 
-def test_terminals_rest_websocket_and_confinement(gw, session):
+def test_terminals_rest_websocket_and_confinement(gw, session, test_host):
     import websocket
     r = gw.api("POST", "/api/terminals", json={"kernel_id": session, "name": "t-one", "cwd": ""})
     assert r.status_code == 200, r.text
@@ -264,7 +272,7 @@ def test_terminals_rest_websocket_and_confinement(gw, session):
             _terminal_socket(gw, name, token)
         assert e.value.status_code == status
     # The terminal is not a command of the session's: it is its own process there.
-    lsock, host_ip, port = _host_listener()
+    lsock, host_ip, port = _host_listener(test_host)
     ws = _terminal_socket(gw, "t-one")
     try:
         assert json.loads(ws.recv()) == ["setup", {}]

@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gateway import Gateway
+from support.gateway import Gateway
+from support.netns import NetnsHost
 
 RUNTIMES = ["runc", "runsc"]
 SECRET = "cellgate-egress-secret-" + uuid.uuid4().hex
@@ -117,14 +118,12 @@ class Upstream:
             s.server_close()
 
 
-def host_address():
-    """A non-loopback IPv4 address of this machine."""
-    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout
-    for link in json.loads(out or "[]"):
-        for a in link.get("addr_info", []):
-            if not a["local"].startswith("127."):
-                return a["local"]
-    return None
+@pytest.fixture(scope="module")
+def test_host():
+    """The host end of a veth this module made: an address of this machine that
+    is not loopback's (a test never sends to the machine's own network address)."""
+    with NetnsHost("cg-egress") as host:
+        yield host
 
 
 @pytest.fixture(scope="module")
@@ -224,8 +223,8 @@ def fetch(url, cafile=None):
 """
 
 
-def test_allowed_names_arrive_over_http_and_https_and_everything_else_is_refused_and_logged(gw, upstream):
-    addr = host_address()
+def test_allowed_names_arrive_over_http_and_https_and_everything_else_is_refused_and_logged(gw, upstream, test_host):
+    addr = test_host.host_addr
     sid = session(gw, {"allow": ["allowed.test", "tls.test", f"localhost:{upstream.http.server_address[1]}",
                                  f"gw.test:{gw.port}"]})
     # A session may name internal networks, but only the operator can open them.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 MiB = 1 << 20
 WORKSPACE = 64 * MiB

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from gateway import runtime_gateway
+from support.gateway import runtime_gateway
 
 RUNTIMES = ["runc", "runsc"]
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import requests
 
-from gateway import Gateway, KernelChannel
+from support.gateway import Gateway, KernelChannel
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import websocket
 
-from gateway import Gateway, gateway_missing, require
+from support.gateway import Gateway
+from support.prerequisites import gateway_missing, require
 
 MiB = 1 << 20
 
@@ -316,7 +317,7 @@ def test_websocket_session_ids_cannot_pile_up_sockets(gw):
         assert e.value.status_code == 400
         k2 = gw.start_kernel()
         gw.api("DELETE", f"/api/kernels/{k2['id']}")
-        from gateway import KernelChannel
+        from support.gateway import KernelChannel
         ch = KernelChannel(gw, k["id"])
         assert ch.execute("print(6*7)")["stdout"] == "42\n"
         ch.close()
@@ -354,7 +355,7 @@ def test_attached_connections_past_the_cap_are_refused_not_evicted(gw):
         assert struct.unpack("!H", frame[2:4])[0] == 1013, frame
         extra.sock.close()
         # The attached ones were not evicted: the first still gets its replies.
-        from gateway import KernelChannel
+        from support.gateway import KernelChannel
         conns[0].close()
         conns = conns[1:]
         ch = KernelChannel(gw, k["id"], session_id="attached-0")

@@ -13,7 +13,7 @@ import pytest
 import requests
 import websocket
 
-from gateway import Gateway, KernelChannel, answer_input
+from support.gateway import Gateway, KernelChannel, answer_input
 
 V1 = "v1.kernel.websocket.jupyter.org"
 
@@ -432,7 +432,7 @@ def test_sigterm_stops_accepting_closes_sockets_and_stops_kernels():
             code = "dropped"
         assert code == 1001, "the client is told the server is going away"
         import subprocess
-        from gateway import BUILD, IMAGE_STORE
+        from support.prerequisites import BUILD, IMAGE_STORE
         ps = subprocess.run([str(BUILD / "bin" / "cellgate-launch"), "--state-dir", str(g.state_dir), "--image-store",
                              str(IMAGE_STORE), "--workspace-root", str(g.workspace_root), "ps", "--json"],
                             capture_output=True, text=True)

@@ -20,7 +20,6 @@ SECURITY.md carries the table of these tests. Figures (latencies, RSS) are
 printed at the end of each runtime's run and written to
 $CELLGATE_TEST_LOGS/hostile-<runtime>.json.
 """
-import ipaddress
 import json
 import os
 import random
@@ -36,19 +35,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import _missing_prerequisite
-from gateway import BUILD, GATEWAY, Gateway
+from support.confinement import LIMITS, MiB, RUNTIMES
+from support.gateway import Gateway
+from support.netns import NetnsHost
+from support.prerequisites import BUILD, require, runtime_missing
 
-RUNTIMES = ["runc", "runsc"]  # test_commands runs under these too
 # The battery also runs against runc-zygote: runc sandboxes whose kernels the
 # launcher forks from the image's zygote (--zygote on).
 VARIANTS = RUNTIMES + ["runc-zygote"]
 LAUNCH = BUILD / "bin" / "cellgate-launch"
-MiB = 1 << 20
-
-# Small limits, so that every bomb reaches its limit quickly.
-LIMITS = {"memory_bytes": 512 * MiB, "pids": 64, "cpu_millis": 1000,
-          "workspace_bytes": 32 * MiB, "tmp_bytes": 16 * MiB}
 DEV_SHM_BYTES = 64 * MiB        # the launcher's fixed /dev/shm size
 OUTPUT_LIMIT = 1 * MiB          # the agent API's default per-execution text cap
 RESULTS_LIMIT = 32 * MiB        # the agent API's cap on rich results per execution
@@ -63,39 +58,8 @@ LOGS = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
 
 # --- prerequisites ---------------------------------------------------------------------
 
-def _runsc_refusal():
-    """(why runsc cannot be used here or None, whether that fails a required
-    run): 'not installed' is a skip even when sandbox tests are required; a
-    launcher that refuses an installed runsc is not."""
-    if shutil.which("runsc") is None:
-        return "gVisor's runsc is not installed (apt-get install runsc)", False
-    spec = LOGS / f"hostile-runsc-spec-{uuid.uuid4().hex[:8]}.json"
-    LOGS.mkdir(parents=True, exist_ok=True)
-    spec.write_text(json.dumps({"runtime": "runsc"}))
-    try:
-        r = subprocess.run([str(LAUNCH), "validate", str(spec)], capture_output=True, text=True, timeout=30)
-    finally:
-        spec.unlink()
-    if r.returncode != 0:
-        return f"runsc is installed but cellgate-launch refuses it: {r.stderr.strip() or r.stdout.strip()}", True
-    return None, False
-
-
 def _require(runtime):
-    required = os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1"
-    why = _missing_prerequisite()
-    if why is None and not GATEWAY.exists():
-        why = f"{GATEWAY} is not built"
-    if why is not None:
-        if required:
-            pytest.fail(f"sandbox tests required but cannot run: {why}")
-        pytest.skip(why)
-    if runtime == "runsc":
-        why, fail_if_required = _runsc_refusal()
-        if why is not None:
-            if required and fail_if_required:
-                pytest.fail(f"runsc battery required but cannot run: {why}")
-            pytest.skip(why)
+    require(f"the hostile battery on {runtime}", runtime_missing(runtime))
 
 
 # --- the gateway under attack, and its neighbour ----------------------------------------
@@ -285,106 +249,13 @@ def attacker(gw):
 
 # --- a network namespace of our own -------------------------------------------------------
 
-LISTENER = r"""
-import json, select, socket, sys
-addr = sys.argv[1]
-tcp = socket.socket(); tcp.bind((addr, 0)); tcp.listen(16)
-udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind((addr, 0))
-counts = {"tcp": 0, "udp": 0}
-print(json.dumps({"tcp": tcp.getsockname()[1], "udp": udp.getsockname()[1]}), flush=True)
-while True:
-    ready, _, _ = select.select([tcp, udp, sys.stdin], [], [])
-    if tcp in ready:
-        c, _ = tcp.accept(); counts["tcp"] += 1; c.close()
-    if udp in ready:
-        udp.recvfrom(65536); counts["udp"] += 1
-    if sys.stdin in ready:
-        if not sys.stdin.readline():
-            break
-        print(json.dumps(counts), flush=True)
-"""
-
-
-class EgressNetns:
-    """A network namespace reached from the host by a veth pair in a 10.x /30
-    that exists only on this machine, with TCP and UDP listeners inside."""
-
-    def __init__(self):
-        tag = uuid.uuid4().hex[:6]
-        self.name = f"cg-hostile-{tag}"
-        self.host_if, self.ns_if = f"cgh{tag}h", f"cgh{tag}n"
-        in_use = [ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
-                  for i in json.loads(subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True,
-                                                     check=True).stdout)
-                  for a in i.get("addr_info", []) if a.get("family") == "inet"]
-        while True:
-            net = ipaddress.ip_network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/30")
-            if not any(net.overlaps(n) for n in in_use):
-                break
-        self.host_addr, self.addr = str(net[1]), str(net[2])
-        self.listener = None
-        self._ip("netns", "add", self.name)
-        self._ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if, "netns", self.name)
-        self._ip("addr", "add", f"{self.host_addr}/30", "dev", self.host_if)
-        self._ip("link", "set", self.host_if, "up")
-        self._ip("-n", self.name, "addr", "add", f"{self.addr}/30", "dev", self.ns_if)
-        self._ip("-n", self.name, "link", "set", self.ns_if, "up")
-        self._ip("-n", self.name, "link", "set", "lo", "up")
-        # Before any packet: the address must route into our veth, never
-        # towards a default gateway.
-        route = json.loads(subprocess.run(["ip", "-j", "route", "get", self.addr], capture_output=True, text=True,
-                                          check=True).stdout)
-        assert route and route[0].get("dev") == self.host_if, f"{self.addr} does not route into {self.host_if}: {route}"
-        self.listener = subprocess.Popen(["ip", "netns", "exec", self.name, "/usr/bin/python3", "-c", LISTENER,
-                                          self.addr], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        ports = json.loads(self.listener.stdout.readline())
-        self.tcp_port, self.udp_port = ports["tcp"], ports["udp"]
-
-    @staticmethod
-    def _ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-    def counts(self):
-        self.listener.stdin.write("count\n")
-        self.listener.stdin.flush()
-        return json.loads(self.listener.stdout.readline())
-
-    def close(self):
-        if self.listener is not None:
-            self.listener.stdin.close()
-            try:
-                self.listener.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.listener.kill()
-                self.listener.wait()
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
-        assert self.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert self.host_if not in links
-
-
 @pytest.fixture(scope="module")
 def egress_netns():
-    ns = EgressNetns()
+    ns = NetnsHost("cg-hostile")
     try:
         yield ns
     finally:
         ns.close()
-
-
-def host_addresses():
-    """Every address of this machine except link-local ones (those need an
-    interface scope, and the sandbox has no interface to name)."""
-    out = []
-    for iface in json.loads(subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout):
-        for a in iface.get("addr_info", []):
-            if a.get("scope") == "link" or a.get("family") not in ("inet", "inet6"):
-                continue
-            if "tentative" in a or "dadfailed" in a:
-                continue
-            out.append((socket.AF_INET if a["family"] == "inet" else socket.AF_INET6, a["local"]))
-    return out
 
 
 # --- egress ------------------------------------------------------------------------------
@@ -489,7 +360,10 @@ def net_attacker(request, gw):
 def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives(gw, net_attacker, egress_netns, tmp_path):
     attacker, with_policy = net_attacker
     listeners = []  # (label, kind, family, addr, sock)
-    for family, addr in host_addresses():
+    # This machine's addresses a test may use: loopback's, and the host end of
+    # the veth this module made (never the machine's own network address).
+    for family, addr in [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"),
+                         (socket.AF_INET, egress_netns.host_addr)]:
         try:
             tcp = socket.socket(family, socket.SOCK_STREAM)
             tcp.bind((addr, 0))

@@ -12,7 +12,8 @@ import uuid
 import pytest
 import requests
 
-from gateway import Gateway, KernelChannel, gateway_missing, require
+from support.gateway import Gateway, KernelChannel
+from support.prerequisites import gateway_missing, require
 
 KiB = 1 << 10
 SPEC_OUTPUT_LIMIT = 256 * KiB

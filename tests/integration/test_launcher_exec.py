@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import BUILD, IMAGE_STORE, require
+from support.prerequisites import BUILD, IMAGE_STORE, require
 
 RUNTIMES = ["runc", "runsc"]
 LAUNCH = BUILD / "bin" / "cellgate-launch"

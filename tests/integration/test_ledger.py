@@ -8,7 +8,7 @@ import hashlib
 import pytest
 import requests
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 MIB = 1 << 20
 

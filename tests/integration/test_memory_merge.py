@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gateway import Gateway
-from ksm import KSM, ksmd_running
+from support.gateway import Gateway
+from support.ksm import KSM, ksmd_running
 
 ADDR_NO_RANDOMIZE = 0x0040000
 

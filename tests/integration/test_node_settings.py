@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway import BUILD, IMAGE_STORE, Gateway
+from support.gateway import Gateway
+from support.prerequisites import BUILD, IMAGE_STORE
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SLOT = 65536

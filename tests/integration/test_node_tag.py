@@ -7,7 +7,8 @@ tag stops the gateway at start. Real gateway, runc sandboxes."""
 import re
 import subprocess
 
-from gateway import GATEWAY, Gateway
+from support.gateway import Gateway
+from support.prerequisites import GATEWAY
 
 TAG = "c0ffee42"
 SHAPE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")

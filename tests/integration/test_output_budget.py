@@ -10,7 +10,7 @@ import struct
 import pytest
 import requests
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 
 def api(g, method, path, **kw):

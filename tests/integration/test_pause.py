@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gateway import BUILD, IMAGE_STORE, runtime_gateway
+from support.gateway import runtime_gateway
+from support.prerequisites import BUILD, IMAGE_STORE
 
 RUNTIMES = ["runc", "runsc"]
 

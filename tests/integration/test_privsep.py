@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway import BUILD, IMAGE_STORE, KernelChannel
+from support.gateway import KernelChannel
+from support.prerequisites import BUILD, IMAGE_STORE
 
 USER = "cellgate-test"
 LAUNCHD = BUILD / "bin" / "cellgate-launchd"

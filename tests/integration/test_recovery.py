@@ -11,7 +11,8 @@ import time
 import pytest
 import requests
 
-from gateway import BUILD, IMAGE_STORE, Gateway, KernelChannel
+from support.gateway import Gateway, KernelChannel
+from support.prerequisites import BUILD, IMAGE_STORE
 
 
 def api(g, method, path, **kw):

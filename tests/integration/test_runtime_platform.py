@@ -1,40 +1,20 @@
-"""Which sandbox a session runs in, and for gVisor on which platform (issue
-16): the launcher probes /dev/kvm at start (`--runsc-platform auto`, the
-default) and runs runsc on kvm where it makes virtual machines, else on
-ptrace; the session model, the Jupyter kernel model and /metrics say which,
+"""Which sandbox a session runs in, and for gVisor on which platform: with
+`--runsc-platform auto` (the default) the launcher runs runsc on ptrace
+until a background probe proves kvm (test_start_anywhere has a kvm that
+hangs); the session model, the Jupyter kernel model and /metrics say which,
 and the runsc processes really run with it. An explicit `--runsc-platform
 kvm` on a machine without a usable /dev/kvm stops the gateway at start with
 a clear error instead of falling back. Real gateway, real runc and runsc."""
-import fcntl
 import os
 import re
 from pathlib import Path
 
 import pytest
 
-from gateway import runtime_gateway
+from support.gateway import runtime_gateway
+from support.prerequisites import kvm_usable
 
 RUNTIMES = ["runc", "runsc"]
-KVM_GET_API_VERSION, KVM_CREATE_VM = 0xAE00, 0xAE01
-
-
-def kvm_usable():
-    """What the launcher's probe decides, asked the same way."""
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        if fcntl.ioctl(fd, KVM_GET_API_VERSION, 0) != 12:
-            return False
-        os.close(fcntl.ioctl(fd, KVM_CREATE_VM, 0))
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture(scope="module", params=RUNTIMES)
 def gw(request, tmp_path_factory):
     yield from runtime_gateway(request, tmp_path_factory, "platform", "--max-kernels", "4")
@@ -52,9 +32,9 @@ def test_the_session_says_which_sandbox_and_platform_it_runs_on(gw):
     if gw.runtime == "runc":
         assert expected is None, r.json()
     elif not kvm_usable():
-        assert expected == "ptrace", r.json()  # the probe's fallback
+        assert expected == "ptrace", r.json()  # no device: no probe
     else:
-        # kvm when runsc runs on it here (the launcher tries `runsc do true`), else ptrace.
+        # kvm once the background probe has run a process on it, ptrace until then or if it did not.
         assert expected in ("kvm", "ptrace"), r.json()
     sid = r.json()["id"]
     try:
@@ -95,13 +75,16 @@ def test_an_explicit_kvm_platform_is_kvm_or_a_clear_error_at_start(tmp_path):
     /dev/kvm (rather than serving a kernelspec that cannot start)."""
     import json
     import shutil
-    from gateway import Gateway, gateway_missing
+    from support.gateway import Gateway
+    from support.prerequisites import gateway_missing
     if gateway_missing() or shutil.which("runsc") is None:
         if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
             pytest.fail("needs root, runc, runsc and the built gateway")
         pytest.skip("needs root, runsc and the built gateway")
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": "runsc"}}}))
+    # A guest that hangs on this /dev/kvm holds a core until the start's
+    # bound: keep it short.
+    config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": "runsc", "start_timeout_s": 15}}}))
     g = Gateway("--config", str(config), "--max-kernels", "2", "--runsc-platform", "kvm")
     try:
         if not kvm_usable():
@@ -112,7 +95,7 @@ def test_an_explicit_kvm_platform_is_kvm_or_a_clear_error_at_start(tmp_path):
         g.start()
         r = g.api("POST", "/v1/sessions", json={"timeout_s": 60}, timeout=180)
         if r.status_code == 201:
-            assert r.json()["sandbox"] == {"runtime": "runsc", "platform": "kvm"}, r.text
+            assert r.json()["sandbox"]["runtime"] == "runsc" and r.json()["sandbox"]["platform"] == "kvm", r.text
             g.api("DELETE", f"/v1/sessions/{r.json()['id']}")
         else:  # a /dev/kvm gVisor cannot use: the start fails, saying so, and nothing is left
             assert r.status_code in (500, 503) and r.json()["message"], r.text

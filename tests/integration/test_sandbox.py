@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCH, wait_for
+from support.prerequisites import LAUNCH
+from support.netns import NetnsHost
+from support.sandboxes import wait_for
 
 RUNTIMES = ["runc", "runsc"]
 RELAY = LAUNCH.parent / "cellgate-relay"
@@ -110,14 +112,16 @@ def test_the_network_namespace_holds_only_loopback_and_no_route(sandbox):
     assert set(v6) <= {"lo"}, v6
 
 
-def _host_addresses():
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
-                         capture_output=True, text=True, check=True).stdout
-    return [line.split()[3].split("/")[0] for line in out.splitlines()]
+@pytest.fixture(scope="module")
+def test_host():
+    with NetnsHost("cg-sandbox") as host:
+        yield host
 
 
-def test_tcp_and_udp_egress_to_the_hosts_own_addresses_never_arrive(sandbox):
-    targets = ["127.0.0.1"] + _host_addresses()
+def test_tcp_and_udp_egress_to_the_hosts_own_addresses_never_arrive(sandbox, test_host):
+    # Loopback's address and the host end of a veth this test made: the
+    # addresses of this machine a test may listen on.
+    targets = ["127.0.0.1", test_host.host_addr]
     listeners = []
     for addr in targets:
         tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

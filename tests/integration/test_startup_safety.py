@@ -7,7 +7,7 @@ import uuid
 import pytest
 import requests
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 # Each planted file, if it ever runs, leaves /workspace/ran-<name>.
 MARK = "open('/workspace/ran-{name}', 'w').write('x')\n"
@@ -130,7 +130,7 @@ def fair_gw(tmp_path_factory):
 
 def sandbox_count(g):
     import subprocess
-    from gateway import BUILD, IMAGE_STORE
+    from support.prerequisites import BUILD, IMAGE_STORE
     out = subprocess.run([str(BUILD / "bin" / "cellgate-launch"), "--state-dir", str(g.state_dir), "--image-store",
                           str(IMAGE_STORE), "--workspace-root", str(g.workspace_root), "ps", "--json"],
                          capture_output=True, text=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway import runtime_gateway
+from support.gateway import runtime_gateway
 
 RUNTIMES = ["runc", "runsc"]
 

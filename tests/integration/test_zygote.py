@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH, PTRACE_SECCOMP_GET_FILTER = 0x4206, 0x4207, 17, 0x420C

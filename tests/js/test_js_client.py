@@ -17,7 +17,6 @@ serve clients/web and clients/js from disk instead of its compiled-in copy.
 """
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,9 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, HttpListener, gateway_missing, node_missing, require  # noqa: E402
+from support.gateway import Gateway, HttpListener
+from support.prerequisites import gateway_missing, node_missing, require
 
 CLIENT_JS = REPO / "clients" / "js"
 

@@ -11,7 +11,6 @@ Without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -20,9 +19,9 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway import Gateway, gateway_missing, node_missing, npm_ci, require  # noqa: E402
+from support.gateway import Gateway
+from support.prerequisites import gateway_missing, node_missing, npm_ci, require
 
 KEY_A = "mcp-tenant-a-" + uuid.uuid4().hex
 KEY_B = "mcp-tenant-b-" + uuid.uuid4().hex

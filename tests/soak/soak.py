@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 import requests  # noqa: E402
 
-from gateway import BUILD, IMAGE_STORE, Gateway  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from support.gateway import Gateway  # noqa: E402
+from support.prerequisites import BUILD, IMAGE_STORE  # noqa: E402
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The launcher puts every sandbox at <controller>/cellgate/<sandbox id>.

@@ -1,7 +1,7 @@
 """Runs the real cellgate gateway for a test: its own state dir, port 0 (the
 bound port comes back through --port-file), a fixed token, runc sandboxes and
-the built kernel image. Shared by the Python integration tests and the client
-tests (JupyterLab's services, jupyter_server's gateway client)."""
+the built kernel image; and the clients the tests speak to it with (the
+kernel WebSocket, an HTTP upstream for egress). Every suite uses this one."""
 import json
 import os
 import signal
@@ -12,72 +12,15 @@ from pathlib import Path
 
 import requests
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("CELLGATE_BUILD_DIR", REPO / "build"))
-GATEWAY = BUILD / "bin" / "cellgate"
-IMAGE_STORE = Path(os.environ.get("CELLGATE_IMAGE_STORE", "/var/cache/cellgate/images"))
-
-
-def gateway_missing():
-    """Why a real gateway with runc sandboxes cannot run here (None if it can)."""
-    import shutil
-    if os.geteuid() != 0:
-        return "needs root (runc, cgroups, loop mounts)"
-    if shutil.which("runc") is None:
-        return "runc is not installed"
-    if not GATEWAY.exists():
-        return f"{GATEWAY} is not built"
-    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
-        return "the kernel image is not built (images/build.sh)"
-    return None
-
-
-def node_missing(*tools):
-    """Why Node.js ≥ 20 (and the other named tools) cannot run here."""
-    import shutil
-    for tool in ("node", *tools):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
-    try:
-        if int(version.lstrip("v").split(".")[0]) < 20:
-            return f"Node.js ≥ 20 is needed (found {version})"
-    except ValueError:
-        return f"cannot tell the Node.js version ({version!r})"
-    return None
-
-
-def npm_ci(here, package, env=None):
-    """Installs the packages locked in `here` (npm ci, no install scripts)
-    unless its node_modules already matches the lock and holds `package`."""
-    import hashlib
-    stamp = here / "node_modules" / ".cellgate-lock-sha256"
-    digest = hashlib.sha256((here / "package-lock.json").read_bytes() + (here / "package.json").read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text().strip() == digest and (here / "node_modules" / package).is_dir():
-        return
-    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=here,
-                       env={**os.environ, "npm_config_update_notifier": "false", **(env or {})},
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"npm ci failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    stamp.write_text(digest + "\n")
-
-
-def require(suite, why):
-    """Skips when `why` is set, or fails under CELLGATE_REQUIRE_SANDBOX=1 (CI)."""
-    import pytest
-    if why is None:
-        return
-    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"{suite} required but cannot run: {why}", pytrace=False)
-    pytest.skip(why)
-
+from support import accounting
+from support.prerequisites import GATEWAY, IMAGE_STORE, LAUNCH, require, runtime_missing
 
 class Gateway:
     # Where a test reaches it: another address for a node in a network
     # namespace (a class default, so a Gateway made without __init__ has it).
     host = "127.0.0.1"
 
-    def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None):
+    def __init__(self, *extra_args, token="test-token-" + uuid.uuid4().hex[:8], env=None, state_dir=None):
         # CELLGATE_TEST_NODE_ARGS (e.g. "--cgroup-parent cellgate-b --uid-range-start 300000000")
         # gives every gateway of this run its own cgroup parent and id range,
         # so two test runs on one machine never share them.
@@ -85,7 +28,7 @@ class Gateway:
         self.token = token
         self.base_dir = Path("/run") / f"cellgate-gw-{uuid.uuid4().hex[:8]}"
         self.base_dir.mkdir(mode=0o711)
-        self.state_dir = self.base_dir / "state"
+        self.state_dir = self.base_dir / (state_dir or "state")
         self.workspace_root = self.base_dir / "workspaces"
         self.port_file = self.base_dir / "port"
         self.log_path = self.base_dir / "gateway.log"
@@ -104,6 +47,7 @@ class Gateway:
         self.preexec = None  # runs in the child before exec (e.g. to lower a limit)
         self.proc = None
         self.port = None
+        self.owner = accounting.current  # the test whose module its sandboxes are charged to
 
     def start(self, timeout=30):
         self.log = open(self.log_path, "ab")
@@ -171,15 +115,29 @@ class Gateway:
     def kill_and_restart(self):
         """SIGKILL (no shutdown ladder runs), then the same command on the same dirs."""
         import signal
+        accounting.charge(self.owner, self.sandboxes_started())
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
         self.log.close()
         self.port_file.unlink()
         return self.start()
 
+    def sandboxes_started(self):
+        """cellgate_sandbox_starts_total, or 0 when the gateway does not answer."""
+        try:
+            text = requests.get(self.url + "/metrics", headers=self.headers, timeout=5).text
+        except requests.RequestException:
+            return 0
+        for line in text.splitlines():
+            if line.startswith("cellgate_sandbox_starts_total "):
+                return int(float(line.split()[1]))
+        return 0
+
     def stop(self, timeout=60):
         if self.proc is None:
             return None
+        if self.proc.poll() is None and self.port is not None:
+            accounting.charge(self.owner, self.sandboxes_started())
         if self.proc.poll() is not None and self.proc.returncode != 0:
             # It died by itself: say why, where CI shows it.
             import sys
@@ -197,7 +155,7 @@ class Gateway:
 
     def cleanup(self):
         """Removes whatever a crashed run left (sandboxes, mounts) and the dirs."""
-        launch = BUILD / "bin" / "cellgate-launch"
+        launch = LAUNCH
         base = ["--state-dir", str(self.state_dir), "--image-store", str(IMAGE_STORE),
                 "--workspace-root", str(self.workspace_root), *self.node_args]
         out = subprocess.run([str(launch), *base, "ps", "--json"], capture_output=True, text=True)
@@ -207,15 +165,30 @@ class Gateway:
         except json.JSONDecodeError:
             pass
         subprocess.run([str(launch), *base, "reap", "--workspaces"], capture_output=True)
+        # A state dir too deep for socket paths keeps its sandboxes in a short
+        # stand-in under /run/cellgate, linked from it as `sandboxes`.
+        roots = [str(self.base_dir)]
+        link = self.state_dir / "sandboxes"
+        stand_in = link.resolve().parent if link.is_symlink() else None
+        if stand_in is not None:
+            roots.append(str(stand_in))
         mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout.split()
-        for target in sorted((t for t in mounts if t.startswith(str(self.base_dir))), reverse=True):
+        for target in sorted((t for t in mounts if t.startswith(tuple(roots))), reverse=True):
             subprocess.run(["umount", "-l", target])
+        if stand_in is not None and stand_in.parent == Path("/run/cellgate"):
+            subprocess.run(["rm", "-rf", str(stand_in)])
         # Keep the log for a post-mortem of a failed run.
         keep = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
         keep.mkdir(parents=True, exist_ok=True)
         if self.log_path.exists():
             subprocess.run(["cp", str(self.log_path), str(keep / f"{self.base_dir.name}.log")])
         subprocess.run(["rm", "-rf", str(self.base_dir)])
+
+
+def log_tail(gw, chars=6000):
+    """The end of a gateway's log, for an assertion's message."""
+    text = gw.log_text()
+    return text[-chars:] if len(text) > chars else text
 
 
 class KernelChannel:
@@ -335,13 +308,8 @@ def runtime_gateway(request, tmp_path_factory, suite, *args, config=None):
     request.param (runc or runsc), with `config` merged into its config file,
     and stops and cleans it up after. Without root or that runtime the test
     is skipped, or fails when CELLGATE_REQUIRE_SANDBOX=1 (as in CI)."""
-    import shutil
-    import pytest
     runtime = request.param
-    if os.geteuid() != 0 or shutil.which(runtime) is None:
-        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"{suite} tests need root and {runtime}")
-        pytest.skip(f"needs root and {runtime}")
+    require(f"{suite} tests on {runtime}", runtime_missing(runtime))
     path = tmp_path_factory.mktemp(f"{suite}-{runtime}") / "config.json"
     path.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": runtime}}, **(config or {})}))
     g = Gateway("--config", str(path), *args).start()

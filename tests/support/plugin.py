@@ -1,0 +1,85 @@
+"""The one pytest harness every suite shares (loaded by tests/conftest.py).
+
+- The prerequisites: under CELLGATE_REQUIRE_SANDBOX=1 (CI) a suite that
+  cannot run fails instead of skipping (support.prerequisites.require).
+- The runtime matrix only where the runtime is the subject: a test marked
+  `@pytest.mark.gateway_logic` proves the gateway's own rules (quotas, bad
+  input, state machines), which do not depend on the sandbox, so of a module
+  parametrized over runc and runsc it runs under runc alone; the runsc
+  parametrization is deselected, and the count is printed.
+- What each suite cost: at the end of the run, per suite (the folder under
+  tests/) and per module, the time its tests took and how many sandboxes the
+  gateways and launchers it started had started (cellgate_sandbox_starts_total,
+  read as each gateway stops), so a slow or sandbox-hungry module is seen.
+"""
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from support import accounting
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _suite_and_module(nodeid):
+    parts = nodeid.split("::", 1)[0].split("/")
+    # nodeids are relative to the rootdir: tests/<suite>/<module>.py
+    if parts and parts[0] == "tests":
+        parts = parts[1:]
+    return (parts[0] if len(parts) > 1 else "."), parts[-1]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gateway_logic: proves the gateway's own rules; under runc alone "
+                                       "(the runtime matrix is for tests whose subject is the sandbox)")
+
+
+def _runtime_of(item):
+    spec = getattr(item, "callspec", None)
+    if spec is None:
+        return None
+    for value in spec.params.values():
+        if value in ("runsc", "runc-zygote"):
+            return value
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("gateway_logic") and _runtime_of(item) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        config._cellgate_deselected = len(drop)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    accounting.current = _suite_and_module(item.nodeid)
+    start = time.monotonic()
+    yield
+    accounting.seconds[accounting.current] += time.monotonic() - start
+
+
+def pytest_terminal_summary(terminalreporter):
+    tr = terminalreporter
+    deselected = getattr(tr.config, "_cellgate_deselected", 0)
+    if deselected:
+        tr.write_line(f"{deselected} runsc/zygote parametrizations of gateway_logic tests deselected (run under runc)")
+    if not accounting.seconds:
+        return
+    tr.section("time and sandboxes per suite")
+    suites = defaultdict(lambda: [0.0, 0])
+    for (suite, module), s in accounting.seconds.items():
+        suites[suite][0] += s
+    for (suite, module), n in accounting.sandboxes.items():
+        suites[suite][1] += n
+    for suite, (s, n) in sorted(suites.items()):
+        tr.write_line(f"{suite:<14} {s:8.1f} s  {n:5d} sandboxes")
+    tr.write_line("slowest modules:")
+    ranked = sorted(accounting.seconds.items(), key=lambda kv: -kv[1])[:15]
+    for (suite, module), s in ranked:
+        tr.write_line(f"  {suite}/{module:<40} {s:7.1f} s  {accounting.sandboxes.get((suite, module), 0):4d} sandboxes")
