@@ -12,7 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
-from gateway import Gateway
+from support.gateway import Gateway
 
 
 def free_port():
