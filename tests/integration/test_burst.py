@@ -8,7 +8,7 @@ Real gateway, runc sandboxes, real ipykernel."""
 import re
 import threading
 
-from support.cluster import wait_for
+from support.waiting import wait_for
 from support.gateway import Gateway
 
 BURST = 5

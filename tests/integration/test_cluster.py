@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cluster import EtcdCluster, Router, cluster_missing, node, wait_for
+from support.cluster import EtcdCluster, Router, cluster_missing, node
+from support.waiting import wait_for
 from support.gateway import KernelChannel
 
 TTL = 3

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from support.cluster import EtcdCluster, cluster_missing, node, wait_for
+from support.cluster import EtcdCluster, cluster_missing, node
+from support.waiting import wait_for
 
 TTL = 3
 

@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from support.cluster import EtcdCluster, Router, cluster_missing, free_port, node, wait_for
+from support.cluster import EtcdCluster, Router, cluster_missing, free_port, node
+from support.waiting import wait_for
 
 TTL = 3
 TOKEN = "partition-token-" + uuid.uuid4().hex[:8]

@@ -29,13 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from support.prerequisites import BUILD, IMAGE_STORE, require
+from support.prerequisites import BUILD, IMAGE_STORE, LAUNCH, require, runsc_refusal, sandbox_missing, tools_missing
+from support.waiting import wait_for
 
 RUNTIMES = ["runc", "runsc"]
-LAUNCH = BUILD / "bin" / "cellgate-launch"
 LAUNCHD = BUILD / "bin" / "cellgate-launchd"
 SHIM = BUILD / "bin" / "cellgate-exec-shim"
-RELAY = BUILD / "bin" / "cellgate-relay"
 USER = "cellgate-test"
 CGROUP_PARENT = os.environ.get("CELLGATE_EXEC_TEST_CGROUP_PARENT", "cellgate-exec-test")
 UID_BASE = os.environ.get("CELLGATE_EXEC_TEST_UID_BASE", "30000000")
@@ -43,35 +42,8 @@ PIDS = 64
 
 
 def _missing():
-    if os.geteuid() != 0:
-        return "needs root (runc, cgroups, loop mounts)"
-    for tool in ("runc", "setpriv"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    for binary in (LAUNCH, LAUNCHD, SHIM):
-        if not binary.exists():
-            return f"{binary} is not built"
-    if not (IMAGE_STORE / "python" / "current" / "rootfs").is_dir():
-        return "the kernel image is not built (images/build.sh)"
-    return None
-
-
-def _runsc_missing():
-    if shutil.which("runsc") is None:
-        return "gVisor's runsc is not installed (apt-get install runsc)"
-    if not RELAY.exists():
-        return f"{RELAY} is not built"
-    return None
-
-
-def wait_for(predicate, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return (sandbox_missing(LAUNCH) or tools_missing("setpriv")
+            or next((f"{b} is not built" for b in (LAUNCHD, SHIM) if not b.exists()), None))
 
 
 class Exec:
@@ -237,7 +209,7 @@ def service():
 def box(request, service):
     """(runtime, sandbox id): one sandbox per runtime for the module."""
     if request.param == "runsc":
-        require("runsc exec tests", _runsc_missing())
+        require("runsc exec tests", runsc_refusal())
     sandbox_id = service.create(request.param)
     yield request.param, sandbox_id
     service.remove(sandbox_id)

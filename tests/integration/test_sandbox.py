@@ -18,29 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from support.prerequisites import LAUNCH
+from support.prerequisites import RELAY, require, runsc_refusal
 from support.netns import NetnsHost
-from support.sandboxes import wait_for
+from support.waiting import wait_for
 
 RUNTIMES = ["runc", "runsc"]
-RELAY = LAUNCH.parent / "cellgate-relay"
-
-
-def _runsc_missing():
-    if shutil.which("runsc") is None:
-        return "gVisor's runsc is not installed (apt-get install runsc)"
-    if not RELAY.exists():
-        return f"{RELAY} is not built"
-    return None
 
 
 def _need_runsc():
-    why = _runsc_missing()
-    if why is None:
-        return
-    if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"runsc tests required but cannot run: {why}")
-    pytest.skip(why)
+    require("runsc sandboxes", runsc_refusal())
 
 
 @pytest.fixture(params=RUNTIMES)

@@ -13,23 +13,13 @@ import uuid
 from pathlib import Path
 
 from support.gateway import Gateway
+from support.waiting import wait_for
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(cond, what, timeout=30, step=0.2):
-    """`cond()`'s first true value, tried every `step` s; AssertionError naming `what` after `timeout` s."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def terminate(procs, timeout):

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("CELLGATE_BUILD_DIR", REPO / "build"))
 GATEWAY = BUILD / "bin" / "cellgate"
 LAUNCH = BUILD / "bin" / "cellgate-launch"
+RELAY = BUILD / "bin" / "cellgate-relay"  # the host half of gVisor's relay
 IMAGE_STORE = Path(os.environ.get("CELLGATE_IMAGE_STORE", "/var/cache/cellgate/images"))
 LOGS = Path(os.environ.get("CELLGATE_TEST_LOGS", "/tmp/cellgate-test-logs"))
 
@@ -104,6 +105,8 @@ def runsc_refusal():
     but refused by the launcher's own check."""
     if shutil.which("runsc") is None:
         return "gVisor's runsc is not installed (apt-get install runsc)"
+    if not RELAY.exists():
+        return f"{RELAY} is not built"
     LOGS.mkdir(parents=True, exist_ok=True)
     spec = LOGS / f"runsc-spec-{uuid.uuid4().hex[:8]}.json"
     spec.write_text(json.dumps({"runtime": "runsc"}))

@@ -5,7 +5,6 @@ state dir and workspace root, so tests never touch sandboxes not theirs."""
 import json
 import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -99,14 +98,3 @@ class Sandbox:
             self.client.stop_channels()
         finally:
             self.launcher.cmd("rm", self.id, check=False)
-
-
-def wait_for(predicate, timeout=30.0, interval=0.2):
-    """`predicate()`'s first true value within `timeout` s, else its last value."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
