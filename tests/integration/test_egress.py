@@ -298,6 +298,7 @@ result['icmp'] = icmp()
     assert 'cellgate_egress_connections_total{verdict="refused"}' in metrics
 
 
+@pytest.mark.gateway_logic
 def test_a_patch_takes_effect_for_new_connections(gw, upstream):
     sid = session(gw, {"allow": ["allowed.test"]})
     code = FETCH + "result = fetch('http://denied.test/later')"
@@ -317,6 +318,7 @@ def test_a_patch_takes_effect_for_new_connections(gw, upstream):
     assert r.status_code == 400 and "network" in r.json()["message"], r.text
 
 
+@pytest.mark.gateway_logic
 def test_credentials_reach_only_their_domain_and_never_the_sandbox(gw, upstream):
     sid = session(gw, {"allow": ["secret.test", "other.test", "denied.test:81"]})
     before = len(upstream.seen)
@@ -355,6 +357,7 @@ result['pages'] = [result['error_page'].get('body', ''), result['error_page_2'].
     assert SECRET not in json.dumps(log)
 
 
+@pytest.mark.gateway_logic
 def test_https_credentials_are_added_inside_tls_the_proxy_terminates(gw, upstream):
     """The proxy ends TLS for a domain it adds a credential to (a leaf from
     the gateway's CA, which the image trusts), checks the Host inside, adds
@@ -433,6 +436,7 @@ def test_commands_beside_the_kernel_get_the_same_way_out(gw, upstream):
     assert r.json()["stdout"] == "[]\n", r.json()
 
 
+@pytest.mark.gateway_logic
 def test_pip_installs_from_the_operators_index_through_the_preset_and_keeps_it(gw, upstream):
     sid = session(gw, {"preset": "python-packages"})
     install = """
@@ -480,6 +484,7 @@ except OSError as e:
     assert r.status_code == 409, r.text
 
 
+@pytest.mark.gateway_logic
 @pytest.mark.parametrize("network, needle", [
     ({"allow": "x"}, "array"), ({"allow": ["a..b"]}, "network"), ({"preset": "nope"}, "preset"),
     ({"allow": [], "colour": 1}, "unknown field"), ({"allow": ["x"] * 300}, "256")])

@@ -153,6 +153,7 @@ def test_a_session_started_from_a_snapshot_twice_gives_identical_state(gw):
         delete_all(gw)
 
 
+@pytest.mark.gateway_logic
 def test_a_fork_past_the_quota_is_refused_and_makes_nothing(gw):
     parent = new_session(gw)["id"]
     try:
@@ -175,6 +176,7 @@ def test_a_fork_past_the_quota_is_refused_and_makes_nothing(gw):
         delete_all(gw)
 
 
+@pytest.mark.gateway_logic
 def test_snapshots_past_the_tokens_cap_are_refused_until_one_is_deleted(gw):
     s = new_session(gw)["id"]
     try:
@@ -215,6 +217,7 @@ def test_a_paused_session_can_be_snapshotted_and_its_copy_is_the_childs_own(gw):
         delete_all(gw)
 
 
+@pytest.mark.gateway_logic
 def test_snapshot_and_fork_refuse_bad_requests_clearly(gw):
     s = new_session(gw)["id"]
     try:

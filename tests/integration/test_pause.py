@@ -155,6 +155,7 @@ def test_idle_session_pauses_and_the_next_execute_resumes_it(gw):
         gw.api("DELETE", f"/v1/sessions/{sid}")
 
 
+@pytest.mark.gateway_logic
 def test_a_session_paused_without_auto_resume_says_so(gw):
     s = new_session(gw, lifecycle={"auto_resume": False})
     sid = s["id"]
@@ -189,6 +190,7 @@ def test_a_paused_session_survives_a_gateway_sigkill(gw):
         gw.api("DELETE", f"/v1/sessions/{sid}")
 
 
+@pytest.mark.gateway_logic
 def test_pause_and_resume_refuse_bad_requests_clearly(gw):
     s = new_session(gw)
     sid = s["id"]

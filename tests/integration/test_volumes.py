@@ -108,6 +108,7 @@ def test_one_writer_at_a_time_and_any_number_of_read_only_mounts(gw):
         delete_all(gw)
 
 
+@pytest.mark.gateway_logic
 def test_a_volume_past_its_size_or_the_tokens_quota_is_a_clear_error(gw):
     try:
         make_volume(gw, "small", 16 << 20)
@@ -128,6 +129,7 @@ def test_a_volume_past_its_size_or_the_tokens_quota_is_a_clear_error(gw):
         delete_all(gw)
 
 
+@pytest.mark.gateway_logic
 def test_volume_requests_refuse_bad_input_clearly(gw):
     try:
         make_volume(gw, "v")
