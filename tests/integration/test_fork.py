@@ -221,15 +221,12 @@ def test_a_paused_session_can_be_snapshotted_and_its_copy_is_the_childs_own(gw):
 def test_snapshot_and_fork_refuse_bad_requests_clearly(gw):
     s = new_session(gw)["id"]
     try:
+        # What a fork or snapshot body may hold is request_models_test's
+        # (snapshot_and_fork_requests); here, that a refusal reaches the wire.
         cases = [
             ("POST", "/v1/sessions/no-such-session/fork", {"count": 1}, 404, "No such"),
             ("POST", "/v1/sessions/no-such-session/snapshots", {}, 404, "No such"),
-            ("POST", f"/v1/sessions/{s}/fork", {"count": 0}, 400, "count"),
             ("POST", f"/v1/sessions/{s}/fork", {"count": 17}, 400, "count"),
-            ("POST", f"/v1/sessions/{s}/fork", {"count": "2"}, 400, "count"),
-            ("POST", f"/v1/sessions/{s}/fork", {"children": 2}, 400, "children"),
-            ("POST", f"/v1/sessions/{s}/snapshots", {"name": "x" * 129}, 400, "name"),
-            ("POST", f"/v1/sessions/{s}/snapshots", {"name": 7}, 400, "name"),
             ("POST", f"/v1/sessions/{s}/snapshots", {"label": "a"}, 400, "label"),
             ("POST", "/v1/sessions", {"from_snapshot": "no-such-snapshot"}, 404, "snapshot"),
             ("POST", "/v1/sessions", {"from_snapshot": 12}, 400, "from_snapshot"),

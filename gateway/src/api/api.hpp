@@ -58,10 +58,6 @@ void register_agent_api(http::router& r, services& s, agent::agent_service& agen
 // /v1 snapshots and fork (snapshots_api.cpp; called by register_agent_api).
 void register_snapshots(http::router& r, services& s, agent::agent_service& agents);
 nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
-// A request's optional snapshot "name" (1–128 characters, no control
-// characters; "" when absent), or api_exception(400). /v1 and E2B.
-std::string snapshot_name(const nlohmann::json& body);
-inline constexpr std::size_t max_fork_children = 16;  // children per fork, /v1 and E2B
 // /v1 workspace archives (workspace_api.cpp; called by register_agent_api
 // after POST /v1/sessions exists): GET/PUT …/workspace, and POST
 // /v1/sessions with a tar or form body.

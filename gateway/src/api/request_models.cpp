@@ -169,6 +169,39 @@ std::string rename_target_from(const json& body) {
     return to->get<std::string>();
 }
 
+std::string snapshot_name(const json& body) {
+    const auto it = body.find("name");
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_string()) throw api_exception(400, "'name' must be a string");
+    auto name = it->get<std::string>();
+    if (name.empty() || name.size() > 128) throw api_exception(400, "'name' must have 1 to 128 characters");
+    for (const char ch : name)
+        if (const auto c = static_cast<unsigned char>(ch); c < 0x20 || c == 0x7f)
+            throw api_exception(400, "'name' must not hold control characters");
+    return name;
+}
+
+std::size_t fork_count(const json& body) {
+    const auto it = body.find("count");
+    if (it == body.end() || it->is_null()) return 1;
+    if (!it->is_number_integer() || it->get<long long>() < 1 ||
+        it->get<long long>() > static_cast<long long>(max_fork_children))
+        throw api_exception(400, "'count' must be a whole number from 1 to " + std::to_string(max_fork_children));
+    return it->get<std::size_t>();
+}
+
+std::string snapshot_request_from(const json& body) {
+    if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
+    only_members(body, {"name"}, "a snapshot request (name)");
+    return snapshot_name(body);
+}
+
+fork_request fork_request_from(const json& body) {
+    if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
+    only_members(body, {"count", "name"}, "a fork request (count, name)");
+    return {fork_count(body), snapshot_name(body)};
+}
+
 void only_members(const json& body, std::initializer_list<const char*> allowed, const char* what) {
     for (const auto& [key, v] : body.items()) {
         bool ok = false;

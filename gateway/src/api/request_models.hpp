@@ -25,6 +25,23 @@ struct execution_options;
 
 namespace cellgate::api {
 
+// A request's optional snapshot "name" (1–128 characters, no control
+// characters; "" when absent), or api_exception(400). /v1 and E2B.
+std::string snapshot_name(const nlohmann::json& body);
+inline constexpr std::size_t max_fork_children = 16;  // children per fork, /v1 and E2B
+// A fork's optional "count": 1 when absent or null, else a whole number from
+// 1 to max_fork_children, or api_exception(400). /v1 and E2B.
+std::size_t fork_count(const nlohmann::json& body);
+// The body of POST /v1/sessions/{id}/snapshots ({"name"?}; an empty body is
+// {}): the snapshot's name.
+std::string snapshot_request_from(const nlohmann::json& body);
+// The body of POST /v1/sessions/{id}/fork ({"count"?, "name"?}).
+struct fork_request {
+    std::size_t count = 1;
+    std::string name;
+};
+fork_request fork_request_from(const nlohmann::json& body);
+
 // An optional string member: absent or null gives `fallback`.
 std::string string_field(const nlohmann::json& body, const char* key, const std::string& fallback = "");
 // 400 "Unknown member 'x' in <what>" for a member of `body` not in `allowed`.

@@ -20,18 +20,6 @@ kernels::snapshot_record snapshot_or_404(services& s, const request_ptr& req) {
 
 }  // namespace
 
-// An optional snapshot name: what its owner calls it (ids stay UUIDs).
-std::string snapshot_name(const json& body) {
-    const auto it = body.find("name");
-    if (it == body.end() || it->is_null()) return {};
-    if (!it->is_string()) throw api_exception(400, "'name' must be a string");
-    auto name = it->get<std::string>();
-    if (name.empty() || name.size() > 128) throw api_exception(400, "'name' must have 1 to 128 characters");
-    for (const char ch : name)
-        if (const auto c = static_cast<unsigned char>(ch); c < 0x20 || c == 0x7f) throw api_exception(400, "'name' must not hold control characters");
-    return name;
-}
-
 json snapshot_model(const kernels::snapshot_record& snap) {
     return {{"id", snap.id},
             {"name", snap.name},
@@ -47,10 +35,7 @@ json snapshot_model(const kernels::snapshot_record& snap) {
 void register_snapshots(router& r, services& s, agent::agent_service&) {
     r.add(bhttp::verb::post, "/v1/sessions/{id}/snapshots", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        const auto b = req->json_body();  // none at all: the defaults
-        if (!b.is_object()) throw api_exception(400, "The body must be a JSON object");
-        only_members(b, {"name"}, "a snapshot request (name)");
-        s.kernels.snapshot(k, snapshot_name(b), [reply](std::optional<kernels::failure> f, kernels::snapshot_record snap) {
+        s.kernels.snapshot(k, snapshot_request_from(req->json_body()), [reply](std::optional<kernels::failure> f, kernels::snapshot_record snap) {
             if (f) return reply(failure_response(*f));
             auto res = json_response(201, snapshot_model(snap));
             res.headers.emplace_back("Location", "/v1/snapshots/" + snap.id);
@@ -81,16 +66,8 @@ void register_snapshots(router& r, services& s, agent::agent_service&) {
     // Fork: {"count": 1..16, "name"?} → 201 {"snapshot": …, "sessions": [...]}.
     r.add(bhttp::verb::post, "/v1/sessions/{id}/fork", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        const auto b = req->json_body();  // none at all: the defaults
-        if (!b.is_object()) throw api_exception(400, "The body must be a JSON object");
-        only_members(b, {"count", "name"}, "a fork request (count, name)");
-        std::size_t count = 1;
-        if (const auto it = b.find("count"); it != b.end() && !it->is_null()) {
-            if (!it->is_number_unsigned() || it->get<std::uint64_t>() < 1 || it->get<std::uint64_t>() > max_fork_children)
-                throw api_exception(400, "'count' must be a whole number from 1 to " + std::to_string(max_fork_children));
-            count = it->get<std::size_t>();
-        }
-        s.kernels.fork(k, count, snapshot_name(b),
+        const auto f = fork_request_from(req->json_body());
+        s.kernels.fork(k, f.count, f.name,
                        [&s, reply](std::optional<kernels::failure> f, kernels::snapshot_record snap,
                                    std::vector<kernels::kernel_ptr> children) {
                            if (f) return reply(failure_response(*f));

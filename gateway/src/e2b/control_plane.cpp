@@ -420,13 +420,7 @@ void fork(surface& e, const request_ptr& req, reply_fn reply) {
     auto [r, k] = owned(e, req);
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
-    std::size_t count = 1;
-    if (const auto it = body.is_object() ? body.find("count") : body.end(); it != body.end() && !it->is_null()) {
-        if (!it->is_number_integer() || it->get<long long>() < 1 ||
-            it->get<long long>() > static_cast<long long>(api::max_fork_children))
-            throw api_exception(400, "'count' must be a whole number from 1 to " + std::to_string(api::max_fork_children));
-        count = it->get<std::size_t>();
-    }
+    const auto count = body.is_object() ? api::fork_count(body) : std::size_t{1};
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
     e.services.kernels.fork(
         k, count, "",

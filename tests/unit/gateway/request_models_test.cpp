@@ -177,3 +177,33 @@ TEST(request_models, multipart_file_paths) {
     EXPECT_EQ(status_of([] { form_file_path(file_part("a"), "../up"); }), 400u);
     EXPECT_EQ(status_of([] { form_file_path(file_part("a"), "/abs"); }), 400u);
 }
+
+// Moved down from tests/integration/test_fork.py (which keeps one 400 on the
+// wire): what a snapshot or fork request may hold.
+TEST(request_models, snapshot_and_fork_requests) {
+    EXPECT_EQ(snapshot_request_from(json::object()), "");  // no body at all: named by its id
+    EXPECT_EQ(snapshot_request_from({{"name", "before the merge"}}), "before the merge");
+    EXPECT_EQ(snapshot_request_from({{"name", nullptr}}), "");
+    EXPECT_EQ(snapshot_request_from({{"name", std::string(128, 'x')}}), std::string(128, 'x'));
+    for (const json& bad : {json{{"name", std::string(129, 'x')}}, json{{"name", 7}}, json{{"name", ""}},
+                            json{{"name", "tab\there"}}, json{{"name", "del\x7f"}}, json{{"label", "a"}},
+                            json::array()})
+        EXPECT_EQ(status_of([&] { snapshot_request_from(bad); }), 400u) << bad.dump();
+
+    EXPECT_EQ(fork_request_from(json::object()).count, 1u);
+    EXPECT_EQ(fork_request_from({{"count", nullptr}}).count, 1u);
+    const auto f = fork_request_from({{"count", 16}, {"name", "trial"}});
+    EXPECT_EQ(f.count, 16u);
+    EXPECT_EQ(f.name, "trial");
+    for (const json& bad : {json{{"count", 0}}, json{{"count", 17}}, json{{"count", -1}}, json{{"count", "2"}},
+                            json{{"count", 2.5}}, json{{"children", 2}}, json{{"name", 7}}, json("x")})
+        EXPECT_EQ(status_of([&] { fork_request_from(bad); }), 400u) << bad.dump();
+    try {
+        fork_request_from({{"count", 17}});
+    } catch (const api_exception& e) {
+        EXPECT_NE(std::string(e.what()).find("from 1 to 16"), std::string::npos) << e.what();
+    }
+    // E2B's fork reads the same count.
+    EXPECT_EQ(fork_count({{"count", 3}, {"timeout", 60}}), 3u);
+    EXPECT_EQ(status_of([&] { fork_count({{"count", 0}}); }), 400u);
+}
