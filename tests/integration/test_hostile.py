@@ -10,9 +10,10 @@ disturbed nor restarted). The last test per runtime stops the gateway and
 checks that no container, cgroup, mount, loop device or process of the
 battery is left.
 
-Network probes stay on this machine: listeners on 127.0.0.1, ::1, the
-machine's own addresses and in a network namespace this module creates (a
-veth pair in 10.x that exists only here, removed at the end). No probe ever
+Network probes stay on this machine: listeners on 127.0.0.1, ::1, the host
+end of a veth pair into a network namespace this module creates, and in that
+namespace (10.x addresses that exist only here, removed at the end); never
+the machine's own network address. No probe ever
 targets an address outside this machine; the AF_VSOCK check binds a port and
 never connects (a vsock connect from a VM guest goes to its hypervisor).
 
