@@ -153,6 +153,14 @@ std::string read_file(const fs::path& path, std::size_t max_bytes) {
     return out;
 }
 
+std::string name_hash(const std::string& text, int hex_digits) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    char out[17];
+    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(out).substr(16 - static_cast<std::size_t>(hex_digits));
+}
+
 std::string read_tail(const fs::path& path, std::size_t max_bytes) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) return {};

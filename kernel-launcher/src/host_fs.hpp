@@ -45,6 +45,9 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes =
 // sandbox's mapped root, not as host root).
 void require_searchable_by_others(const std::string& step, const std::filesystem::path& path);
 std::string read_tail(const std::filesystem::path& path, std::size_t max_bytes);
+// `text` hashed to `hex_digits` (at most 16) lowercase hex digits (FNV-1a): a
+// short file name standing for a longer one, not a secret.
+std::string name_hash(const std::string& text, int hex_digits);
 
 // A pidfd for `pid` (-1 and errno when it is gone).
 int pidfd_open(std::int64_t pid);

@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -164,12 +163,7 @@ constexpr std::size_t max_socket_root = 22;
 
 fs::path socket_root_for(const fs::path& state_dir) {
     if (state_dir.native().size() <= max_socket_root) return state_dir;
-    std::uint32_t h = 2166136261u;  // FNV-1a: a directory name, not a secret
-    const std::string name_of = fs::absolute(state_dir).lexically_normal().native();
-    for (const char c : name_of) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
-    char name[16];
-    std::snprintf(name, sizeof name, "%08x", h);
-    const fs::path root = fs::path("/run/cellgate") / name;
+    const fs::path root = fs::path("/run/cellgate") / name_hash(fs::absolute(state_dir).lexically_normal(), 8);
     // Made at the first start (nothing is made for a launcher that starts
     // nothing); checked now, so a launcher that could not make it refuses to
     // start instead of failing each sandbox.
@@ -186,7 +180,6 @@ fs::path socket_root_for(const fs::path& state_dir) {
 
 // The stand-in of a deep state dir, and the link to it (socket_root_for).
 void make_socket_root(const fs::path& state_dir, const fs::path& root) {
-    if (root == state_dir) return;
     std::error_code ec;
     fs::create_directories(root.parent_path(), ec);
     make_dir("prepare-run-dir", root, 0711);
@@ -222,8 +215,14 @@ struct launcher::impl {
     bool filters_unreadable = false;  // then no kernel comes from a zygote (each would be a runc start wasted)
 
     // Where run dirs and exec dirs live: under the state dir, or a short
-    // stand-in for it (socket_root_for).
+    // stand-in for it (socket_root_for), made by the first start that needs it.
     fs::path socket_root;
+    mutable std::once_flag socket_root_made;
+
+    void ensure_socket_root() const {
+        if (socket_root != cfg.state_dir)  // a failed attempt is tried again by the next start
+            std::call_once(socket_root_made, [this] { make_socket_root(cfg.state_dir, socket_root); });
+    }
 
     explicit impl(launcher_config c, std::map<std::string, std::unique_ptr<oci_runtime>> r)
         : cfg(std::move(c)), runtimes(std::move(r)),
@@ -489,7 +488,7 @@ fs::path launcher::impl::make_run_dir(sandbox_info& info) {
     std::error_code ec;
     fs::create_directories(cfg.state_dir.parent_path(), ec);
     make_dir("prepare-run-dir", cfg.state_dir, 0711);
-    make_socket_root(cfg.state_dir, socket_root);
+    ensure_socket_root();
     make_dir("prepare-run-dir", sandboxes_dir(), 0711);
     const fs::path dir = run_dir(info.id);
     info.run_dir = dir.string();
@@ -862,7 +861,7 @@ fs::path launcher::impl::attach_volumes(const sandbox_spec& spec, const fs::path
 
 fs::path launcher::impl::make_exec_dir() const {
     const auto root = socket_root / "execs";
-    make_socket_root(cfg.state_dir, socket_root);
+    ensure_socket_root();
     make_dir("exec", root, 0700);
     const auto dir = root / protocol::make_uuid();
     make_dir("exec", dir, 0700, /*must_not_exist=*/true);

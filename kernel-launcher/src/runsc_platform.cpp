@@ -2,12 +2,11 @@
 
 #include "cellgate/launcher/oci_runtime.hpp"
 #include "command.hpp"
+#include "host_fs.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
-#include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -61,11 +60,7 @@ std::string cache_key(const std::string& runsc_file) {
 }
 
 fs::path cache_file(const fs::path& dir, const std::string& key) {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a: a file name, not a secret
-    for (const char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    char name[32];
-    std::snprintf(name, sizeof name, "kvm-%016llx.json", static_cast<unsigned long long>(h));
-    return dir / name;
+    return dir / ("kvm-" + name_hash(key, 16) + ".json");
 }
 
 std::optional<verdict> read_cached(const fs::path& file, const std::string& key) {
@@ -91,11 +86,9 @@ void write_cached(const fs::path& file, const std::string& key, const verdict& v
     if (ec) fs::remove(tmp, ec);
 }
 
-std::string last_line(const std::string& text) {
-    auto end = text.find_last_not_of("\n \t");
-    if (end == std::string::npos) return {};
-    const auto start = text.rfind('\n', end);
-    return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+std::string last_line(std::string text) {
+    text.erase(text.find_last_not_of("\n \t") + 1);
+    return text.substr(text.rfind('\n') + 1);  // npos + 1 is 0: the whole of a one-line text
 }
 
 // `runsc --platform=kvm do /bin/true` in a directory of its own, killed at
