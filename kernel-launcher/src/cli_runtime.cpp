@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,7 +43,7 @@ void oci_runtime::checkpoint(const std::string&, const fs::path&) {
     throw launch_error("checkpoint", std::string(name()) + " cannot checkpoint a running sandbox", ENOTSUP);
 }
 
-std::int64_t oci_runtime::restore(const std::string&, const fs::path&, const fs::path&, const container_stdio&) {
+std::int64_t oci_runtime::restore(const std::string&, const fs::path&, const fs::path&, const container_start&) {
     throw launch_error("runtime-run", std::string(name()) + " cannot restore a sandbox from a checkpoint", ENOTSUP);
 }
 
@@ -52,7 +53,7 @@ std::vector<std::string> cli_runtime::argv(std::vector<std::string> args) const 
     return out;
 }
 
-std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bundle, const container_stdio& io,
+std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bundle, const container_start& io,
                                        const std::vector<std::string>& flags, const fs::path& why_log,
                                        std::size_t why_bytes, const std::string& verb,
                                        const std::vector<std::string>& verb_flags) {
@@ -67,9 +68,18 @@ std::int64_t cli_runtime::run_detached(const std::string& id, const fs::path& bu
     fds.stdin_fd = io.stdin_fd;
     fds.stdout_fd = io.stdout_fd;
     fds.stderr_fd = io.log_fd;
-    const auto r = run_command(argv(std::move(args)), runtime_timeout, fds);
+    // Within the start's deadline when it has one (at least a second, so a
+    // start that reaches here late still gets a verdict from the runtime).
+    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(runtime_timeout);
+    if (io.deadline) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*io.deadline - std::chrono::steady_clock::now());
+        timeout = std::clamp(left, std::chrono::milliseconds(1000), timeout);
+    }
+    const auto r = run_command(argv(std::move(args)), timeout, fds);
     const std::string who(name());
-    if (r.timed_out) throw launch_error("runtime-run", who + " " + verb + " timed out", ETIMEDOUT);
+    if (r.timed_out)
+        throw launch_error("runtime-run", who + " " + verb + " did not finish within " +
+                                              std::to_string(timeout.count() / 1000) + " s", ETIMEDOUT);
     if (r.exit_code != 0) {
         std::string why = read_tail(why_log, why_bytes);
         if (why_log != bundle / "kernel.log") why += read_tail(bundle / "kernel.log", why_bytes);

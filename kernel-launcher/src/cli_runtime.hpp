@@ -34,7 +34,7 @@ protected:
     // <verb_flags…> <id>` (verb run, or restore); returns the pid the runtime
     // wrote. On failure the launch_error quotes `why` (the tail of the logs
     // that say what went wrong).
-    std::int64_t run_detached(const std::string& id, const std::filesystem::path& bundle, const container_stdio& io,
+    std::int64_t run_detached(const std::string& id, const std::filesystem::path& bundle, const container_start& io,
                               const std::vector<std::string>& flags, const std::filesystem::path& why_log,
                               std::size_t why_bytes, const std::string& verb = "run",
                               const std::vector<std::string>& verb_flags = {});

@@ -396,7 +396,8 @@ struct launcher::impl {
     fs::path prepare_kernel_dir(sandbox_info& info, const fs::path& dir, const workspace& ws, bool relayed);
     // From `image` (a checkpoint) when given: the relay then begins with reset.
     std::int64_t start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws, oci_runtime& rt,
-                                 bool& runtime_started, step_timer& steps, const fs::path* image = nullptr);
+                                 clock_type::time_point deadline, bool& runtime_started, step_timer& steps,
+                                 const fs::path* image = nullptr);
     // A link there would have the runtime mount whatever it points to.
     static void check_egress_dir(const sandbox_spec& spec);
     void wait_until_serving(sandbox_info& info, const fs::path& socket_dir, bool relayed,
@@ -520,8 +521,8 @@ fs::path launcher::impl::prepare_kernel_dir(sandbox_info& info, const fs::path& 
 // `runtime_started` tells the caller's teardown that there is now a
 // container or relay to stop.
 std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs::path& dir, const workspace& ws,
-                                             oci_runtime& rt, bool& runtime_started, step_timer& steps,
-                                             const fs::path* image) {
+                                             oci_runtime& rt, clock_type::time_point deadline,
+                                             bool& runtime_started, step_timer& steps, const fs::path* image) {
     relay_pipes pipes;
     if (rt.traits().relays_kernel_sockets) {
         runtime_started = true;  // from here a teardown must stop the relay
@@ -531,7 +532,7 @@ std::int64_t launcher::impl::start_container(const sandbox_info& info, const fs:
     }
     const unique_fd log = open_kernel_log("runtime-run", dir);
     runtime_started = true;
-    const container_stdio io{pipes.sandbox_stdin, pipes.sandbox_stdout, log.get()};
+    const container_start io{pipes.sandbox_stdin, pipes.sandbox_stdout, log.get(), deadline};
     return image != nullptr ? rt.restore(info.id, dir, *image, io) : rt.run(info.id, dir, io);
 }
 
@@ -633,7 +634,7 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec, bool zygote) {
         if (!spec.egress_dir.empty()) require_searchable_by_others("runtime-run", spec.egress_dir);
     }
 
-    info.pid = start_container(info, dir, ws, rt, runtime_started, steps);
+    info.pid = start_container(info, dir, ws, rt, deadline, runtime_started, steps);
     steps.done("runtime_run");
     if (info.zygote) {
         info.kernel_pid = fork_kernel(info, in, dir);
@@ -763,7 +764,7 @@ sandbox_info launcher::impl::restore(const std::string& id) {
     check_egress_dir(spec);
     bool runtime_started = false;  // the teardown destroys whatever there is anyway
     const auto image = pdir / "image";
-    info.pid = start_container(info, dir, ws, rt, runtime_started, steps, &image);
+    info.pid = start_container(info, dir, ws, rt, deadline, runtime_started, steps, &image);
     steps.done("runtime_restore");
     try {
         wait_until_serving(info, relay.socket_dir, /*relayed=*/true, deadline, steps);

@@ -42,7 +42,7 @@ public:
         return {};
     }
 
-    std::int64_t run(const std::string& id, const fs::path& bundle, const container_stdio& io) override {
+    std::int64_t run(const std::string& id, const fs::path& bundle, const container_start& io) override {
         const fixed_layout_for_children layout(fixed_layout_);
         return run_detached(id, bundle, io, {}, bundle / "kernel.log", 2048);
     }

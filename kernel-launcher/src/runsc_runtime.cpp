@@ -72,7 +72,7 @@ public:
         return {};
     }
 
-    std::int64_t run(const std::string& id, const fs::path& bundle, const container_stdio& io) override {
+    std::int64_t run(const std::string& id, const fs::path& bundle, const container_start& io) override {
         return start(id, bundle, io, "run", {});
     }
 
@@ -85,7 +85,7 @@ public:
     }
 
     std::int64_t restore(const std::string& id, const fs::path& bundle, const fs::path& image_dir,
-                         const container_stdio& io) override {
+                         const container_start& io) override {
         return start(id, bundle, io, "restore", {"--image-path", image_dir.string()});
     }
 
@@ -99,7 +99,7 @@ public:
     }
 
 private:
-    std::int64_t start(const std::string& id, const fs::path& bundle, const container_stdio& io,
+    std::int64_t start(const std::string& id, const fs::path& bundle, const container_start& io,
                        const std::string& verb, const std::vector<std::string>& verb_flags) {
         // runsc's own log goes to a file: by default it would go to stdout,
         // which here is the relay's pipe.

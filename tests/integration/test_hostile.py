@@ -42,7 +42,10 @@ from support.netns import NetnsHost
 from support.prerequisites import BUILD, require, runtime_missing
 
 # The battery also runs against runc-zygote: runc sandboxes whose kernels the
-# launcher forks from the image's zygote (--zygote on).
+# launcher forks from the image's zygote (--zygote on). Attacks on the gateway
+# (floods of messages, replayed frames) run under runc alone, where the
+# runtime is not their subject (gateway_logic); those that do not depend on
+# how the kernel was made skip the zygote (zygote_independent).
 VARIANTS = RUNTIMES + ["runc-zygote"]
 LAUNCH = BUILD / "bin" / "cellgate-launch"
 DEV_SHM_BYTES = 64 * MiB        # the launcher's fixed /dev/shm size
@@ -358,6 +361,7 @@ def net_attacker(request, gw):
     api(gw, "DELETE", f"/v1/sessions/{sid}")
 
 
+@pytest.mark.zygote_independent
 def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives(gw, net_attacker, egress_netns, tmp_path):
     attacker, with_policy = net_attacker
     listeners = []  # (label, kind, family, addr, sock)
@@ -1079,7 +1083,7 @@ def test_a_disk_bomb_stops_at_each_writable_places_cap(gw, attacker):
 
 def test_a_cpu_bomb_is_held_to_its_quota_while_the_neighbour_answers(gw, attacker):
     cpuacct = Path("/sys/fs/cgroup/cpuacct/cellgate") / attacker / "cpuacct.usage"
-    seconds = 20
+    seconds = 10
     result = {}
     t = threading.Thread(target=lambda: result.update(run(gw, attacker, f"""
 import os, threading, time
@@ -1171,17 +1175,24 @@ def flood(gw, sid, code, timeout_s=240):
 
 
 FLOOD_MIB = {"stdout": 300, "stderr": 50, "display": 100}
-# Under gVisor's ptrace platform every write is several traced syscalls: 450
-# MiB took ~170 s of CI, where 190 MiB (still six times the caps) shows the same.
-FLOOD_MIB_RUNSC = {"stdout": 100, "stderr": 20, "display": 70}
+# Under gVisor's ptrace platform every write is several traced syscalls (190
+# MiB took 75 s). There the subject is the relay's data path under a flood
+# past every cap (20 MiB of text against 1, 40 of displays against 32); the
+# gateway's memory bound, which does not depend on the runtime, is proved
+# by the runc flood, which is larger than the bound.
+FLOOD_MIB_RUNSC = {"stdout": 16, "stderr": 4, "display": 40}
 SMALL_DISPLAYS = 10000
+SMALL_DISPLAYS_RUNSC = 3000
+GATEWAY_GROWTH_BOUND_MIB = 256
 
 
+@pytest.mark.zygote_independent
 def test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded(gw, attacker):
-    """450 MiB of text and displays (190 under runsc) plus 10,000 small
-    display messages, each piece flushed so that all of it leaves the kernel
-    for the gateway."""
+    """450 MiB of text and displays plus 10,000 small display messages (60
+    and 3,000 under runsc), each piece flushed so that all of it leaves the
+    kernel for the gateway."""
     sizes = FLOOD_MIB_RUNSC if gw.runtime == "runsc" else FLOOD_MIB
+    small_displays = SMALL_DISPLAYS_RUNSC if gw.runtime == "runsc" else SMALL_DISPLAYS
     r, figures = flood(gw, attacker, f"""
 import sys
 from IPython.display import display
@@ -1192,22 +1203,25 @@ for _ in range({sizes['stdout']}):
 for _ in range({sizes['stderr']}):
     sys.stderr.write(chunk)
     sys.stderr.flush()
-for i in range({SMALL_DISPLAYS}):
+for i in range({small_displays}):
     display({{'text/plain': 'tiny %d' % i}}, raw=True)
 for _ in range({sizes['display']}):
     display({{'text/plain': 'z' * (1 << 20)}}, raw=True)
 """)
-    measure(gw, "output bomb (flushed)", flood_mib=sizes, small_displays=SMALL_DISPLAYS, **figures)
+    measure(gw, "output bomb (flushed)", flood_mib=sizes, small_displays=small_displays, **figures)
     assert r["status"] == "ok", (r["status"], r["stderr"][-500:], kernel_log(gw, attacker))
     assert r["truncated"]["stdout"] is True and r["truncated"]["results"] is True, r["truncated"]
     assert figures["text_bytes"] <= OUTPUT_LIMIT + 200, figures["text_bytes"]
     assert r["stdout"].startswith("y" * 1000)
     assert "[cellgate: output truncated after" in r["stdout"] + r["stderr"]
     assert figures["results_data_mib"] * MiB <= RESULTS_LIMIT + 4 * MiB, figures["results_data_mib"]
-    # The flood was 190–450 MiB; the gateway kept at most its caps of it.
-    assert figures["gateway_rss_growth_mib"] < 256, figures["gateway_rss_mib"]
+    # The gateway kept at most its caps of the flood (a bound that only a
+    # flood larger than it can test).
+    if sum(sizes.values()) > GATEWAY_GROWTH_BOUND_MIB:
+        assert figures["gateway_rss_growth_mib"] < GATEWAY_GROWTH_BOUND_MIB, figures["gateway_rss_mib"]
 
 
+@pytest.mark.gateway_logic
 def test_display_metadata_counts_against_the_results_cap(gw, attacker):
     """The rich-results cap must hold whatever part of a display message
     carries the bytes: here 40 displays of one character, each with 8 MiB of
@@ -1310,6 +1324,7 @@ def wire_attack(gw, sid, code, timeout_s=240):
 BOMB_FRAMES = {"64 MiB": 14, "1 MiB": 600}
 
 
+@pytest.mark.gateway_logic
 def test_a_multipart_bomb_of_large_frames_is_cut_off_before_the_gateway_holds_it(gw, attacker):
     """H1: libzmq holds a whole multipart message before the gateway sees its
     first frame, and its per-frame limit says nothing of the count. The
@@ -1360,6 +1375,7 @@ print("sent", *sent)
 REPLAYS = 24
 
 
+@pytest.mark.gateway_logic
 def test_a_replayed_signed_large_message_neither_fills_the_gateway_nor_starves_heartbeats(gw, attacker):
     """H1: Jupyter messages carry no nonce, so one validly signed ~62 MiB
     message (31 MiB of metadata, 31 MiB of parent header) can be sent again

@@ -3,7 +3,9 @@ each OCI runtime: runc, and gVisor's runsc (the kernel reached through the
 relay over the container's stdio). Every test runs under both; where gVisor
 shows the same property differently, the test says so and checks gVisor's
 form of it. runsc tests are skipped only when runsc is not installed, and fail
-instead when CELLGATE_REQUIRE_SANDBOX=1."""
+instead when CELLGATE_REQUIRE_SANDBOX=1. A confinement property that the
+hostile-code battery proves under runsc through the gateway runs here under
+runc alone (runsc_proved_by names the battery's test)."""
 import base64
 import errno
 import os
@@ -89,6 +91,7 @@ def test_an_exception_arrives_as_an_error_with_traceback(sandbox):
     assert any("ZeroDivisionError" in line for line in r["error"]["traceback"])
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_the_sandbox_has_only_loopback_and_no_route")
 def test_the_network_namespace_holds_only_loopback_and_no_route(sandbox):
     s = sandbox()
     assert s.value("socket.if_nameindex()" if False else "__import__('socket').if_nameindex()") == [(1, "lo")]
@@ -104,6 +107,7 @@ def test_host():
         yield host
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives")
 def test_tcp_and_udp_egress_to_the_hosts_own_addresses_never_arrive(sandbox, test_host):
     # Loopback's address and the host end of a veth this test made: the
     # addresses of this machine a test may listen on.
@@ -160,6 +164,7 @@ except OSError as e:
             udp.close()
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_host_files_and_host_kernel_settings_are_out_of_reach")
 def test_the_kernel_sees_no_host_process_and_no_host_file(sandbox, tmp_path):
     marker = f"cellgate-host-marker-{uuid.uuid4().hex}"
     planted = [Path("/tmp") / marker, Path("/root") / marker, tmp_path / marker]
@@ -182,6 +187,7 @@ def test_the_kernel_sees_no_host_process_and_no_host_file(sandbox, tmp_path):
             p.unlink()
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_no_capabilities_and_no_way_to_regain_privileges")
 def test_the_kernel_is_unprivileged(sandbox):
     s = sandbox()
     status = s.value("open('/proc/self/status').read()")
@@ -213,6 +219,7 @@ def test_the_kernel_is_unprivileged(sandbox):
         assert host_fields["Seccomp"].strip() == "2"
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_mount_unshare_ptrace_module_loading_raw_sockets_and_other_privileged_calls_are_refused")
 def test_seccomp_and_missing_capabilities_refuse_mount_unshare_and_ptrace(sandbox):
     s = sandbox()
     code = """
@@ -274,6 +281,7 @@ def test_the_kernel_cannot_change_its_run_dir(sandbox):
     assert r["error"] is not None and "Permission denied" in r["error"]["evalue"]
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_a_memory_bomb_is_oom_killed_reported_and_the_session_restarted")
 def test_a_4gib_allocation_is_oom_killed_and_reported(launcher, sandbox):
     s = sandbox("--memory", "1G")
     s.client.execute("x = b'x' * (4 << 30)")
@@ -282,6 +290,7 @@ def test_a_4gib_allocation_is_oom_killed_and_reported(launcher, sandbox):
     assert st["oom_killed"] is True
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_a_fork_bomb_is_stopped_and_a_fork_loop_ends_at_the_pids_limit")
 def test_a_fork_bomb_is_stopped_by_the_pids_limit(sandbox):
     s = sandbox("--pids", "48")
     code = """
@@ -310,6 +319,7 @@ print(repr((len(pids), err)))
     assert s.value("1 + 1") == 2, "the kernel survives the fork bomb"
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_a_disk_bomb_stops_at_each_writable_places_cap")
 def test_a_write_past_the_workspace_cap_fails_with_enospc(launcher, sandbox):
     s = sandbox("--workspace-size", "16M")
     code = """
@@ -333,6 +343,7 @@ print(repr((result, written)))
     assert image.stat().st_blocks * 512 <= 17 << 20, "the host holds no more than the cap"
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_the_gateways_environment_and_token_never_reach_the_kernel")
 def test_a_secret_in_the_launchers_environment_never_reaches_the_kernel(sandbox):
     secret = f"sk-{uuid.uuid4().hex}"
     env = dict(os.environ, CELLGATE_TEST_SECRET=secret, AWS_SECRET_ACCESS_KEY=secret)
@@ -345,6 +356,7 @@ def test_a_secret_in_the_launchers_environment_never_reaches_the_kernel(sandbox)
     assert secret.encode() not in init_env
 
 
+@pytest.mark.runsc_proved_by("test_hostile.py::test_one_session_cannot_read_or_reach_another")
 def test_two_kernels_cannot_see_each_others_workspace(sandbox):
     a, b = sandbox(), sandbox()
     name = f"only-in-a-{uuid.uuid4().hex}.txt"

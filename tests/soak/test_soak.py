@@ -1,5 +1,5 @@
 """The soak test (soak.py), bounded for CI: 20 sessions × at least 30 cells
-for at least a minute, with uploads and downloads alongside and the same
+for at least 30 s, with uploads and downloads alongside and the same
 checks as the full 50 × 200 × 5-minute run. A second, short run makes the
 checks fail on purpose (a wrong expected output, a mount left behind) to
 show that they can."""
@@ -27,7 +27,7 @@ def run_soak(tmp_path, *args, timeout):
 
 
 def test_bounded_soak_has_no_failed_request_and_leaves_nothing_behind(tmp_path):
-    p, r = run_soak(tmp_path, "--sessions", "20", "--cells", "30", "--min-seconds", "60",
+    p, r = run_soak(tmp_path, "--sessions", "20", "--cells", "30", "--min-seconds", "30",
                     "--transfer-threads", "2", "--max-seconds", "600", "--teardown-timeout", "90",
                     timeout=1500)
     report = p.stdout[-6000:] + p.stderr[-3000:]
@@ -36,7 +36,7 @@ def test_bounded_soak_has_no_failed_request_and_leaves_nothing_behind(tmp_path):
     assert r["leaks"] == [], report
     assert r["passed"] and p.returncode == 0, report
     assert r["sessions"] == 20 and r["cells_per_session_min"] >= 30
-    assert r["uploads"] > 0 and r["downloads"] > 0 and r["load_seconds"] >= 60
+    assert r["uploads"] > 0 and r["downloads"] > 0 and r["load_seconds"] >= 30
     after, base = r["resources"]["after"], r["resources"]["baseline"]
     for key in ("containers", "mounts", "loops", "children", "sandbox_dirs", "fds", "threads"):
         assert after[key] == base[key], (key, report)

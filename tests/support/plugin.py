@@ -6,7 +6,14 @@
   `@pytest.mark.gateway_logic` proves the gateway's own rules (quotas, bad
   input, state machines), which do not depend on the sandbox, so of a module
   parametrized over runc and runsc it runs under runc alone; the runsc
-  parametrization is deselected, and the count is printed.
+  parametrization is deselected, and the count is printed. A test marked
+  `@pytest.mark.zygote_independent` does not depend on how the kernel was
+  made (a fresh start or a zygote's fork: the sandbox is the same), so its
+  runc-zygote parametrization is deselected. A test marked
+  `@pytest.mark.runsc_proved_by("test_module.py::test_name")` keeps its runc
+  parametrization and leaves runsc to the named test, which proves the same
+  property under runsc through the gateway; the run fails if that module is
+  collected without the named test's runsc parametrization.
 - What each suite cost: at the end of the run, per suite (the folder under
   tests/) and per module, the time its tests took and how many sandboxes the
   gateways and launchers it started had started (cellgate_sandbox_starts_total,
@@ -34,6 +41,10 @@ def _suite_and_module(nodeid):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gateway_logic: proves the gateway's own rules; under runc alone "
                                        "(the runtime matrix is for tests whose subject is the sandbox)")
+    config.addinivalue_line("markers", "zygote_independent: does not depend on how the kernel was made; "
+                                       "its runc-zygote parametrization is deselected")
+    config.addinivalue_line("markers", "runsc_proved_by(nodeid): the named test proves this property under runsc; "
+                                       "this test's runsc parametrization is deselected")
 
 
 def _runtime_of(item):
@@ -46,10 +57,29 @@ def _runtime_of(item):
     return None
 
 
+def _check_runsc_proofs(items, claims):
+    """Each runsc_proved_by names a test whose runsc parametrization exists
+    (checked where the named module was collected)."""
+    modules = {item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1] for item in items}
+    under_runsc = {(item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1], item.originalname)
+                   for item in items if _runtime_of(item) == "runsc"}
+    for claimant, target in claims:
+        module, _, name = target.partition("::")
+        if module in modules and (module, name) not in under_runsc:
+            raise pytest.UsageError(f"{claimant} leaves runsc to {target}, which has no runsc parametrization")
+
+
 def pytest_collection_modifyitems(config, items):
-    keep, drop = [], []
+    keep, drop, claims = [], [], []
     for item in items:
-        (drop if item.get_closest_marker("gateway_logic") and _runtime_of(item) else keep).append(item)
+        runtime = _runtime_of(item)
+        gateway_logic = item.get_closest_marker("gateway_logic") and runtime
+        zygote_independent = item.get_closest_marker("zygote_independent") and runtime == "runc-zygote"
+        proved = item.get_closest_marker("runsc_proved_by")
+        if proved and runtime == "runsc":
+            claims.append((item.nodeid, proved.args[0]))
+        (drop if gateway_logic or zygote_independent or (proved and runtime == "runsc") else keep).append(item)
+    _check_runsc_proofs(keep, claims)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -68,7 +98,8 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     deselected = getattr(tr.config, "_cellgate_deselected", 0)
     if deselected:
-        tr.write_line(f"{deselected} runsc/zygote parametrizations of gateway_logic tests deselected (run under runc)")
+        tr.write_line(f"{deselected} runsc/zygote parametrizations deselected (gateway_logic, zygote_independent, "
+                      "runsc_proved_by: they run under runc)")
     if not accounting.seconds:
         return
     tr.section("time and sandboxes per suite")

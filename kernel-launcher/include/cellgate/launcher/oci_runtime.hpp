@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,11 +19,15 @@ struct runtime_container {
     std::string bundle;
 };
 
-// The descriptors a container's init gets.
-struct container_stdio {
+// What a container's start gets: its init's descriptors, and the sandbox
+// start's deadline, past which the runtime's command is killed (a runtime
+// hung on its platform must not hold the start past the time it was given).
+struct container_start {
     int stdin_fd = -1;   // -1: /dev/null
     int stdout_fd = -1;  // -1: log_fd
     int log_fd = -1;     // stderr (and stdout unless stdout_fd is given)
+    // Unset: the runtime's own bound (a minute) alone.
+    std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // How the launcher must treat a runtime's containers.
@@ -82,7 +87,7 @@ public:
     // init's, or the sandbox's when traits().signals_through_runtime. Throws
     // launch_error.
     virtual std::int64_t run(const std::string& id, const std::filesystem::path& bundle,
-                             const container_stdio& io) = 0;
+                             const container_start& io) = 0;
     virtual void kill(const std::string& id, int signal, bool all_processes) = 0;
     // Deletes the container whatever its state; a missing container is not an error.
     virtual void remove(const std::string& id) = 0;
@@ -99,7 +104,7 @@ public:
     // and the state in `image_dir`, as run() starts one, on new stdio; returns
     // what run() returns. Throws launch_error("runtime-run").
     virtual std::int64_t restore(const std::string& id, const std::filesystem::path& bundle,
-                                 const std::filesystem::path& image_dir, const container_stdio& io);
+                                 const std::filesystem::path& image_dir, const container_start& io);
     // The commands that run `files.process_json` in running container `id`.
     virtual exec_command exec_command_for(const std::string& id, const exec_files& files) const = 0;
 };
