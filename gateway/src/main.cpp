@@ -277,6 +277,10 @@ int main(int argc, char** argv) {
         std::cerr << "cellgate: " << e.what() << "\n";
         return 2;
     }
+    if (cfg.reference_only) {  // to stdout, exit 0: a page to redirect into docs/configuration.md
+        std::cout << config::configuration_reference();
+        return 0;
+    }
     if (cfg.check_only) {
         std::cout << "cellgate: the configuration is valid\n";
         return 0;

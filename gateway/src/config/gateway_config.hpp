@@ -34,6 +34,8 @@ struct gateway_config {
     std::string node_tag;
     // --check-config: parse and check everything given, say so, and exit (0 or 2).
     bool check_only = false;
+    // --config-reference: print configuration_reference() and exit 0.
+    bool reference_only = false;
     // A cluster node's etcd members (http://host:port,…; needs node_tag), the
     // address peers and the router reach it at (default ip:port), and its
     // lease's TTL in seconds.
@@ -74,9 +76,16 @@ public:
 };
 
 // Command line over config file over defaults. `env_token` is CELLGATE_TOKEN.
-// Throws config_error with a message naming the bad option.
+// Throws config_error with a message naming the bad option. The options are
+// those of the table in options.hpp.
 gateway_config parse_config(int argc, char** argv, const char* env_token);
 
+// What --help prints: every option with its default and the first sentence
+// of its help, by section, in plain text.
 std::string usage();
+
+// The whole reference in Markdown, from the same table: docs/configuration.md
+// is its output (`cellgate --config-reference`).
+std::string configuration_reference();
 
 }  // namespace cellgate::config
