@@ -30,6 +30,7 @@
 
 #include "api/request_models.hpp"
 #include "agent/agent_service.hpp"
+#include "core/session_request.hpp"
 #include "contents/contents_store.hpp"
 #include "http/auth.hpp"
 #include "http/http_types.hpp"
@@ -310,9 +311,7 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
     } else if (route == "/v1/sessions" && method == bhttp::verb::post) {
         as_handler([&] {
             const auto b = body(true);
-            (void)api::agent_kernel_name(b);
-            (void)api::policy_from(b, fx.limits);
-            (void)api::strict_env(b);
+            (void)core::policy_for(api::session_request_from(b, "fuzz"), fx.limits.defaults, fx.limits);
         });
     } else if (route == "/v1/sessions/{id}/execute") {
         as_handler([&] { (void)api::execution_options_from(body(false), fx.limits.defaults, fx.limits); });
@@ -321,8 +320,8 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
             const auto b = body(false);
             if (!b.contains("code") || !b["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
             for (const auto& [p, data] : api::inline_files_from(b)) check_workspace_path(p);
-            auto policy = api::policy_from(b, fx.limits);
-            (void)api::strict_env(b);
+            const core::session_request ask{.env = api::strict_env(b), .limits = api::limits_asked_from(b)};
+            const auto policy = core::policy_for(ask, fx.limits.defaults, fx.limits);
             (void)api::execution_options_from(b, policy, fx.limits);
         });
     } else if (route == "/v1/sessions/{id}/files" && method == bhttp::verb::post) {

@@ -4,7 +4,8 @@
 #include "mcp/mcp_api.hpp"
 #include "processes/process_table.hpp"
 #include "api/api.hpp"
-#include "api/network.hpp"
+#include "core/network.hpp"
+#include "core/sessions.hpp"
 #include "egress/proxy.hpp"
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
@@ -322,7 +323,7 @@ int main(int argc, char** argv) {
         cfg.manager.launcher_rules = cfg.launcher;
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
-        // Egress: a proxy for the sessions that have a network (api/network.hpp).
+        // Egress: a proxy for the sessions that have a network (core/network.hpp).
         std::optional<egress::proxy> egress_proxy;
         auto& network = cfg.network;
         network.store = store.get();
@@ -339,10 +340,10 @@ int main(int argc, char** argv) {
             network.proxy = &*egress_proxy;
             metrics.add_gauge_source([&egress_proxy](std::string& out) { egress_proxy->render_metrics(out); });
             manager.on_egress([&network](const kernels::kernel& k, const std::filesystem::path& dir) {
-                api::attach_egress(k, dir, network);
+                core::attach_egress(k, dir, network);
             });
             manager.on_removed([&network, root = cfg.launcher.egress_root](const std::string& kernel_id) {
-                api::detach_egress(kernel_id, root, network);
+                core::detach_egress(kernel_id, root, network);
             });
         }
         if (store) take_back(*store, taken_back, manager, sessions);
@@ -364,9 +365,12 @@ int main(int argc, char** argv) {
         if (egress_proxy) {
             services.network = &network;
             agents.set_egress_summary([&network](const std::string& id, std::int64_t from, std::int64_t to) {
-                return api::egress_summary(id, from, to, network);
+                return core::egress_summary(id, from, to, network);
             });
         }
+        // The core's front door, which every surface starts its sessions through.
+        core::sessions session_starts(manager, agents.limits(), services.network);
+        services.core = &session_starts;
 
         http::server_context ctx(
             cfg.server, http::authenticator(cfg.tokens),

@@ -1,5 +1,5 @@
-"""What both E2B suites share: the environment the README's "Coming from
-E2B" gives the SDK, and running a node --test file against a gateway (its
+"""What both E2B suites share: the environment the README (and docs/e2b.md,
+"Connecting an SDK") gives the SDK, and running a node --test file against a gateway (its
 log quoted when it fails). The locked SDK packages are conftest.py's
 `node_modules` fixture."""
 import os

@@ -5,7 +5,7 @@ binary, runc sandboxes, the kernel image. e2b_pause.test.mjs drives the
 SDK; the tests here check what it cannot see on the wire.
 
 The SDK gets only E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL, as the
-README's "Coming from E2B" says. Needs root, runc, build/bin/cellgate, the
+README (and docs/e2b.md) says. Needs root, runc, build/bin/cellgate, the
 kernel image, Node.js ≥ 20 and npm; without them the tests are skipped,
 unless CELLGATE_REQUIRE_SANDBOX=1 (CI).
 """

@@ -2,7 +2,7 @@
 versions pinned in package-lock.json, installed with `npm ci`, never patched)
 against the REAL cellgate: built binary, runc sandboxes, the kernel image.
 
-The SDK gets exactly what the README's "Coming from E2B" tells a user to set —
+The SDK gets exactly what the README (and docs/e2b.md) tells a user to set —
 E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL — and nothing else of cellgate's.
 A second tenant's token (CELLGATE_OTHER_KEY) is passed in code by the test
 that checks isolation.

@@ -2,7 +2,7 @@
 // and one-shot execution. See docs/agent-api.md for the contract.
 #include "agent/agent_service.hpp"
 #include "api/api.hpp"
-#include "api/network.hpp"
+#include "core/network.hpp"
 #include "contents/beneath.hpp"
 #include "contents/contents_store.hpp"
 #include "contents/workspace_export.hpp"
@@ -32,7 +32,7 @@ using contents::contents_store;
 
 namespace {
 
-std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) { return workspace_store(k); }
+std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) { return open_files(k); }
 
 std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
 
@@ -126,7 +126,7 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
             };
             if (relay_to_maker(s, req, from->get<std::string>(), located)) return;
         }
-        start_agent_session(s, agents.limits(), req->who.tenant, body,
+        start_agent_session(s, req->who.tenant, body,
                             [&s, reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                 if (e) return reply(failure_response(*e));
                                 auto res = json_response(201, session_model(*k, s.kernels.specs().find(k->spec_name())));
@@ -421,12 +421,10 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body(false);
         if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
         auto files = inline_files_from(body);
-        const auto& spec = s.kernels.specs().default_name();
-        auto policy = policy_from(
-            body, s.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant), agents.limits());
-        policy.idle_timeout = std::chrono::seconds(0);
-        s.kernels.start_kernel(
-            req->who.tenant, s.kernels.specs().default_name(), strict_env(body),
+        core::session_request ask{.tenant = req->who.tenant, .env = strict_env(body), .limits = limits_asked_from(body)};
+        ask.limits.idle_timeout = std::chrono::seconds(0);  // it ends with the call
+        s.core->start(
+            ask,
             [&s, &agents, req, body, files = std::move(files), reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                 if (e) return reply(failure_response(*e));
                 auto finish = [&s, k](std::function<void()> then) {
@@ -452,8 +450,7 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
                         finish([reply, result] { reply(json_response(200, result)); });
                     });
                 });
-            },
-            policy);
+            });
     });
 }
 
@@ -500,64 +497,8 @@ json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
              }()}};
 }
 
-std::unique_ptr<contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status) {
-    const auto sb = k->sandbox();
-    // Between the two sandboxes of a restart.
-    if (!sb && k->state() == kernels::kernel_state::paused)
-        // Taken back paused by a restarted gateway: its sandbox's record comes with the resume.
-        throw api_exception(409, "The session is paused; its files are kept and come back with it: "
-                                 "POST /v1/sessions/{id}/resume (or send it a cell) first");
-    if (!sb) throw api_exception(restarting_status, "The session's workspace is not ready (its kernel is restarting); try again in a moment");
-    return guarded([&] {
-        return std::make_unique<contents_store>(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                                sb->host_uid_base + sb->spec.gid);
-    });
-}
-
-void start_agent_session(services& s, const agent::agent_limits& limits, const std::string& tenant,
-                         const json& body, kernels::kernel_manager::done_kernel done) {
-    if (const auto from = body.find("from_snapshot"); from != body.end() && !from->is_null()) {
-        // The snapshot's kernelspec, environment and limits; the request's own
-        // limits (timeout_s, lifecycle, …) on top.
-        if (!from->is_string()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
-        for (const char* other : {"kernel", "env", "network", "volumes"})
-            if (body.contains(other) && !body[other].is_null())
-                throw api_exception(400, std::string("'") + other +
-                                             "' cannot be given with 'from_snapshot': a session started from a "
-                                             "snapshot runs what its source ran");
-        const auto snap = s.kernels.find_snapshot(tenant, from->get<std::string>());
-        if (!snap) throw api_exception(404, "No such snapshot: '" + from->get<std::string>().substr(0, 64) + "'");
-        s.kernels.start_from_snapshot(tenant, snap->id, 1, policy_from(body, snap->policy, limits),
-                                      [done = std::move(done)](std::optional<kernels::failure> f,
-                                                               std::vector<kernels::kernel_ptr> started) {
-                                          if (f) return done(std::move(f), nullptr);
-                                          done(std::nullopt, started.front());
-                                      });
-        return;
-    }
-    auto name = agent_kernel_name(body);
-    if (name.empty()) name = s.kernels.specs().default_name();
-    const auto base = s.kernels.config().policies.resolve(kernels::surface::agent, name, tenant);
-    auto policy = policy_from(body, base, limits);
-    if (const auto n = body.find("network"); n != body.end() && !n->is_null()) {
-        static const network_settings none;
-        policy.network = normalize_network(*n, s.network ? *s.network : none);
-    }
-    policy.volumes = volumes_from(s, tenant, body);
-    s.kernels.start_kernel(tenant, name, strict_env(body), std::move(done), policy);
-}
-
-unsigned contents_status(contents::error_kind k) noexcept {
-    switch (k) {
-    case contents::error_kind::bad_path: return 400;
-    case contents::error_kind::not_found: return 404;
-    case contents::error_kind::conflict: return 409;
-    case contents::error_kind::too_large: return 413;
-    case contents::error_kind::no_space: return 507;
-    case contents::error_kind::forbidden: return 403;
-    case contents::error_kind::io: return 500;
-    }
-    return 500;
+void start_agent_session(services& s, const std::string& tenant, const json& body, kernels::kernel_manager::done_kernel done) {
+    s.core->start(session_request_from(body, tenant), std::move(done));
 }
 
 bool wants_event_stream(const request_ptr& req) {

@@ -2,6 +2,9 @@
 
 #include "api/request_models.hpp"
 #include "contents/contents_store.hpp"
+#include "core/files.hpp"
+#include "core/network.hpp"
+#include "core/sessions.hpp"
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
@@ -34,7 +37,7 @@ struct services {
     std::size_t max_notebook_bytes = 32u << 20;  // parsed into a DOM: costs several times its size
     std::size_t max_model_text_bytes = 64u << 20;  // "content" once JSON-escaped
     std::size_t max_listed_entries = 5000;         // per directory model or /v1 listing
-    struct network_settings* network = nullptr;     // sessions' networks (api/network.hpp); null: none
+    core::network_settings* network = nullptr;  // sessions' networks (core/network.hpp); null: none
     // A cluster node's live peers (tag, address), for lists that span the
     // cluster; nothing when the node cannot reach etcd. Unset: one gateway alone.
     std::function<std::optional<std::vector<std::pair<std::string, std::string>>>()> cluster_peers{};
@@ -44,6 +47,8 @@ struct services {
     std::function<std::optional<std::vector<std::pair<std::string, std::string>>>(const std::string& tenant)>
         cluster_holders{};
     std::string node_tag{};  // a cluster node's tag (the first group of the ids it makes); "" alone
+    // The core's front door: every surface starts its sessions here.
+    core::sessions* core = nullptr;
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -62,10 +67,10 @@ nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
 // after POST /v1/sessions exists): GET/PUT …/workspace, and POST
 // /v1/sessions with a tar or form body.
 void register_workspace_api(http::router& r, services& s, agent::agent_service& agents);
-// /v1/volumes (volumes_api.cpp; called by register_agent_api), and a session
-// request's `volumes` resolved against the tenant's (400/404 for bad ones).
+// /v1/volumes (volumes_api.cpp; called by register_agent_api).
 void register_volumes(http::router& r, services& s);
-std::vector<kernels::volume_attachment> volumes_from(services& s, const std::string& tenant, const nlohmann::json& body);
+// GET/PATCH /v1/sessions/{id}/network and GET …/network/log (network_api.cpp).
+void register_network_api(http::router& r, services& s, core::network_settings& settings);
 void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
 // /api/terminals and /terminals/websocket/{name}; the caller keeps what it
 // returns as long as the router.
@@ -82,18 +87,9 @@ void register_static_api(http::router& r, const web_options& web);  // /, /stati
 // the core's failure kinds become statuses (404, 400, 429, 503, 409, 500).
 http::response failure_response(const kernels::failure& f);
 
-// A workspace error's status: 400, 404, 409, 413, 507, 403 or 500.
-unsigned contents_status(contents::error_kind k) noexcept;
-// Runs a workspace operation; its contents_error leaves as the api_exception
-// of that status, with its message.
-template <class Fn>
-auto guarded(Fn fn) -> decltype(fn()) {
-    try {
-        return fn();
-    } catch (const contents::contents_error& e) {
-        throw api_exception(contents_status(e.kind()), e.what());
-    }
-}
+// A workspace's errors as statuses (core/files.hpp).
+using core::contents_status;
+using core::guarded;
 // Whether the client asked for Server-Sent Events (Accept: text/event-stream).
 bool wants_event_stream(const http::request_ptr& req);
 
@@ -102,14 +98,13 @@ std::uint64_t query_number(const http::request_ptr& req, const char* name, std::
 
 // A /v1 session's model: id, kernel, state, times and limits.
 nlohmann::json session_model(const kernels::kernel& k, const kernels::kernelspec* spec);
-// Starts a /v1 session for `tenant` from a create body ({kernel, timeout_s,
-// idle_timeout_s, …}, checked as POST /v1/sessions checks it: a bad field
-// throws api_exception(400)).
-void start_agent_session(services& s, const agent::agent_limits& limits, const std::string& tenant,
-                         const nlohmann::json& body, kernels::kernel_manager::done_kernel done);
-// The session's workspace; api_exception(restarting_status) while its
-// kernel is between two sandboxes, or with the contents error's status.
-std::unique_ptr<contents::contents_store> workspace_store(const kernels::kernel_ptr& k, unsigned restarting_status = 409);
+// Starts a /v1 session for the caller from a create body ({kernel,
+// timeout_s, idle_timeout_s, …}, checked as POST /v1/sessions checks it: a
+// bad field throws api_exception(400)), through the core.
+void start_agent_session(services& s, const std::string& tenant, const nlohmann::json& body,
+                         kernels::kernel_manager::done_kernel done);
+// The session's workspace (core/files.hpp).
+using core::open_files;
 
 // An execution's options from a request body ({code, timeout_s,
 // max_output_tokens | max_output_bytes, max_image_pixels}), checked as

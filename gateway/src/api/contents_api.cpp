@@ -101,7 +101,7 @@ nlohmann::json model_for(services& s, const located& l, const entry_info& e, boo
             }
             m["content"] = std::move(list);
             m["format"] = "json";
-            // Not in Jupyter's model; JupyterLab ignores members it does not know. See README.md.
+            // Not in Jupyter's model; JupyterLab ignores members it does not know. See docs/jupyter.md.
             if (listed.truncated) m["truncated"] = true;
         }
         return m;

@@ -83,13 +83,12 @@ void register_kernels_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/api/kernels", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
-        auto name = kernel_name_from(body);
-        if (name.empty()) name = s.kernels.specs().default_name();
-        s.kernels.start_kernel(req->who.tenant, name, kernel_env_from(body),
-                               [reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
-                                   if (e) reply(failure_response(*e));
-                                   else reply(created(k->model()));
-                               });
+        s.core->start({.tenant = req->who.tenant, .surface = kernels::surface::jupyter,
+                       .kernelspec = kernel_name_from(body), .env = kernel_env_from(body)},
+                      [reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+                          if (e) reply(failure_response(*e));
+                          else reply(created(k->model()));
+                      });
     });
     r.add(bhttp::verb::get, "/api/kernels/{kernel_id}", [&s](const request_ptr& req, reply_fn reply) {
         reply(json_response(200, kernel_or_404(s, req, req->param("kernel_id"))->model()));

@@ -1,6 +1,7 @@
 #include "api/request_models.hpp"
 
 #include "agent/agent_service.hpp"
+#include "core/session_request.hpp"
 #include "contents/contents_store.hpp"
 #include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
@@ -217,43 +218,109 @@ std::string agent_kernel_name(const json& body) {
     return it->get<std::string>();
 }
 
-kernels::kernel_policy policy_from(const json& body, const agent::agent_limits& l) {
-    return policy_from(body, l.defaults, l);
+namespace {
+
+// A positive time or size a new session asks for (fractions round up), or
+// nothing when absent; the core holds it to its ceiling (core::policy_for).
+template <class T>
+std::optional<T> asked(const json& body, const char* key) {
+    constexpr double most = 1e15;  // far past any ceiling, and within every type here
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number() || it->get<double>() <= 0) throw api_exception(400, std::string("'") + key + "' must be a positive number");
+    const double v = std::min(std::ceil(it->get<double>()), most);
+    return static_cast<T>(std::max(v, 1.0));
 }
 
-// A request may ask for any value up to the server's maximum, or up to what
-// the operator gave this kernelspec or tenant when that is more.
-kernels::kernel_policy policy_from(const json& body, const kernels::kernel_policy& base, const agent::agent_limits& l) {
-    kernels::kernel_policy p = base;
-    using secs = std::chrono::seconds;
-    const auto ceiling = [](auto b, auto m) { return b.count() == 0 ? m : std::max(b, m); };
-    p.exec_timeout = secs(requested<long>(body, "timeout_s", static_cast<long>(base.exec_timeout.count()),
-                                          static_cast<long>(ceiling(base.exec_timeout, l.maxima.exec_timeout).count())));
-    p.idle_timeout = secs(requested<long>(body, "idle_timeout_s", static_cast<long>(base.idle_timeout.count()),
-                                          static_cast<long>(ceiling(base.idle_timeout, l.maxima.idle_timeout).count())));
-    p.lifetime = secs(requested<long>(body, "lifetime_s", static_cast<long>(base.lifetime.count()),
-                                      static_cast<long>(ceiling(base.lifetime, l.maxima.lifetime).count())));
-    p.output_limit_bytes = requested<std::size_t>(
-        body, "output_limit_bytes", base.output_limit_bytes,
-        base.output_limit_bytes == 0 ? l.maxima.output_limit_bytes : std::max(base.output_limit_bytes, l.maxima.output_limit_bytes));
-    // {"lifecycle": {"on_idle": "pause" | "delete", "auto_resume": bool}}
-    if (const auto it = body.find("lifecycle"); it != body.end() && !it->is_null()) {
-        if (!it->is_object()) throw api_exception(400, "'lifecycle' must be an object");
-        for (const auto& [key, v] : it->items()) {
-            if (key == "on_idle") {
-                if (!v.is_string() || (v != "pause" && v != "delete"))
-                    throw api_exception(400, "'lifecycle.on_idle' must be \"pause\" or \"delete\"");
-                p.pause_on_idle = v == "pause";
-            } else if (key == "auto_resume") {
-                if (!v.is_boolean()) throw api_exception(400, "'lifecycle.auto_resume' must be true or false");
-                p.auto_resume = v.get<bool>();
-            } else {
-                throw api_exception(400, "Unknown member '" + key.substr(0, 64) +
-                                             "' in 'lifecycle' (on_idle, auto_resume)");
-            }
+std::optional<std::chrono::seconds> asked_seconds(const json& body, const char* key) {
+    if (const auto v = asked<long long>(body, key)) return std::chrono::seconds(*v);
+    return std::nullopt;
+}
+
+// {"lifecycle": {"on_idle": "pause" | "delete", "auto_resume": bool}}
+void lifecycle_into(const json& body, kernels::policy_overrides& o) {
+    const auto it = body.find("lifecycle");
+    if (it == body.end() || it->is_null()) return;
+    if (!it->is_object()) throw api_exception(400, "'lifecycle' must be an object");
+    for (const auto& [key, v] : it->items()) {
+        if (key == "on_idle") {
+            if (!v.is_string() || (v != "pause" && v != "delete"))
+                throw api_exception(400, "'lifecycle.on_idle' must be \"pause\" or \"delete\"");
+            o.pause_on_idle = v == "pause";
+        } else if (key == "auto_resume") {
+            if (!v.is_boolean()) throw api_exception(400, "'lifecycle.auto_resume' must be true or false");
+            o.auto_resume = v.get<bool>();
+        } else {
+            throw api_exception(400, "Unknown member '" + key.substr(0, 64) + "' in 'lifecycle' (on_idle, auto_resume)");
         }
     }
-    return p;
+}
+
+std::vector<core::volume_request> volume_requests_from(const json& body) {
+    std::vector<core::volume_request> out;
+    const auto it = body.find("volumes");
+    if (it == body.end() || it->is_null()) return out;
+    if (!it->is_array() || it->size() > 8) throw api_exception(400, "'volumes' must be an array of at most 8 {name, path?, read_only?}");
+    for (const auto& m : *it) {
+        if (!m.is_object()) throw api_exception(400, "each of 'volumes' is an object {name, path?, read_only?}");
+        only_members(m, {"name", "path", "read_only"}, "a volume (name, path, read_only)");
+        if (!m.contains("name") || !m["name"].is_string()) throw api_exception(400, "a volume needs its 'name'");
+        core::volume_request v{m["name"].get<std::string>()};
+        if (m.contains("path") && !m["path"].is_null()) {
+            if (!m["path"].is_string()) throw api_exception(400, "a volume's 'path' must be a string");
+            v.path = m["path"].get<std::string>();
+            if (!v.path.starts_with("/volumes/") || !is_volume_name(v.path.substr(9)))
+                throw api_exception(400, "a volume's 'path' is /volumes/<name> (letters, digits, '-', '_'): '" +
+                                             v.path.substr(0, 100) + "'");
+        }
+        if (m.contains("read_only") && !m["read_only"].is_null()) {
+            if (!m["read_only"].is_boolean()) throw api_exception(400, "a volume's 'read_only' must be true or false");
+            v.read_only = m["read_only"].get<bool>();
+        }
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+}  // namespace
+
+bool is_volume_name(const std::string& n) {
+    if (n.empty() || n.size() > 64) return false;
+    for (const char c : n)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+            return false;
+    return true;
+}
+
+kernels::policy_overrides limits_asked_from(const json& body) {
+    kernels::policy_overrides o;
+    o.exec_timeout = asked_seconds(body, "timeout_s");
+    o.idle_timeout = asked_seconds(body, "idle_timeout_s");
+    o.lifetime = asked_seconds(body, "lifetime_s");
+    o.output_limit_bytes = asked<std::size_t>(body, "output_limit_bytes");
+    lifecycle_into(body, o);
+    return o;
+}
+
+core::session_request session_request_from(const json& body, const std::string& tenant) {
+    core::session_request r;
+    r.tenant = tenant;
+    if (const auto from = body.find("from_snapshot"); from != body.end() && !from->is_null()) {
+        if (!from->is_string()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
+        for (const char* other : {"kernel", "env", "network", "volumes"})
+            if (body.contains(other) && !body[other].is_null())
+                throw api_exception(400, std::string("'") + other +
+                                             "' cannot be given with 'from_snapshot': a session started from a "
+                                             "snapshot runs what its source ran");
+        r.from_snapshot = from->get<std::string>();
+        if (r.from_snapshot.empty()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
+    }
+    r.kernelspec = agent_kernel_name(body);
+    r.env = strict_env(body);
+    r.limits = limits_asked_from(body);
+    if (const auto n = body.find("network"); n != body.end() && !n->is_null()) r.network = *n;
+    r.volumes = volume_requests_from(body);
+    return r;
 }
 
 agent::execution_options execution_options_from(const json& body, const kernels::kernel_policy& p,

@@ -17,7 +17,11 @@
 #include <utility>
 #include <vector>
 
-namespace cellgate::kernels { struct kernel_policy; }
+namespace cellgate::kernels {
+struct kernel_policy;
+struct policy_overrides;
+}  // namespace cellgate::kernels
+namespace cellgate::core { struct session_request; }
 namespace cellgate::agent {
 struct agent_limits;
 struct execution_options;
@@ -87,13 +91,19 @@ new_entry_request new_entry_from(const nlohmann::json& body);
 // PATCH /api/contents {path}: the new path.
 std::string rename_target_from(const nlohmann::json& body);
 
-// POST /v1/sessions {kernel, env, timeout_s, …}: the kernelspec name ("" for
-// the default) and the session's limits, each capped by the server's maxima.
+// POST /v1/sessions {kernel, env, timeout_s, idle_timeout_s, lifetime_s,
+// output_limit_bytes, lifecycle, network, volumes, from_snapshot}: the
+// session `tenant` asks the core for (core::sessions::start holds each limit
+// to its ceiling and resolves the snapshot, network and volumes).
+core::session_request session_request_from(const nlohmann::json& body, const std::string& tenant);
+// A volume's name: 1 to 64 letters, digits, '-' and '_'.
+bool is_volume_name(const std::string& n);
+// The kernelspec name ("" for the default).
 std::string agent_kernel_name(const nlohmann::json& body);
-kernels::kernel_policy policy_from(const nlohmann::json& body, const agent::agent_limits& limits);
-// The same over `base`: the agent policy the operator set for this kernelspec and tenant.
-kernels::kernel_policy policy_from(const nlohmann::json& body, const kernels::kernel_policy& base,
-                                   const agent::agent_limits& limits);
+// The limits a body asks for (timeout_s, idle_timeout_s, lifetime_s,
+// output_limit_bytes, lifecycle): positive, fractions rounded up, so a
+// request never asks for 0, which means none.
+kernels::policy_overrides limits_asked_from(const nlohmann::json& body);
 // POST /v1/sessions/{id}/execute and /v1/execute {code, timeout_s}, for a
 // session with `policy`.
 agent::execution_options execution_options_from(const nlohmann::json& body, const kernels::kernel_policy& policy,

@@ -27,9 +27,9 @@ void resolve_kernel(services& s, const request_ptr& req, const nlohmann::json& b
         then(std::nullopt, k);
         return;
     }
-    auto name = string_field(kernel, "name");
-    if (name.empty()) name = s.kernels.specs().default_name();
-    s.kernels.start_kernel(req->who.tenant, name, kernel_env_from(kernel), std::move(then));
+    s.core->start({.tenant = req->who.tenant, .surface = kernels::surface::jupyter,
+                   .kernelspec = string_field(kernel, "name"), .env = kernel_env_from(kernel)},
+                  std::move(then));
 }
 
 }  // namespace

@@ -15,14 +15,6 @@ namespace {
 
 constexpr std::uint64_t min_volume_bytes = 8ull << 20, max_volume_bytes = 64ull << 30;
 
-bool is_volume_name(const std::string& n) {
-    if (n.empty() || n.size() > 64) return false;
-    for (const char c : n)
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
-            return false;
-    return true;
-}
-
 json volume_model(services& s, const kernels::volume_record& v) {
     const auto use = s.kernels.volume_usage(v.id);
     json users = json::array();
@@ -36,38 +28,6 @@ json volume_model(services& s, const kernels::volume_record& v) {
 }
 
 }  // namespace
-
-std::vector<kernels::volume_attachment> volumes_from(services& s, const std::string& tenant, const json& body) {
-    std::vector<kernels::volume_attachment> out;
-    const auto it = body.find("volumes");
-    if (it == body.end() || it->is_null()) return out;
-    if (!it->is_array() || it->size() > 8) throw api_exception(400, "'volumes' must be an array of at most 8 {name, path?, read_only?}");
-    for (const auto& m : *it) {
-        if (!m.is_object()) throw api_exception(400, "each of 'volumes' is an object {name, path?, read_only?}");
-        only_members(m, {"name", "path", "read_only"}, "a volume (name, path, read_only)");
-        if (!m.contains("name") || !m["name"].is_string()) throw api_exception(400, "a volume needs its 'name'");
-        const auto name = m["name"].get<std::string>();
-        const auto v = s.kernels.find_volume(tenant, name);
-        if (!v) throw api_exception(404, "No such volume: '" + name.substr(0, 64) + "' (POST /v1/volumes makes one)");
-        std::string path = "/volumes/" + name;
-        if (m.contains("path") && !m["path"].is_null()) {
-            if (!m["path"].is_string()) throw api_exception(400, "a volume's 'path' must be a string");
-            path = m["path"].get<std::string>();
-            if (!path.starts_with("/volumes/") || !is_volume_name(path.substr(9)))
-                throw api_exception(400, "a volume's 'path' is /volumes/<name> (letters, digits, '-', '_'): '" +
-                                             path.substr(0, 100) + "'");
-        }
-        bool read_only = false;
-        if (m.contains("read_only") && !m["read_only"].is_null()) {
-            if (!m["read_only"].is_boolean()) throw api_exception(400, "a volume's 'read_only' must be true or false");
-            read_only = m["read_only"].get<bool>();
-        }
-        for (const auto& o : out)
-            if (o.id == v->id || o.path == path) throw api_exception(400, "a volume, and a path, may appear once");
-        out.push_back({v->id, v->name, path, read_only});
-    }
-    return out;
-}
 
 void register_volumes(router& r, services& s) {
     r.add(bhttp::verb::post, "/v1/volumes", [&s](const request_ptr& req, reply_fn reply) {

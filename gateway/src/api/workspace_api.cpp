@@ -131,7 +131,7 @@ void register_export_import(router& r, services& s) {
     r.add(bhttp::verb::get, "/v1/sessions/{id}/workspace", [&s](const request_ptr& req, reply_fn reply) {
         run_file_work(s, req, std::move(reply), [&s, req](const reply_fn& rep) {
             const auto k = kernel_or_404(s, req, req->param("id"));
-            const auto store = workspace_store(k);
+            const auto store = open_files(k);
             const auto root = guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
             k->touch();
             auto fd = temp_archive();
@@ -162,7 +162,7 @@ void register_export_import(router& r, services& s) {
                       auto archive = kept_archive(req);
                       run_file_work(s, req, std::move(reply), [&s, req, archive](const reply_fn& rep) {
                           const auto k = kernel_or_404(s, req, req->param("id"));
-                          const auto store = workspace_store(k);
+                          const auto store = open_files(k);
                           struct stat st {};
                           if (::fstat(archive->get(), &st) != 0) throw api_exception(500, "cannot read the archive back");
                           const auto root = req->query_value("path").value_or("");
@@ -194,7 +194,7 @@ void register_create_from_archive(router& r, services& s, agent::agent_service& 
             run_file_work(s, req, std::move(reply), [&s, &agents, req, archive](const reply_fn& rep) {
                 const auto up = read_create_upload(req, archive->get());
                 start_agent_session(
-                    s, agents.limits(), req->who.tenant, up.session,
+                    s, req->who.tenant, up.session,
                     [&s, req, archive, up, reply = rep](std::optional<kernels::failure> f, kernels::kernel_ptr k) {
                         if (f) return reply(failure_response(*f));
                         // The session ends unless its archive was unpacked (also
@@ -211,7 +211,7 @@ void register_create_from_archive(router& r, services& s, agent::agent_service& 
                             reply(std::move(res));
                         };
                         run_file_work(s, req, end_unless_imported, [&s, archive, up, k, imported_ok](const reply_fn& done) {
-                            const auto store = workspace_store(k, 503);
+                            const auto store = open_files(k, 503);
                             const auto imported = guarded([&] {
                                 return contents::import_tar(*store, "", archive->get(), up.size, max_archive_entries, up.offset);
                             });

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 namespace cellgate::config {
@@ -156,7 +157,12 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
     for (const auto& [k, v] : cli) {
         if (k == "config") continue;
         const auto* o = find_option(k);
-        if (o == nullptr || !o->set) throw config_error("unknown option --" + k + "\n" + usage());
+        if (o == nullptr || !o->set) {
+            auto typed = k;
+            std::replace(typed.begin(), typed.end(), '_', '-');
+            throw config_error("unknown option --" + typed +
+                               " (cellgate --help lists every option; docs/configuration.md explains each)");
+        }
         o->set(c, v);
     }
     if (c.tokens.empty() && env_token != nullptr && *env_token != '\0')

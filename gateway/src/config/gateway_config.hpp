@@ -1,7 +1,7 @@
 #pragma once
 
 #include "agent/agent_service.hpp"
-#include "api/network.hpp"
+#include "core/network.hpp"
 #include "egress/proxy.hpp"
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
@@ -63,7 +63,7 @@ struct gateway_config {
     bool egress = true;  // false: no session may have a network
     egress::proxy_options egress_proxy;
     std::string egress_tls_intercept = "credentials";  // credentials | all | off
-    api::network_settings network;
+    core::network_settings network;
 };
 
 // The shortest token accepted from any source (--token, CELLGATE_TOKEN, a

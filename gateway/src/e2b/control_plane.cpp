@@ -3,7 +3,6 @@
 // E2B adds: template, metadata, environment, tokens and the end time.
 #include "e2b/surface.hpp"
 
-#include "api/network.hpp"
 #include "api/request_models.hpp"
 #include "util/api_error.hpp"
 
@@ -64,15 +63,6 @@ std::string template_of(const json& body) {
     if (it == body.end() || it->is_null()) return "code-interpreter-v1";
     if (!it->is_string()) throw api_exception(400, "'templateID' must be a string");
     return it->get<std::string>();
-}
-
-// The session lives until end_at: its lifetime counts from its creation.
-void apply_end(const kernels::kernel_ptr& k, sys_clock::time_point end_at) {
-    auto p = k->policy();
-    const auto left = std::chrono::ceil<std::chrono::seconds>(end_at - k->created());
-    p.lifetime = std::max(left, std::chrono::seconds(1));
-    p.idle_timeout = std::chrono::seconds(0);  // E2B ends a sandbox at its timeout, idle or not
-    k->set_policy(p);
 }
 
 json limits_of(const surface& e, const kernels::kernel& k) {
@@ -170,7 +160,7 @@ sandbox_record admit_sandbox(surface& e, const kernels::kernel_ptr& k, const std
     r.env_vars = std::move(env);
     r.started = sys_clock::now();
     r.end_at = r.started + timeout;
-    apply_end(k, r.end_at);  // a warm sandbox's clock started before this claim
+    core::sessions::end_at(k, r.end_at);  // a warm sandbox's clock started before this claim
     e.book.put(r);
     apply_env(k, r.env_vars);
     return r;
@@ -205,22 +195,22 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     auto env = string_map(body, "envVars", max_env_entries, max_env_bytes);
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'envVars': " + why);
     // A snapshot's sandboxes run with what its source ran (limits, network).
-    auto policy = snap ? snap->policy
-                       : e.services.kernels.config().policies.resolve(kernels::surface::agent, spec, req->who.tenant);
-    policy.idle_timeout = std::chrono::seconds(0);
-    policy.lifetime = timeout;
+    // E2B ends a sandbox at its timeout, idle or not.
+    core::session_request ask{.tenant = req->who.tenant, .kernelspec = snap ? "" : spec,
+                              .from_snapshot = snap ? snap->id : ""};
+    ask.limits.lifetime = timeout;
+    ask.limits.idle_timeout = std::chrono::seconds(0);
     // autoPause: the timeout pauses the sandbox instead of killing it; a
     // connect resumes it (autoResume, or E2B's default of resuming on connect).
     if (const auto it = body.is_object() ? body.find("autoPause") : body.end(); it != body.end() && !it->is_null()) {
         if (!it->is_boolean()) throw api_exception(400, "'autoPause' must be true or false");
-        policy.pause_at_end = it->get<bool>();
+        ask.pause_at_end = it->get<bool>();
     }
     if (auto n = e2b_network(body)) {
         if (snap)
             throw api_exception(400, "'network' cannot be given with a snapshot's template: its sandboxes keep the "
                                      "network of the sandbox it was taken from");
-        static const api::network_settings none;
-        policy.network = api::normalize_network(*n, e.services.network ? *e.services.network : none);
+        ask.network = std::move(*n);
     }
     auto started = [&e, reply, template_id, timeout, metadata = std::move(metadata), env = std::move(env)](
                        std::optional<kernels::failure> f, kernels::kernel_ptr k) mutable {
@@ -230,13 +220,7 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
                      template_id, timeout.count());
         reply(json_response(201, sandbox_json(e, r)));  // the Python SDK reads only a 201
     };
-    if (!snap) return e.services.kernels.start_kernel(req->who.tenant, spec, {}, std::move(started), policy);
-    e.services.kernels.start_from_snapshot(
-        req->who.tenant, snap->id, 1, policy,
-        [started = std::move(started)](std::optional<kernels::failure> f, std::vector<kernels::kernel_ptr> ks) mutable {
-            auto k = f ? nullptr : ks.front();
-            started(std::move(f), std::move(k));
-        });
+    e.services.core->start(ask, std::move(started));
 }
 
 // ?limit=: a page's size, at most (and by default) the surface's maximum.
@@ -451,7 +435,7 @@ void connect(surface& e, const request_ptr& req, reply_fn reply) {
     if (t) {
         // Connecting never shortens a sandbox's life; resuming starts its clock again.
         r.end_at = paused ? sys_clock::now() + *t : std::max(r.end_at, sys_clock::now() + *t);
-        apply_end(k, r.end_at);
+        core::sessions::end_at(k, r.end_at);
         e.book.put(r);
     }
     if (!paused) return reply(json_response(200, sandbox_json(e, r)));
@@ -475,7 +459,7 @@ void set_timeout(surface& e, const request_ptr& req, reply_fn reply) {
     const auto t = body.is_object() ? timeout_of(body, e.agents.limits()) : std::nullopt;
     if (!t) throw api_exception(400, "'timeout' (seconds) is required");
     r.end_at = sys_clock::now() + *t;  // from now, as E2B: may shorten it too
-    apply_end(k, r.end_at);
+    core::sessions::end_at(k, r.end_at);
     e.book.put(r);
     reply(empty_response(204));
 }
@@ -567,7 +551,7 @@ void register_control_plane(router& r, surface& e) {
     // gateway ran are kept when the session was taken back.
     e.services.kernels.on_removed([&e](const std::string& id) { e.book.forget(id); });
     for (const auto& rec : e.book.load()) {
-        if (auto k = e.services.kernels.find(rec.tenant, rec.id)) apply_end(k, rec.end_at);
+        if (auto k = e.services.kernels.find(rec.tenant, rec.id)) core::sessions::end_at(k, rec.end_at);
         else e.book.forget(rec.id);
     }
 }

@@ -228,7 +228,7 @@ kernels::kernel_ptr sandbox_kernel(surface& e, const request_ptr& req) {
 }
 
 std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_ptr& k) {
-    return api::workspace_store(k, 503);
+    return core::open_files(k, 503);
 }
 
 void rethrow_contents(const contents::contents_error& e) { throw api_exception(api::contents_status(e.kind()), e.what()); }

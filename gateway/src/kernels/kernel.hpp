@@ -80,12 +80,24 @@ public:
     // `user_expressions` are evaluated after it, their values in the reply.
     void run_silent(const std::string& code, std::function<void(const nlohmann::json&)> done,
                     nlohmann::json user_expressions = nlohmann::json::object());
-    // Set before anyone else can see the kernel (under the lock: the reactor
-    // may already deliver to a warm one); constant after.
-    const kernel_policy& policy() const noexcept { return policy_; }
+    // The limits the session runs under: a copy, read under the lock, since
+    // the core may change them on a live session (its lifetime: see
+    // kernel_manager::extend_life), while the reactor reads them for each
+    // message.
+    kernel_policy policy() const {
+        std::lock_guard lock(mutex_);
+        return policy_;
+    }
     void set_policy(const kernel_policy& p) {
         std::lock_guard lock(mutex_);
         policy_ = p;
+    }
+    // Changes a live session's policy in place, under the lock (a read and
+    // a set_policy could lose a change made between them).
+    template <class Change>
+    void change_policy(Change change) {
+        std::lock_guard lock(mutex_);
+        change(policy_);
     }
     // The time limit of the cell a client runs over the WebSocket (see
     // cell_watch.hpp): tells every client when it is passed and says what

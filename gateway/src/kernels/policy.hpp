@@ -87,7 +87,7 @@ policy_layer policy_layer_from_json(const nlohmann::json& j, const std::string& 
 struct policy_book {
     // Jupyter surface: JupyterLab users run long cells, so the defaults are
     // wider than an agent's; an operator relaxes them further per kernelspec
-    // or tenant (0 = none). See README, "Limits".
+    // or tenant (0 = none). See docs/limits.md.
     kernel_policy jupyter{.exec_timeout = std::chrono::seconds(600), .idle_timeout = std::chrono::seconds(0),
                           .lifetime = std::chrono::seconds(0), .output_limit_bytes = 16u << 20,
                           .result_limit_bytes = 64u << 20, .upload_limit_bytes = 256u << 20};

@@ -490,7 +490,7 @@ void server::execute_code(const std::string& tenant, const json& args, const std
         if (!k) return done(text_result(not_found_text(sid), true));
         return run_cell(k, false, args, call, done);
     }
-    api::start_agent_session(s_, agents_.limits(), tenant, json::object(),
+    s_.core->start(core::session_request{.tenant = tenant},
                              [self = shared_from_this(), args, call, done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  try {
@@ -551,7 +551,8 @@ void server::run_cell(const kernels::kernel_ptr& k, bool fresh, const json& args
 }
 
 void server::create_session(const std::string& tenant, const json& args, const done_fn& done) {
-    api::start_agent_session(s_, agents_.limits(), tenant, args,
+    // create_session's arguments are POST /v1/sessions's names, with its rules.
+    s_.core->start(api::session_request_from(args, tenant),
                              [self = shared_from_this(), done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  done(text_result(session_text(*k, self->s_.kernels.specs().find(k->spec_name()))));
@@ -605,7 +606,7 @@ void server::with_session(const std::string& tenant, const json& args, bool crea
         if (!k) return done(text_result(not_found_text(sid), true));
         return then(k, false);
     }
-    api::start_agent_session(s_, agents_.limits(), tenant, json::object(),
+    s_.core->start(core::session_request{.tenant = tenant},
                              [then, done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  then(k, true);
@@ -644,7 +645,7 @@ void server::write_file(const std::string& tenant, const json& args, const done_
             return done(text_result("The file is larger than the session's upload limit (" +
                                         std::to_string(k->policy().upload_limit_bytes) + " bytes)", true));
         on_file_pool(tenant, done, [k, fresh, path, data] {
-            const auto store = api::workspace_store(k);
+            const auto store = core::open_files(k);
             k->touch();
             store->make_parents(path);
             const auto info = store->write(path, data);
@@ -660,7 +661,7 @@ void server::read_file(const std::string& tenant, const json& args, const done_f
                                                  max_read_bytes);
     with_session(tenant, args, false, [this, tenant, path, max_bytes, done](kernels::kernel_ptr k, bool) {
         on_file_pool(tenant, done, [k, path, max_bytes] {
-            const auto store = api::workspace_store(k);
+            const auto store = core::open_files(k);
             k->touch();
             const auto info = store->stat(path);
             if (info.type == contents::entry_type::directory)
@@ -708,7 +709,7 @@ void server::list_files(const std::string& tenant, const json& args, const done_
     const auto dir = contents::contents_store::check_path(optional_string(args, "path"));
     with_session(tenant, args, false, [this, tenant, dir, done](kernels::kernel_ptr k, bool) {
         on_file_pool(tenant, done, [k, dir] {
-            const auto store = api::workspace_store(k);
+            const auto store = core::open_files(k);
             k->touch();
             const auto listed = store->list(dir, max_listed);
             std::string t = "path: /" + dir + "\n";
@@ -740,7 +741,7 @@ void server::read_resource(const request_ptr& req, const json& id, const json& p
                      reply(rpc_reply(200, rpc_message(id, std::move(r))));
                  },
                  [k, ref, uri] {
-                     const auto store = api::workspace_store(k);
+                     const auto store = core::open_files(k);
                      const auto path = contents::contents_store::check_path(ref->path);
                      const auto info = store->stat(path);
                      const std::string mime(contents::mime_type_for(info.name));

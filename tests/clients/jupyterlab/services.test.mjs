@@ -439,7 +439,7 @@ describe(`@jupyterlab/services against cellgate (${MODE} protocol)`, { timeout: 
   });
 });
 
-// The session's policy on the Jupyter surface (README, "Limits"), seen by
+// The session's policy on the Jupyter surface (docs/limits.md), seen by
 // JupyterLab's own client: CELLGATE_TIGHT_TOKEN's tenant runs cells under a
 // 2 s time limit and 64 KiB of output. The limits arrive the Jupyter way, as
 // the kernel's error reply and stream messages under the cell.

@@ -1,4 +1,5 @@
 #include "config/gateway_config.hpp"
+#include "parse_args.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,12 +13,7 @@ using namespace cellgate;
 
 namespace {
 
-config::gateway_config parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "cellgate");
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    return config::parse_config(static_cast<int>(argv.size()), argv.data(), nullptr);
-}
+using fixtures::parse;
 
 }  // namespace
 

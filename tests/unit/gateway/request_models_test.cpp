@@ -1,5 +1,6 @@
 #include "api/request_models.hpp"
 #include "agent/agent_service.hpp"
+#include "core/session_request.hpp"
 #include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
 
@@ -114,21 +115,25 @@ TEST(request_models, agent_session_policy_is_capped) {
     EXPECT_EQ(agent_kernel_name({{"kernel", "python3"}}), "python3");
     EXPECT_EQ(status_of([] { agent_kernel_name({{"kernel", {{"name", "x"}}}}); }), 400u);
 
-    const auto d = policy_from(json::object(), limits);
+    // What a body asks for, and what the core grants over the defaults.
+    const auto policy_from = [&](const json& body) {
+        return core::policy_for(session_request_from(body, "t"), limits.defaults, limits);
+    };
+    const auto d = policy_from(json::object());
     EXPECT_EQ(d.exec_timeout, limits.defaults.exec_timeout);
     EXPECT_EQ(d.output_limit_bytes, limits.defaults.output_limit_bytes);
-    const auto p = policy_from({{"timeout_s", 1e300}, {"lifetime_s", 60.9}, {"output_limit_bytes", 1}}, limits);
+    const auto p = policy_from({{"timeout_s", 1e300}, {"lifetime_s", 60.9}, {"output_limit_bytes", 1}});
     EXPECT_EQ(p.exec_timeout, limits.maxima.exec_timeout);
     EXPECT_EQ(p.lifetime, std::chrono::seconds(61));  // rounded up, never down
     EXPECT_EQ(p.output_limit_bytes, 1u);
     // A fraction of a second must not truncate to 0, which means "no limit".
-    const auto tiny = policy_from({{"lifetime_s", 0.5}, {"idle_timeout_s", 1e-9}, {"timeout_s", 0.01}}, limits);
+    const auto tiny = policy_from({{"lifetime_s", 0.5}, {"idle_timeout_s", 1e-9}, {"timeout_s", 0.01}});
     EXPECT_EQ(tiny.lifetime, std::chrono::seconds(1));
     EXPECT_EQ(tiny.idle_timeout, std::chrono::seconds(1));
     EXPECT_EQ(tiny.exec_timeout, std::chrono::seconds(1));
     EXPECT_EQ(execution_options_from({{"code", ""}, {"timeout_s", 0.2}}, tiny, limits).timeout, std::chrono::seconds(1));
     for (const json bad : {json(0), json(-1), json("10"), json(true), json::array()})
-        EXPECT_EQ(status_of([&] { policy_from({{"idle_timeout_s", bad}}, limits); }), 400u) << bad;
+        EXPECT_EQ(status_of([&] { policy_from({{"idle_timeout_s", bad}}); }), 400u) << bad;
 }
 
 TEST(request_models, execute_options) {

@@ -1,8 +1,9 @@
 #pragma once
 
-// A session's network: the policy a /v1 (or E2B, MCP) session is created
-// with, what the operator caps it at, and the routes that show and change
-// it at run time (GET/PATCH /v1/sessions/{id}/network, GET …/network/log).
+// A session's network: the policy a session is created with (whichever
+// door it came through), what the operator caps it at, the proxy's rules
+// for it, and its log. The /v1 routes that show and change it at run time
+// are api/network_api.cpp's.
 //
 // A session's "network" field: {"allow": [entries], "deny": [entries],
 // "preset": "python-packages" | ["…"]}; entries as egress/policy.hpp takes
@@ -12,7 +13,6 @@
 // tenant's maximum: each must allow, so a session never widens its tenant.
 
 #include "egress/proxy.hpp"
-#include "http/router.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/state_store.hpp"
 
@@ -23,9 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace cellgate::api {
-
-struct services;
+namespace cellgate::core {
 
 struct network_settings {
     egress::proxy* proxy = nullptr;  // null: no session may have a network
@@ -66,6 +64,8 @@ void detach_egress(const std::string& kernel_id, const std::filesystem::path& eg
 nlohmann::json egress_summary(const std::string& kernel_id, std::int64_t from_ms, std::int64_t to_ms,
                               const network_settings& settings);
 
-void register_network_api(http::router& r, services& s, network_settings& settings);
+// Keeps every connection record the proxy makes in the state store (the
+// last 1,000 per session), so a restarted gateway still shows the log.
+void keep_egress_log(network_settings& settings);
 
-}  // namespace cellgate::api
+}  // namespace cellgate::core
