@@ -320,7 +320,9 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
             const auto b = body(false);
             if (!b.contains("code") || !b["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
             for (const auto& [p, data] : api::inline_files_from(b)) check_workspace_path(p);
-            const core::session_request ask{.env = api::strict_env(b), .limits = api::limits_asked_from(b)};
+            auto ask = core::session_for("fuzz");
+            ask.env = api::strict_env(b);
+            ask.limits = api::limits_asked_from(b);
             const auto policy = core::policy_for(ask, fx.limits.defaults, fx.limits);
             (void)api::execution_options_from(b, policy, fx.limits);
         });

@@ -264,7 +264,16 @@ def test_an_event_stream_whose_client_stops_reading_is_ended(gw):
                       f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             status, head, rest = read_response(s)
             assert status == 200, head
-            time.sleep(20)  # read nothing meanwhile: the kernel sends as fast as it can
+            # Read nothing meanwhile (the kernel sends as fast as it can) until
+            # the gateway has given up on this client and interrupted the cell:
+            # the session leaves "busy" (the flood alone runs far longer).
+            state = lambda: gw.api("GET", f"/v1/sessions/{sid}").json()["state"]  # noqa: E731
+            deadline = time.monotonic() + 10
+            while state() != "busy" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            deadline = time.monotonic() + 60
+            while state() == "busy" and time.monotonic() < deadline:
+                time.sleep(0.5)
             s.settimeout(60)
             data = rest
             while True:

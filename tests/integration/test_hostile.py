@@ -251,6 +251,18 @@ def attacker(gw):
     api(gw, "DELETE", f"/v1/sessions/{sid}")
 
 
+@pytest.fixture(scope="module")
+def prober(gw):
+    """One session per gateway for the probes that only look and are refused
+    (interfaces, socket families, processes, files, the environment,
+    capabilities, privileged calls): a session each cost 2 to 5 s more per
+    probe. Attacks that change or break their session get their own."""
+    sid = new_session(gw)
+    yield sid
+    if not gw.stopped:
+        api(gw, "DELETE", f"/v1/sessions/{sid}")
+
+
 # --- a network namespace of our own -------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -264,8 +276,8 @@ def egress_netns():
 
 # --- egress ------------------------------------------------------------------------------
 
-def test_the_sandbox_has_only_loopback_and_no_route(gw, attacker):
-    res = probe(gw, attacker, """
+def test_the_sandbox_has_only_loopback_and_no_route(gw, prober):
+    res = probe(gw, prober, """
 import os, socket
 def maybe(f):
     try:
@@ -486,7 +498,7 @@ def test_tcp_udp_and_unix_egress_to_every_listener_on_this_machine_never_arrives
             s.close()
 
 
-def test_socket_families_that_bypass_the_network_namespace_are_refused(gw, attacker):
+def test_socket_families_that_bypass_the_network_namespace_are_refused(gw, prober):
     """AF_VSOCK is not confined by a network namespace: in a VM guest (as
     here) its connections go to the hypervisor. AF_ALG is kernel crypto
     attack surface (CVE-2026-31431 wrote to the shared page cache through
@@ -497,7 +509,7 @@ def test_socket_families_that_bypass_the_network_namespace_are_refused(gw, attac
                 "AF_APPLETALK": 5, "AF_X25": 9, "AF_AX25": 3, "AF_NETROM": 6, "AF_ROSE": 11, "AF_ATMPVC": 8,
                 "AF_LLC": 26, "AF_PHONET": 35, "AF_IEEE802154": 36, "AF_CAIF": 37, "AF_NFC": 39, "AF_MCTP": 45}
     port = random.randint(1 << 20, 1 << 30)
-    res = probe(gw, attacker, f"""
+    res = probe(gw, prober, f"""
 import errno, socket
 families = {families!r}
 result = {{}}
@@ -531,7 +543,7 @@ vsock_holder = kept
             shared = e.strerror
         finally:
             h.close()
-    run(gw, attacker, "for s in vsock_holder: s.close()")
+    run(gw, prober, "for s in vsock_holder: s.close()")
     measure(gw, "socket families", results=res, vsock_port_shared_with_host=shared)
     created = {k: v for k, v in res.items() if str(v).startswith("created")}
     assert not created, (f"socket families usable inside the sandbox: {created}"
@@ -540,9 +552,9 @@ vsock_holder = kept
 
 # --- host files, processes, environment ------------------------------------------------
 
-def test_no_host_process_is_visible_or_reachable(gw, attacker):
+def test_no_host_process_is_visible_or_reachable(gw, prober):
     host_pids = [gw.proc.pid, os.getpid()]
-    res = probe(gw, attacker, f"""
+    res = probe(gw, prober, f"""
 import errno, os, socket
 procs = {{}}
 for p in os.listdir('/proc'):
@@ -573,14 +585,14 @@ result = {{'procs': procs, 'signals': signals, 'hostname': socket.gethostname(),
     assert res["hostname"] != socket.gethostname()
 
 
-def test_host_files_and_host_kernel_settings_are_out_of_reach(gw, attacker):
+def test_host_files_and_host_kernel_settings_are_out_of_reach(gw, prober):
     marker = f"cellgate-hostile-marker-{uuid.uuid4().hex}"
     planted = [Path("/tmp") / marker, Path("/root") / marker, Path("/run") / marker, gw.base_dir / marker,
                gw.state_dir / marker]
     for p in planted:
         p.write_text("host secret " + SECRET)
     try:
-        res = probe(gw, attacker, f"""
+        res = probe(gw, prober, f"""
 import errno, os, stat
 def attempt(f):
     try:
@@ -648,8 +660,8 @@ result = {'hits': hits, 'files_scanned': scanned, 'env_names': sorted(os.environ
 """
 
 
-def test_the_gateways_environment_and_token_never_reach_the_kernel(gw, attacker):
-    res = probe(gw, attacker, f"NEEDLES_HEX = {[SECRET.encode().hex(), TOKEN.encode().hex()]!r}\n" + SEARCH_PROBE)
+def test_the_gateways_environment_and_token_never_reach_the_kernel(gw, prober):
+    res = probe(gw, prober, f"NEEDLES_HEX = {[SECRET.encode().hex(), TOKEN.encode().hex()]!r}\n" + SEARCH_PROBE)
     measure(gw, "gateway environment", files_scanned=res["files_scanned"], env_names=res["env_names"])
     assert res["hits"] == [], f"the gateway's secret or token is readable inside at {res['hits']}"
     for name in ("CELLGATE_HOSTILE_SECRET", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "DATABASE_URL",
@@ -660,8 +672,8 @@ def test_the_gateways_environment_and_token_never_reach_the_kernel(gw, attacker)
 
 # --- privileges ---------------------------------------------------------------------------
 
-def test_no_capabilities_and_no_way_to_regain_privileges(gw, attacker):
-    res = probe(gw, attacker, """
+def test_no_capabilities_and_no_way_to_regain_privileges(gw, prober):
+    res = probe(gw, prober, """
 import ctypes, errno, os, resource
 def attempt(f):
     try:
@@ -726,7 +738,7 @@ if '/usr/bin/su' in result['setuid_binaries']:
     if res["su_euid"] is not None:
         assert res["su_euid"] == 1000, res["su_euid"]
     # uid 1000 inside is a high, per-session uid on the host.
-    owner = os.stat(gw.workspace_root / attacker / "owner-probe").st_uid
+    owner = os.stat(gw.workspace_root / prober / "owner-probe").st_uid
     assert owner >= 1_000_000, owner
 
 
@@ -798,8 +810,8 @@ result = {
 """
 
 
-def test_mount_unshare_ptrace_module_loading_raw_sockets_and_other_privileged_calls_are_refused(gw, attacker):
-    res = probe(gw, attacker, SYSCALL_PROBE)
+def test_mount_unshare_ptrace_module_loading_raw_sockets_and_other_privileged_calls_are_refused(gw, prober):
+    res = probe(gw, prober, SYSCALL_PROBE)
     measure(gw, "privileged system calls", **res)
     not_refused = {k: v for k, v in res.items() if v not in REFUSED and not (k == "packet socket" and v == "EAFNOSUPPORT")}
     assert not not_refused, f"not refused (a call that reached its implementation): {not_refused}"

@@ -154,11 +154,42 @@ def test_output_past_the_limit_is_cut_with_a_notice_and_the_next_cell_starts_afr
         for code in ("print('x' * (3 << 20))", "for i in range(3000):\n    print('y' * 1023)"):
             seen = run(ch, code)
             assert seen["reply"]["status"] == "ok"  # the cell ran to its end
-            assert 0 < len(seen["stdout"]) <= SPEC_OUTPUT_LIMIT, len(seen["stdout"])
-            assert set(seen["stdout"].strip()) <= {"x", "y", "\n"}
-            assert "output_limit" in seen["stderr"] and "256 KiB" in seen["stderr"], seen["stderr"]
+            # What fits, then the notice a /v1 cell's text ends with, on the same stream.
+            assert seen["stdout"].endswith(truncated_notice(SPEC_OUTPUT_LIMIT)), seen["stdout"][-200:]
+            kept = seen["stdout"][:-len(truncated_notice(SPEC_OUTPUT_LIMIT))]
+            assert 0 < len(kept) <= SPEC_OUTPUT_LIMIT, len(kept)
+            assert set(kept.strip()) <= {"x", "y", "\n"}
+            assert seen["stderr"] == "", seen["stderr"]
         after = run(ch, "print('z' * 1000)")
         assert after["stdout"] == "z" * 1000 + "\n" and after["stderr"] == ""
+
+
+def truncated_notice(limit):
+    return f"\n[cellgate: output truncated after {limit} bytes]\n"
+
+
+def time_limit_notice(seconds):
+    return f"[cellgate: this cell ran past its time limit of {seconds} s (exec_timeout); interrupting it]"
+
+
+def test_a_websocket_cell_and_a_v1_cell_are_told_the_same(gw):
+    """One cell engine's words: past the output limit and past the time limit,
+    a /v1 execution gets the notices a WebSocket cell gets (each with its own
+    session's limit)."""
+    r = gw.api("POST", "/v1/sessions", json={"timeout_s": 2})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print('v' * 10000)"}, timeout=120).json()
+        assert out["stdout"].endswith(truncated_notice(4096)), out["stdout"][-200:]  # the kernelspec's /v1 limit
+        assert out["truncated"]["stdout"] is True
+        out = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "while True:\n    pass\n"}, timeout=120).json()
+        assert out["status"] == "timeout" and time_limit_notice(2) in out["stderr"], out
+    finally:
+        gw.api("DELETE", f"/v1/sessions/{sid}")
+    with kernel_channel(gw) as (k, ch):
+        seen = run(ch, "while True:\n    pass\n")
+        assert time_limit_notice(3) in seen["stderr"], seen["stderr"]
 
 
 def test_rich_outputs_past_their_limit_are_withheld(gw):

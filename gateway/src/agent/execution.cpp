@@ -1,5 +1,7 @@
 #include "agent/execution.hpp"
 
+#include "kernels/cell_notices.hpp"
+
 #include "cellgate/protocol/message.hpp"
 #include "util/encoding.hpp"
 
@@ -404,7 +406,7 @@ void execution::append_text(const std::string& stream, const std::string& text) 
         // Never cut a UTF-8 sequence in half.
         while (!piece.empty() && (static_cast<unsigned char>(piece.back()) & 0xc0) == 0x80) piece.pop_back();
         if (!piece.empty() && (static_cast<unsigned char>(piece.back()) & 0x80)) piece.pop_back();
-        piece += "\n[cellgate: output truncated after " + std::to_string(options_.output_limit_bytes) + " bytes]\n";
+        piece += kernels::cell_notices::output_truncated(options_.output_limit_bytes);
         truncated = true;
     }
     text_bytes_ += piece.size();
@@ -450,13 +452,17 @@ void execution::on_timeout() {
     timed_out_ = true;
     spdlog::info("kernel {}: execution {} timed out after {} ms; interrupting", kernel_->id(), msg_id_,
                  options_.timeout.count());
+    append_text("stderr", kernels::cell_notices::time_limit(std::chrono::ceil<std::chrono::seconds>(options_.timeout)));
     manager_.interrupt(kernel_, [](std::optional<kernels::failure>) {});
-    timer_.expires_after(options_.interrupt_grace);
-    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    const auto grace = manager_.config().cell_interrupt_grace;
+    timer_.expires_after(grace);
+    timer_.async_wait([self = shared_from_this(), grace](const boost::system::error_code& ec) {
         if (ec || self->finished_) return;
         // Still not idle: the cell ignores SIGINT (or is stuck in C code). Kill and restart.
         spdlog::warn("kernel {}: not idle {} ms after the interrupt; restarting it", self->kernel_->id(),
-                     self->options_.interrupt_grace.count());
+                     std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
+        self->append_text("stderr", kernels::cell_notices::not_stopped(
+                                        std::chrono::duration_cast<std::chrono::milliseconds>(grace)));
         self->kernel_restarted_ = true;
         self->manager_.restart(self->kernel_, [self](std::optional<kernels::failure>) {
             asio::post(self->strand_, [self] { self->finish(); });

@@ -29,7 +29,6 @@ namespace cellgate::agent {
 struct execution_options {
     std::string code;
     std::chrono::milliseconds timeout{300000};        // 0: none
-    std::chrono::milliseconds interrupt_grace{3000};  // after the interrupt, before a kill and restart
     std::size_t output_limit_bytes = 1u << 20;        // stdout + stderr
     std::size_t result_limit_bytes = 32u << 20;       // rich results, see result_budget.hpp
     std::size_t max_results = 10000;

@@ -40,7 +40,10 @@ std::vector<std::size_t> share_budget(const std::vector<std::size_t>& sizes, std
 
 std::string head_and_tail(std::string_view text, std::size_t budget, std::string_view where) {
     if (text.size() <= budget) return std::string(text);
-    const std::size_t keep = budget > marker_room + where.size() ? budget - marker_room - where.size() : 0;
+    // A share too small for the marker: as much of the head as fits, so the
+    // budget stays a ceiling.
+    if (budget <= marker_room + where.size()) return std::string(text.substr(0, utf8_complete_length(text.substr(0, budget))));
+    const std::size_t keep = budget - marker_room - where.size();
     const std::size_t head = utf8_complete_length(text.substr(0, keep / 2));
     std::size_t tail_start = sequence_start(text, text.size() - (keep - keep / 2));
     tail_start = std::max(tail_start, head);
@@ -68,8 +71,10 @@ void text_capture::append(std::string_view piece) {
 
 std::string text_capture::render(std::size_t budget, std::string_view where) const {
     if (whole()) return head_and_tail(head_, budget, where);
+    if (budget <= marker_room + where.size())  // as head_and_tail: the head alone, within the budget
+        return head_.substr(0, utf8_complete_length(std::string_view(head_).substr(0, std::min(budget, head_.size()))));
     const std::string_view tail_view = std::string_view(tail_).substr(tail_.size() > keep_ ? tail_.size() - keep_ : 0);
-    const std::size_t keep = budget > marker_room + where.size() ? budget - marker_room - where.size() : 0;
+    const std::size_t keep = budget - marker_room - where.size();
     const std::size_t head = utf8_complete_length(std::string_view(head_).substr(0, std::min(keep / 2, head_.size())));
     const std::size_t want_tail = std::min(keep - keep / 2, tail_view.size());
     const std::size_t tail_start = sequence_start(tail_view, tail_view.size() - want_tail);

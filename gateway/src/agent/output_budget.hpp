@@ -34,7 +34,9 @@ inline constexpr std::size_t marker_room = 160;
 std::vector<std::size_t> share_budget(const std::vector<std::size_t>& sizes, std::size_t budget);
 
 // `text` cut to at most `budget` bytes: head and tail, whole UTF-8 sequences,
-// around "… N bytes (M lines) elided<where> …". Unchanged when it fits.
+// around "… N bytes (M lines) elided<where> …". Unchanged when it fits; a
+// budget too small for the marker keeps only the head (the budget is a
+// ceiling, whatever the share).
 std::string head_and_tail(std::string_view text, std::size_t budget, std::string_view where = {});
 
 // A stream kept in pieces: its first `keep` bytes, its last `keep` bytes, and

@@ -421,7 +421,9 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body(false);
         if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
         auto files = inline_files_from(body);
-        core::session_request ask{.tenant = req->who.tenant, .env = strict_env(body), .limits = limits_asked_from(body)};
+        auto ask = core::session_for(req->who.tenant);
+        ask.env = strict_env(body);
+        ask.limits = limits_asked_from(body);
         ask.limits.idle_timeout = std::chrono::seconds(0);  // it ends with the call
         s.core->start(
             ask,

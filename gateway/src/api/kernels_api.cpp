@@ -83,8 +83,10 @@ void register_kernels_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/api/kernels", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body();
-        s.core->start({.tenant = req->who.tenant, .surface = kernels::surface::jupyter,
-                       .kernelspec = kernel_name_from(body), .env = kernel_env_from(body)},
+        auto ask = core::session_for(req->who.tenant, kernels::surface::jupyter);
+        ask.kernelspec = kernel_name_from(body);
+        ask.env = kernel_env_from(body);
+        s.core->start(ask,
                       [reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                           if (e) reply(failure_response(*e));
                           else reply(created(k->model()));

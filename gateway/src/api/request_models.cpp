@@ -265,7 +265,8 @@ std::vector<core::volume_request> volume_requests_from(const json& body) {
         if (!m.is_object()) throw api_exception(400, "each of 'volumes' is an object {name, path?, read_only?}");
         only_members(m, {"name", "path", "read_only"}, "a volume (name, path, read_only)");
         if (!m.contains("name") || !m["name"].is_string()) throw api_exception(400, "a volume needs its 'name'");
-        core::volume_request v{m["name"].get<std::string>()};
+        core::volume_request v;
+        v.name = m["name"].get<std::string>();
         if (m.contains("path") && !m["path"].is_null()) {
             if (!m["path"].is_string()) throw api_exception(400, "a volume's 'path' must be a string");
             v.path = m["path"].get<std::string>();

@@ -27,9 +27,10 @@ void resolve_kernel(services& s, const request_ptr& req, const nlohmann::json& b
         then(std::nullopt, k);
         return;
     }
-    s.core->start({.tenant = req->who.tenant, .surface = kernels::surface::jupyter,
-                   .kernelspec = string_field(kernel, "name"), .env = kernel_env_from(kernel)},
-                  std::move(then));
+    auto ask = core::session_for(req->who.tenant, kernels::surface::jupyter);
+    ask.kernelspec = string_field(kernel, "name");
+    ask.env = kernel_env_from(kernel);
+    s.core->start(ask, std::move(then));
 }
 
 }  // namespace

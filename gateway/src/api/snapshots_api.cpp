@@ -66,8 +66,8 @@ void register_snapshots(router& r, services& s, agent::agent_service&) {
     // Fork: {"count": 1..16, "name"?} → 201 {"snapshot": …, "sessions": [...]}.
     r.add(bhttp::verb::post, "/v1/sessions/{id}/fork", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
-        const auto f = fork_request_from(req->json_body());
-        s.kernels.fork(k, f.count, f.name,
+        const auto asked = fork_request_from(req->json_body());
+        s.kernels.fork(k, asked.count, asked.name,
                        [&s, reply](std::optional<kernels::failure> f, kernels::snapshot_record snap,
                                    std::vector<kernels::kernel_ptr> children) {
                            if (f) return reply(failure_response(*f));

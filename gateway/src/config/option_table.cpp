@@ -348,8 +348,9 @@ std::vector<option> command_line_options() {
          .sample = "3600",
          .set = [](auto& c, const auto& v) { c.manager.policies.jupyter.lifetime = secs("jupyter_lifetime", v); }},
         {.name = "cell_interrupt_grace", .section = heading::jupyter_limits, .value = "S", .fallback = "`5`",
-         .help = "How long a cell sent over the kernel WebSocket may go on after the SIGINT its time limit "
-                 "sent, before the gateway answers it and restarts the kernel. At least 1.",
+         .help = "How long any cell past its time limit may go on after the SIGINT that limit sent, whatever "
+                 "door it came through (the kernel WebSocket, `/v1`, E2B, MCP, an E2B code context), before the "
+                 "gateway answers it and restarts its kernel (or ends the context's interpreter). At least 1.",
          .sample = "2",
          .set = [](auto& c, const auto& v) {
              c.manager.cell_interrupt_grace = std::chrono::seconds(at_least_1("cell_interrupt_grace", v));

@@ -49,6 +49,15 @@ struct session_request {
     std::vector<volume_request> volumes;  // at most 8
 };
 
+// A session of `tenant` that asks for nothing more: the surface's defaults
+// and the default kernelspec. Callers fill in what their request asks.
+inline session_request session_for(std::string tenant, kernels::surface surface = kernels::surface::agent) {
+    session_request r;
+    r.tenant = std::move(tenant);
+    r.surface = surface;
+    return r;
+}
+
 // The policy `r` gets over `base` (what the operator set for its kernelspec
 // and tenant, or its snapshot's): each time or size it asks for, held to its
 // ceiling (see session_request::limits).

@@ -1,5 +1,8 @@
 #include "e2b/code_contexts.hpp"
 
+#include "kernels/cell_notices.hpp"
+#include "util/encoding.hpp"
+
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
@@ -18,7 +21,6 @@ constexpr const char* context_program = "/opt/cellgate/cellgate-context";
 constexpr std::size_t max_code_bytes = 2u << 20;        // one request line, written in pieces the table accepts
 constexpr std::size_t max_message_bytes = 48u << 20;    // one line from the interpreter (a big plot, base64)
 constexpr std::size_t stderr_tail_bytes = 4096;         // kept to say why a start failed
-constexpr auto interrupt_grace = std::chrono::seconds(5);  // after SIGINT, before the interpreter is killed
 
 std::string make_context_id() {
     static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -155,13 +157,19 @@ public:
         }
     }
 
+    // As a /v1 execution cuts its text: what fits, then the notice, on the
+    // stream that reached the limit; nothing after.
     void emit_text(cell& c, const std::string& name, const std::string& text, deferred& later) {
-        c.output_bytes += text.size();
-        if (c.output_bytes > c.request.output_limit_bytes) {
+        if (c.output_dropped) return;
+        const auto limit = c.request.output_limit_bytes;
+        std::string piece = text;
+        if (limit != 0 && c.output_bytes + text.size() > limit) {
+            piece.resize(utf8_complete_length(std::string_view(text).substr(0, limit - c.output_bytes)));
+            piece += kernels::cell_notices::output_truncated(limit);
             c.output_dropped = true;
-            return;
         }
-        later.push_back([f = c.on_event, name, text] { f(name, {{"text", text}}); });
+        c.output_bytes += text.size();
+        later.push_back([f = c.on_event, name, piece = std::move(piece)] { f(name, {{"text", piece}}); });
     }
 
     void message(const std::string& text, deferred& later) {
@@ -207,9 +215,7 @@ public:
         c->finished = true;
         if (c->timer) c->timer->cancel();
         std::string note;
-        if (c->output_dropped)
-            note += "[cellgate: output past " + std::to_string(c->request.output_limit_bytes) + " bytes was dropped]\n";
-        if (c->result_dropped) note += "[cellgate: rich output past the cell's result limit was dropped]\n";
+        if (c->result_dropped) note += kernels::cell_notices::results_dropped(c->request.result_limit_bytes);
         auto status = c->timed_out ? "timeout" : c->error.is_object() ? "error" : "ok";
         later.push_back([c, note, status, execution_count = std::move(execution_count)] {
             if (!note.empty()) c->on_event("stderr", {{"text", note}});
@@ -253,14 +259,20 @@ public:
 
     // SIGINT now; the interpreter is killed if the cell has not ended soon after.
     void interrupt(const std::shared_ptr<cell>& c) {
+        if (c->timed_out)
+            asio::post(io_, [f = c->on_event, n = kernels::cell_notices::time_limit(c->request.timeout)] { f("stderr", {{"text", n}}); });
         proc->signal(SIGINT);
-        c->timer = std::make_unique<asio::steady_timer>(io_, interrupt_grace);
+        c->timer = std::make_unique<asio::steady_timer>(io_, c->request.interrupt_grace);
         c->timer->async_wait([self = shared_from_this(), c](boost::system::error_code ec) {
             if (ec) return;
             std::lock_guard lock(self->mutex);
             if (!c->finished && self->proc) {
                 spdlog::info("e2b: context {} of {}: a cell ignored its interrupt; killing the interpreter",
                              self->info.id, self->kernel_id);
+                if (c->timed_out)
+                    asio::post(self->io_, [f = c->on_event, n = kernels::cell_notices::not_stopped(c->request.interrupt_grace)] {
+                        f("stderr", {{"text", n}});
+                    });
                 self->proc->kill();
             }
         });

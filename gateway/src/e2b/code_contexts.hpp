@@ -46,6 +46,9 @@ struct cell_request {
     std::chrono::seconds timeout{300};
     std::size_t output_limit_bytes = 1u << 20;
     std::size_t result_limit_bytes = 32u << 20;
+    // After the time limit's SIGINT, before the interpreter is killed: the
+    // gateway's one grace for every cell (--cell-interrupt-grace).
+    std::chrono::milliseconds interrupt_grace{5000};
 };
 
 class context;  // one interpreter (code_contexts.cpp)

@@ -166,6 +166,7 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
         c.timeout = p.exec_timeout;
         c.output_limit_bytes = p.output_limit_bytes;
         c.result_limit_bytes = p.result_limit_bytes;
+        c.interrupt_grace = e.services.kernels.config().cell_interrupt_grace;
         auto& contexts = *e.contexts;
         auto& io = e.agents.io();
         res.stream = [&contexts, &io, k, context_id, c = std::move(c), on_event, on_done](std::shared_ptr<stream_sink> sink) mutable {

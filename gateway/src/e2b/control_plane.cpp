@@ -196,8 +196,9 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'envVars': " + why);
     // A snapshot's sandboxes run with what its source ran (limits, network).
     // E2B ends a sandbox at its timeout, idle or not.
-    core::session_request ask{.tenant = req->who.tenant, .kernelspec = snap ? "" : spec,
-                              .from_snapshot = snap ? snap->id : ""};
+    auto ask = core::session_for(req->who.tenant);
+    if (snap) ask.from_snapshot = snap->id;
+    else ask.kernelspec = spec;
     ask.limits.lifetime = timeout;
     ask.limits.idle_timeout = std::chrono::seconds(0);
     // autoPause: the timeout pauses the sandbox instead of killing it; a

@@ -1,9 +1,10 @@
 #include "kernels/cell_watch.hpp"
 
+#include "kernels/cell_notices.hpp"
+
 #include "jupyter/json_peek.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace cellgate::kernels {
 
@@ -57,15 +58,6 @@ std::shared_ptr<jupyter::kernel_message> stream_head(const jupyter::kernel_messa
 }
 
 }  // namespace
-
-std::string human_bytes(std::uint64_t n) {
-    char buf[32];
-    if (n >= (1u << 20) && n % (1u << 20) == 0) std::snprintf(buf, sizeof buf, "%llu MiB", static_cast<unsigned long long>(n >> 20));
-    else if (n >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / (1u << 20));
-    else if (n >= 1024 && n % 1024 == 0) std::snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>(n >> 10));
-    else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
-    return buf;
-}
 
 cell_watch::made_message cell_watch::notice(std::string_view text, const std::string& parent_header) {
     return made(jupyter::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
@@ -142,9 +134,11 @@ cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, cons
     // The part that fits is shown, then the notice; the rest is withheld.
     auto head = stream_head(m, limit - std::min(limit, c.text_bytes));
     c.text_bytes = limit;
-    auto note = notice("\n[cellgate] This cell's output passed its limit of " + human_bytes(limit) +
-                           " (output_limit); the rest is not shown. The cell keeps running.\n",
-                       c.parent_header);
+    // The notice goes on the stream whose text reached the limit, as a /v1 execution's does.
+    const auto stream = peek::string_member(m.msg.content, "name", 16).value_or("stdout");
+    auto note = made(jupyter::channel::iopub, "stream",
+                     {{"name", stream == "stderr" ? "stderr" : "stdout"}, {"text", cell_notices::output_truncated(limit)}},
+                     c.parent_header);
     if (head) v.before.push_back(std::move(head));
     v.before.push_back(std::move(note));
     return v;
@@ -161,9 +155,7 @@ cell_watch::verdict cell_watch::on_result(const jupyter::kernel_message& m, cons
     verdict v{false, {}};
     if (!c.results_cut) {
         c.results_cut = true;
-        v.before.push_back(notice("[cellgate] This cell's rich outputs passed their limit of " + human_bytes(limit) +
-                             " (result_limit); later ones are not shown.\n",
-                         c.parent_header));
+        v.before.push_back(notice(cell_notices::results_dropped(limit), c.parent_header));
     }
     return v;
 }
@@ -190,17 +182,13 @@ cell_watch::overdue cell_watch::check(const kernel_policy& p, clock::time_point 
         c.stage = 1;
         c.interrupted = now;
         o.what = action::interrupt;
-        o.notice = notice("\n[cellgate] This cell ran past its time limit of " + limit +
-                              " (exec_timeout); interrupting it.\n",
-                          c.parent_header);
+        o.notice = notice(cell_notices::time_limit(p.exec_timeout), c.parent_header);
         return o;
     }
     if (c.stage != 1 || now - c.interrupted < grace) return o;
     c.stage = 2;
     o.what = action::restart;
-    const auto grace_s = std::chrono::duration_cast<std::chrono::seconds>(grace).count();
-    o.notice = notice("[cellgate] The cell did not stop within " + std::to_string(grace_s) +
-                          " s of the interrupt; restarting the kernel (its files are kept, its variables are not).\n",
+    o.notice = notice(cell_notices::not_stopped(std::chrono::duration_cast<std::chrono::milliseconds>(grace)),
                       c.parent_header);
     const std::string evalue = "The cell ran past its time limit of " + limit +
                                " (exec_timeout) and did not stop on interrupt; the kernel was restarted";

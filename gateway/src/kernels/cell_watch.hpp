@@ -106,7 +106,4 @@ private:
     std::deque<std::pair<std::string, std::uint64_t>> requests_;
 };
 
-// "1.5 MiB", "300 KiB", "12 bytes": sizes as a notice shows them.
-std::string human_bytes(std::uint64_t n);
-
 }  // namespace cellgate::kernels

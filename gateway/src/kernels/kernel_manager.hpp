@@ -41,8 +41,8 @@ struct manager_config {
     // a start without a policy of its own gets the Jupyter surface's.
     policy_book policies;
     // How often running WebSocket cells are checked against their time limit,
-    // and how long a cell may go on after its interrupt before the kernel is
-    // restarted.
+    // and how long any cell (WebSocket, /v1 execution, E2B code context) may
+    // go on after its interrupt before its kernel is restarted.
     std::chrono::milliseconds cell_check_interval{250};
     std::chrono::seconds cell_interrupt_grace{5};
     bool auto_restart = true;                     // restart a kernel that died

@@ -490,7 +490,7 @@ void server::execute_code(const std::string& tenant, const json& args, const std
         if (!k) return done(text_result(not_found_text(sid), true));
         return run_cell(k, false, args, call, done);
     }
-    s_.core->start(core::session_request{.tenant = tenant},
+    s_.core->start(core::session_for(tenant),
                              [self = shared_from_this(), args, call, done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  try {
@@ -606,7 +606,7 @@ void server::with_session(const std::string& tenant, const json& args, bool crea
         if (!k) return done(text_result(not_found_text(sid), true));
         return then(k, false);
     }
-    s_.core->start(core::session_request{.tenant = tenant},
+    s_.core->start(core::session_for(tenant),
                              [then, done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  then(k, true);

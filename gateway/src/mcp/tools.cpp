@@ -332,32 +332,41 @@ json render_execution(const json& result, const std::string& session_id, bool ne
         parts.push_back({"error", std::move(t)});
     }
 
-    std::vector<std::size_t> sizes;
-    for (const auto& p : parts) sizes.push_back(p.text.size());
-    const auto budgets = agent::share_budget(sizes, limits.text_bytes);
-    std::string text = head;
-    for (std::size_t i = 0; i < parts.size(); ++i)
-        text += "--- " + parts[i].title + " ---\n" + agent::head_and_tail(parts[i].text, budgets[i]) +
-                (parts[i].text.ends_with('\n') ? "" : "\n");
-
     json links = json::array();
+    std::string listed;
     const auto files = result.value("files", json::array());
     if (!files.empty()) {
-        text += "--- files ---\n";
+        listed += "--- files ---\n";
         for (const auto& f : files) {
             const auto path = f.value("path", "");
             const auto uri = file_uri(session_id, path);
-            text += f.value("change", "changed") + " " + path + " (" + f.value("size", json(0)).dump() + " bytes, " +
-                    f.value("mime_type", "application/octet-stream") + ") " + uri + "\n";
+            listed += f.value("change", "changed") + " " + path + " (" + f.value("size", json(0)).dump() + " bytes, " +
+                      f.value("mime_type", "application/octet-stream") + ") " + uri + "\n";
             links.push_back({{"type", "resource_link"},
                              {"uri", uri},
                              {"name", path},
                              {"mimeType", f.value("mime_type", "application/octet-stream")},
                              {"size", f.value("size", json(0))}});
         }
-        if (truncated.value("files", false)) text += "[more files changed than are listed]\n";
+        if (truncated.value("files", false)) listed += "[more files changed than are listed]\n";
     }
-    text += notes;
+
+    // The budget is a ceiling on the whole text block: the head, the
+    // sections' titles, the file list and the notes come out of it first,
+    // and the sections share what is left.
+    std::size_t fixed = head.size() + listed.size() + notes.size();
+    for (const auto& p : parts) fixed += p.title.size() + 10;  // "--- " title " ---\n", and a closing newline
+    std::vector<std::size_t> sizes;
+    for (const auto& p : parts) sizes.push_back(p.text.size());
+    const auto budgets = agent::share_budget(sizes, limits.text_bytes > fixed ? limits.text_bytes - fixed : 0);
+    std::string text = head;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        auto kept = agent::head_and_tail(parts[i].text, budgets[i]);
+        text += "--- " + parts[i].title + " ---\n" + kept + (kept.ends_with('\n') ? "" : "\n");
+    }
+    text += listed + notes;
+    // Past the budget only when the head and the file list alone are.
+    if (text.size() > limits.text_bytes) text.resize(utf8_complete_length(std::string_view(text).substr(0, limits.text_bytes)));
 
     json content = json::array({{{"type", "text"}, {"text", std::move(text)}}});
     for (auto& i : images) content.push_back(std::move(i));

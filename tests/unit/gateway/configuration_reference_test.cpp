@@ -2,6 +2,7 @@
 // it, --help lists every option in it, and every option it describes parses
 // as described.
 #include "config/gateway_config.hpp"
+#include "../test_paths.hpp"
 #include "parse_args.hpp"
 #include "config/options.hpp"
 
@@ -61,7 +62,7 @@ void set_sample_environment() {
 }  // namespace
 
 TEST(configuration_reference, docs_configuration_md_is_the_tables_output) {
-    const std::string path = CELLGATE_CONFIGURATION_MD;
+    const std::string path = fixtures::configuration_md;
     const auto expected = config::configuration_reference();
     if (std::getenv("CELLGATE_UPDATE_GOLDEN") != nullptr) {
         std::ofstream(path) << expected;

@@ -29,6 +29,21 @@ TEST(OutputBudget, HeadAndTailKeepsBothEndsAndSaysWhatWent) {
     }
 }
 
+// A share too small for the marker still stays within it: the budget is a
+// ceiling however many parts share it.
+TEST(OutputBudget, ASharePastTheMarkersRoomIsStillACeiling) {
+    const std::string text(5000, 'y');
+    const std::string where = "; all of it: GET /v1/sessions/s/executions/e/output?stream=stdout";
+    for (const std::size_t budget : {0u, 1u, 40u, 159u, 160u, 161u, 230u, 300u}) {
+        EXPECT_LE(head_and_tail(text, budget).size(), budget) << budget;
+        EXPECT_LE(head_and_tail("é" + text, budget, where).size(), budget) << budget;
+        EXPECT_TRUE(is_valid_utf8(head_and_tail("é" + text, budget))) << budget;
+        text_capture cap(1000);
+        for (int i = 0; i < 10; ++i) cap.append(text);
+        EXPECT_LE(cap.render(budget, where).size(), budget) << budget;
+    }
+}
+
 TEST(OutputBudget, CaptureRendersAsTheWholeTextWouldBeCut) {
     text_capture cap(1000);
     std::string whole;

@@ -1,4 +1,5 @@
 #include "kernels/cell_watch.hpp"
+#include "kernels/cell_notices.hpp"
 
 #include <gtest/gtest.h>
 
@@ -80,7 +81,9 @@ TEST_F(watch_test, stream_output_past_the_limit_is_cut_with_a_notice_under_the_c
     EXPECT_FALSE(head.empty());
     EXPECT_LT(head.size(), 100u);
     EXPECT_EQ(head, std::string(head.size(), 'b'));
-    EXPECT_NE(text_of(v.before[1]).find("output_limit"), std::string::npos);
+    // The notice a /v1 execution appends, on the stream that reached the limit.
+    EXPECT_EQ(text_of(v.before[1]), kernels::cell_notices::output_truncated(p.output_limit_bytes));
+    EXPECT_EQ(json::parse(v.before[1]->msg.content).value("name", ""), "stdout");
     for (const auto& m : v.before) EXPECT_EQ(m->fields.parent_msg_id, "cell-1");
     EXPECT_EQ(json::parse(v.before[1]->msg.parent_header).value("session", ""), "client-1");
     // Later output is withheld without another notice; the next cell starts afresh.
@@ -105,6 +108,7 @@ TEST_F(watch_test, a_cut_never_splits_a_character_or_an_escape) {
     const auto head = text_of(v.before[0]);
     EXPECT_EQ(head, text.substr(0, head.size()));
     EXPECT_EQ(json::parse(v.before[0]->msg.content).value("name", ""), "stderr");
+    EXPECT_EQ(json::parse(v.before[1]->msg.content).value("name", ""), "stderr");
 }
 
 TEST_F(watch_test, zero_means_no_output_limit) {
@@ -203,11 +207,4 @@ TEST(cell_watch_memory, remembers_a_bounded_number_of_requests) {
     }();
     EXPECT_EQ(last.what, cell_watch::action::restart);
     EXPECT_EQ(last.set_id, 0u);  // forgotten: the error still reaches every client on iopub
-}
-
-TEST(human_bytes, reads_like_a_person_wrote_it) {
-    EXPECT_EQ(kernels::human_bytes(16u << 20), "16 MiB");
-    EXPECT_EQ(kernels::human_bytes(1536u << 10), "1.5 MiB");
-    EXPECT_EQ(kernels::human_bytes(300u << 10), "300 KiB");
-    EXPECT_EQ(kernels::human_bytes(12), "12 bytes");
 }

@@ -3,6 +3,7 @@
 // to the shim) and `runsc exec --detach` (a waiter that exits 128 + n) do. No
 // root and no sandbox; real processes, so the waits are on their exits.
 #include "cellgate/launcher/exec_spec.hpp"
+#include "../test_paths.hpp"
 #include "cellgate/launcher/launch_error.hpp"
 #include "exec_shim.hpp"
 
@@ -87,7 +88,7 @@ protected:
         ours.stdout_ = unique_fd(std::exchange(out.fds[0], -1));
         ours.stderr_ = unique_fd(std::exchange(err.fds[0], -1));
         shim_stdio theirs{in.fds[0], out.fds[1], err.fds[1]};
-        return start_exec_shim(CELLGATE_EXEC_SHIM, r, theirs, std::move(ours), -1, 24, 80).process;
+        return start_exec_shim(cellgate::fixtures::exec_shim, r, theirs, std::move(ours), -1, 24, 80).process;
     }
 
     static std::string read_all(int fd) {

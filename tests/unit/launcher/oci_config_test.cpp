@@ -1,4 +1,5 @@
 #include "oci_config.hpp"
+#include "../test_paths.hpp"
 #include "seccomp_profile.hpp"
 
 #include <gtest/gtest.h>
@@ -33,7 +34,7 @@ oci_inputs fixed_inputs() {
 
 // Compares with the committed golden file; CELLGATE_UPDATE_GOLDEN=1 rewrites it.
 void expect_golden(const json& actual, const std::string& name) {
-    const std::string path = std::string(CELLGATE_GOLDEN_DIR) + "/" + name;
+    const std::string path = std::string(cellgate::fixtures::golden_dir) + "/" + name;
     if (std::getenv("CELLGATE_UPDATE_GOLDEN") != nullptr) {
         std::ofstream(path) << actual.dump(2) << "\n";
         GTEST_SKIP() << "golden file rewritten: " << path;

@@ -115,11 +115,35 @@ TEST(McpRender, BudgetSharedSoSmallPartsStayWhole) {
     limits.text_bytes = 2000;
     const auto r = render_execution(result_with({{"stdout", flood}, {"stderr", "one warning\n"}}), "s", false, limits);
     const auto text = r["content"][0]["text"].get<std::string>();
-    EXPECT_LT(text.size(), 2000u + 200u);
+    EXPECT_LE(text.size(), 2000u);
     EXPECT_NE(text.find("--- stderr ---\none warning\n"), std::string::npos);
     EXPECT_NE(text.find("row 0\n"), std::string::npos);
     EXPECT_NE(text.find("row 99999\n"), std::string::npos);
     EXPECT_NE(text.find("lines) elided"), std::string::npos);
+}
+
+// The budget is a ceiling on the whole text block, head, titles, file list
+// and notes included (max_output_tokens=2000 gave 8,080 bytes before).
+TEST(McpRender, TheBudgetIsACeilingOnTheWholeText) {
+    std::string flood, tb;
+    for (int i = 0; i < 20000; ++i) flood += "row " + std::to_string(i) + " é\n";
+    for (int i = 0; i < 500; ++i) tb += "  File \"x.py\", line " + std::to_string(i) + "\n";
+    json files = json::array();
+    for (int i = 0; i < 20; ++i)
+        files.push_back({{"path", "out/f" + std::to_string(i) + ".csv"}, {"size", 10}, {"mime_type", "text/csv"}, {"change", "created"}});
+    const auto full = result_with({{"status", "error"}, {"stdout", flood}, {"stderr", flood},
+                                   {"results", json::array({{{"type", "execute_result"}, {"is_main_result", true},
+                                                             {"data", {{"text/plain", flood}}}}})},
+                                   {"error", {{"ename", "E"}, {"evalue", "v"}, {"traceback_text", tb}}},
+                                   {"files", files}, {"truncated", {{"stdout", true}, {"results", true}}},
+                                   {"usage", {{"cpu_s", 1.5}, {"peak_memory_bytes", 1 << 30}, {"execution_id", "e-1"}}}});
+    for (const std::size_t budget : {std::size_t{8000}, std::size_t{2000}, std::size_t{256}, std::size_t{64}}) {
+        render_limits limits;
+        limits.text_bytes = budget;
+        const auto text = render_execution(full, "s-1", true, limits)["content"][0]["text"].get<std::string>();
+        EXPECT_LE(text.size(), budget) << budget;
+        EXPECT_TRUE(text.starts_with("status: error")) << budget;
+    }
 }
 
 TEST(McpRender, ImagesAreCapped) {
