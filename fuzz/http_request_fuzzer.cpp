@@ -30,6 +30,7 @@
 
 #include "api/request_models.hpp"
 #include "agent/agent_service.hpp"
+#include "core/cell_request.hpp"
 #include "core/session_request.hpp"
 #include "contents/contents_store.hpp"
 #include "http/auth.hpp"
@@ -314,17 +315,18 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
             (void)core::policy_for(api::session_request_from(b, "fuzz"), fx.limits.defaults, fx.limits);
         });
     } else if (route == "/v1/sessions/{id}/execute") {
-        as_handler([&] { (void)api::execution_options_from(body(false), fx.limits.defaults, fx.limits); });
+        as_handler([&] { (void)core::cell_options(api::cell_request_from(body(false)), fx.limits.defaults, fx.limits); });
     } else if (route == "/v1/execute") {
         as_handler([&] {
             const auto b = body(false);
-            if (!b.contains("code") || !b["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
+            auto cell = api::cell_request_from(b);
+            cell.inline_files = true;
             for (const auto& [p, data] : api::inline_files_from(b)) check_workspace_path(p);
             auto ask = core::session_for("fuzz");
             ask.env = api::strict_env(b);
             ask.limits = api::limits_asked_from(b);
             const auto policy = core::policy_for(ask, fx.limits.defaults, fx.limits);
-            (void)api::execution_options_from(b, policy, fx.limits);
+            (void)core::cell_options(cell, policy, fx.limits);
         });
     } else if (route == "/v1/sessions/{id}/files" && method == bhttp::verb::post) {
         as_handler([&] {

@@ -494,8 +494,7 @@ json execution::collect_files() {
             json f = {{"path", c.path},
                       {"size", c.size},
                       {"mime_type", std::string(contents::mime_type_for(c.path))},
-                      {"change", c.change},
-                      {"url", options_.files_url_prefix + url_encode_path(c.path)}};
+                      {"change", c.change}};
             // Over the limit or unreadable: listed, not inlined.
             if (options_.inline_files) f["content_base64"] = contents[i] ? json(base64_encode(*contents[i])) : json(nullptr);
             files.push_back(std::move(f));
@@ -590,11 +589,10 @@ void execution::complete(json files, std::optional<launcher::sandbox_usage> afte
 
 // Budget mode: every text part shares the budget; a DataFrame's display is
 // its summary; HTML goes where a plain form exists; repeated traceback frames
-// collapse. What was cut stays readable at the output URL.
+// collapse. What was cut stays readable in the spool (the surface serves it).
 void execution::apply_budget(json& result) {
     const auto budget = options_.budget_bytes;
     const bool spooled = !spool_failed_ && !options_.spool_dir.empty();
-    const std::string output_url = options_.executions_url_prefix + id_ + "/output";
     std::size_t tables = 0, html_dropped = 0;
     for (auto& r : result["results"]) {
         auto& data = r["data"];
@@ -637,7 +635,8 @@ void execution::apply_budget(json& result) {
     json elided = json::object();
     for (std::size_t s = 0; s < 2; ++s) {
         const char* name = s == 0 ? "stdout" : "stderr";
-        const std::string where = spooled ? "; all of it: GET " + output_url + "?stream=" + name : "";
+        const std::string at = spooled && options_.output_at ? options_.output_at(id_, name) : "";
+        const std::string where = at.empty() ? "" : "; all of it: " + at;
         auto text = captures_[s].render(shares[s], where);
         if (!captures_[s].whole() || text.size() < captures_[s].total_bytes())
             elided[name] = captures_[s].total_bytes();
@@ -659,7 +658,7 @@ void execution::apply_budget(json& result) {
                         {"estimated_tokens", (shown + bytes_per_token - 1) / bytes_per_token},
                         {"bytes_per_token", bytes_per_token},
                         {"elided_streams", std::move(elided)},
-                        {"output_url", spooled ? json(output_url) : json(nullptr)},
+                        {"output_kept", spooled},
                         {"output_complete", spooled && !stdout_truncated_ && !stderr_truncated_},
                         {"tables_summarized", tables},
                         {"html_dropped", html_dropped},
@@ -717,7 +716,7 @@ void execution::downscale_images(std::function<void()> then) {
                 if (!self->options_.spool_dir.empty()) {
                     const auto name = self->id_ + ".image-" + std::to_string(n) + (mime == "image/png" ? ".png" : ".jpg");
                     originals.emplace_back(self->options_.spool_dir / name, r["data"][mime].get<std::string>());
-                    note["original_url"] = self->options_.executions_url_prefix + self->id_ + "/images/" + std::to_string(n);
+                    note["original"] = n;
                 }
                 r["data"][mime] = text;
                 if (!r["metadata"].is_object()) r["metadata"] = json::object();

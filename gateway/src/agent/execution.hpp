@@ -32,7 +32,6 @@ struct execution_options {
     std::size_t output_limit_bytes = 1u << 20;        // stdout + stderr
     std::size_t result_limit_bytes = 32u << 20;       // rich results, see result_budget.hpp
     std::size_t max_results = 10000;
-    std::string files_url_prefix;                     // "/v1/sessions/<id>/files/"
     bool inline_files = false;                        // one-shot: file contents in the result
     std::size_t inline_files_limit_bytes = 32u << 20;
     util::file_io_pool* file_io = nullptr;            // where the workspace snapshots run (the strand when null)
@@ -40,13 +39,18 @@ struct execution_options {
     // An output budget (0: none): the result's text keeps head and tail
     // within it (output_budget.hpp), DataFrames become summaries, images
     // past max_image_pixels are downscaled, and the whole stdout and stderr
-    // (up to spool_limit_bytes) go to files in spool_dir, read back through
-    // output_url ("/v1/sessions/<id>/executions/<eid>/output").
+    // (up to spool_limit_bytes) go to files in spool_dir, which the surface
+    // serves ("output_kept" in the result's budget).
     std::size_t budget_bytes = 0;
     std::uint64_t max_image_pixels = 1u << 20;
     std::filesystem::path spool_dir;
     std::size_t spool_limit_bytes = 32u << 20;
-    std::string executions_url_prefix;                // "/v1/sessions/<id>/executions/"
+    // How the surface names where a cut stream can be read whole (the
+    // execution's id, "stdout" or "stderr"): the cut text says so. Unset or
+    // empty: the text says only that it was cut. The result itself names no
+    // URL: files carry their paths, a downscaled image its index
+    // (metadata.cellgate.original), the budget whether the output was kept.
+    std::function<std::string(const std::string& execution_id, std::string_view stream)> output_at;
     // Environment for this cell only: set in the kernel's os.environ just
     // before it runs and put back as it was right after (names checked by
     // check_cell_env).

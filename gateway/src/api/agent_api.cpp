@@ -36,13 +36,44 @@ std::unique_ptr<contents_store> store_of(const kernels::kernel_ptr& k) { return 
 
 std::string files_url(const std::string& session_id) { return "/v1/sessions/" + session_id + "/files/"; }
 
+std::string executions_url(const std::string& session_id, const std::string& execution_id) {
+    return "/v1/sessions/" + session_id + "/executions/" + execution_id;
+}
+
+// The /v1 links in a result or event from the core, which names none: each
+// changed file's URL, where a budgeted cell's whole output is read, and each
+// downscaled image's original.
+void link_files(json& files, const std::string& session_id) {
+    for (auto& f : files)
+        if (f.is_object() && f["path"].is_string()) f["url"] = files_url(session_id) + url_encode_path(f["path"].get<std::string>());
+}
+// A one-shot run links no file (its sandbox is gone) and keeps no output.
+void link_result(json& result, const std::string& session_id, bool files = true) {
+    if (files) link_files(result["files"], session_id);
+    const auto at = executions_url(session_id, result.value("execution_id", ""));
+    if (const auto b = result.find("budget"); b != result.end() && b->is_object())
+        (*b)["output_url"] = b->value("output_kept", false) ? json(at + "/output") : json(nullptr);
+    for (auto& r : result["results"])
+        if (const auto m = r.find("metadata"); m != r.end() && m->is_object() && m->contains("cellgate"))
+            if (auto& note = (*m)["cellgate"]; note.is_object() && note.contains("original") && note["original"].is_number_unsigned())
+                note["original_url"] = at + "/images/" + std::to_string(note["original"].get<std::uint64_t>());
+}
+
+// A /v1 cell: the body as the core's request, and where its cut streams are read whole.
+core::cell_request v1_cell(const json& body, const std::string& session_id) {
+    auto r = cell_request_from(body);
+    r.output_at = whole_output_at(session_id);
+    return r;
+}
+
 // Runs one execution and replies with JSON, or streams it as SSE with
 // keepalives; a streaming client that disconnects gets its cell interrupted.
-void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, agent::execution_options opts,
-                   const request_ptr& req, reply_fn reply, std::function<void(json&)> decorate = {}) {
+void run_and_reply(core::executions& cells, const kernels::kernel_ptr& k, agent::execution_options opts,
+                   const request_ptr& req, reply_fn reply) {
+    const auto id = k->id();
     if (!wants_event_stream(req)) {
-        agents.submit(k, std::move(opts), {}, [reply, decorate](json result) {
-            if (decorate) decorate(result);
+        cells.run(k, std::move(opts), {}, [reply, id](json result) {
+            link_result(result, id);
             reply(json_response(200, result));
         });
         return;
@@ -50,28 +81,31 @@ void run_and_reply(agent::agent_service& agents, const kernels::kernel_ptr& k, a
     response res;
     res.content_type = "text/event-stream";
     res.headers.emplace_back("X-Accel-Buffering", "no");
-    res.stream = [&agents, k, opts = std::move(opts), decorate](std::shared_ptr<stream_sink> sink) mutable {
+    res.stream = [&cells, k, id, opts = std::move(opts)](std::shared_ptr<stream_sink> sink) mutable {
         auto stop_keepalive = std::make_shared<std::function<void()>>(
-            util::every(agents.io(), std::chrono::seconds(15), [sink] { sink->write(": keepalive\n\n"); }));
-        auto e = agents.submit(
+            util::every(cells.agents().io(), std::chrono::seconds(15), [sink] { sink->write(": keepalive\n\n"); }));
+        auto e = cells.run(
             k, std::move(opts),
-            [sink](const std::string& event, const json& data) {
-                if (event != "end") sink->write(sse_event(event, data));
+            [sink, id](const std::string& event, const json& data) {
+                if (event == "end") return;
+                if (event != "files") return sink->write(sse_event(event, data));
+                auto linked = data;
+                link_files(linked["files"], id);
+                sink->write(sse_event(event, linked));
             },
-            [sink, stop_keepalive, decorate](json result) {
-                if (decorate) decorate(result);
+            [sink, stop_keepalive, id](json result) {
+                link_result(result, id);
                 sink->write(sse_event("end", result));
                 sink->close();
                 (*stop_keepalive)();
             });
-        sink->on_disconnect([&agents, k, e] {
+        sink->on_disconnect([&cells, k, e] {
             spdlog::info("kernel {}: the streaming client went away; interrupting its execution", k->id());
-            agents.cancel(k->id(), e);
+            cells.cancel(k->id(), e);
         });
     };
     reply(std::move(res));
 }
-
 
 json file_entry(const std::string& session_id, const contents::entry_info& e) {
     const bool dir = e.type == contents::entry_type::directory;
@@ -180,32 +214,15 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
                     : json_response(200, session_model(*k, s.kernels.specs().find(k->spec_name()))));
         });
     });
-    r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
+    r.add(bhttp::verb::post, "/v1/sessions/{id}/execute", [&s](const request_ptr& req, reply_fn reply) {
         const auto k = kernel_or_404(s, req, req->param("id"));
         const auto body = req->json_body(false);
-        if (k->state() == kernels::kernel_state::paused) {
-            if (!k->policy().auto_resume)
-                throw api_exception(409, "The session is paused and resumes only when asked: "
-                                         "POST /v1/sessions/{id}/resume first.");
-            // The cell waits in the kernel's queue while it resumes.
-            s.kernels.resume(k, [](std::optional<kernels::failure>) {});
-        }
-        if (k->state() == kernels::kernel_state::dead) {
-            // Its restart failed (or is spent): say so now rather than let the
-            // cell wait out its timeout, and try the restart again.
-            // revive() keeps to the restart budget and backoff: a client that
-            // retries at once cannot keep the launch threads busy.
-            const bool restarting = s.kernels.revive(k) || k->state() == kernels::kernel_state::restarting;
-            auto res = error_response(
-                503, restarting ? "The session's kernel is dead and is being restarted; its memory is lost, "
-                                  "its files are kept. Try again in a few seconds."
-                                : "The session's kernel is dead and is not being restarted now (it failed to start "
-                                  "recently, or restarted too often); its files are kept. Try again later, or "
-                                  "POST /v1/sessions/{id}/restart.");
-            res.headers.emplace_back("Retry-After", "2");
+        if (const auto no = s.cells->ready(k)) {
+            auto res = failure_response(no->why);
+            if (no->retry_soon) res.headers.emplace_back("Retry-After", "2");
             return reply(std::move(res));
         }
-        run_and_reply(agents, k, agent_execution_options(agents, *k, body), req, std::move(reply));
+        run_and_reply(*s.cells, k, s.cells->options(*k, v1_cell(body, k->id())), req, std::move(reply));
     });
 }
 
@@ -414,12 +431,15 @@ void register_file_paths(router& r, services& s) {
     }));
 }
 
-void register_one_shot(router& r, services& s, agent::agent_service& agents) {
+void register_one_shot(router& r, services& s) {
     // One-shot: a fresh sandbox, the files, the code, the result with every
     // produced file inline, and the sandbox gone again.
-    r.add(bhttp::verb::post, "/v1/execute", [&s, &agents](const request_ptr& req, reply_fn reply) {
+    r.add(bhttp::verb::post, "/v1/execute", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body(false);
-        if (!body.contains("code") || !body["code"].is_string()) throw api_exception(400, "'code' (a string) is required");
+        // The cell is checked before a sandbox starts for it.
+        auto cell = cell_request_from(body);
+        cell.inline_files = true;  // the sandbox is gone after: the files come inline, unlinked
+        cell.keep_output = false;  // and so is any output to read back
         auto files = inline_files_from(body);
         auto ask = core::session_for(req->who.tenant);
         ask.env = strict_env(body);
@@ -427,7 +447,7 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
         ask.limits.idle_timeout = std::chrono::seconds(0);  // it ends with the call
         s.core->start(
             ask,
-            [&s, &agents, req, body, files = std::move(files), reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
+            [&s, req, cell = std::move(cell), files = std::move(files), reply](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                 if (e) return reply(failure_response(*e));
                 auto finish = [&s, k](std::function<void()> then) {
                     s.kernels.shutdown(k, [then](std::optional<kernels::failure>) { then(); }, "one-shot execution finished");
@@ -436,19 +456,14 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
                 reply_fn finish_with = [finish, reply](response res) {
                     finish([reply, res = std::move(res)]() mutable { reply(std::move(res)); });
                 };
-                run_file_work(s, req, finish_with, [&agents, k, body, files, finish, reply](const reply_fn&) {
+                run_file_work(s, req, finish_with, [&s, k, cell, files, finish, reply](const reply_fn&) {
                     const auto store = store_of(k);
                     for (const auto& [path, data] : files) guarded([&] {
                             store->make_parents(path);
                             return store->write(path, data);
                         });
-                    auto opts = agent_execution_options(agents, *k, body);
-                    opts.inline_files = true;
-                    opts.spool_dir.clear();  // the session ends with the call: no output to read back
-                    opts.inline_files_limit_bytes = k->policy().result_limit_bytes;
-                    opts.files_url_prefix.clear();
-                    agents.submit(k, std::move(opts), {}, [reply, finish](json result) {
-                        for (auto& f : result["files"]) f.erase("url");  // the sandbox is gone
+                    s.cells->run(k, s.cells->options(*k, cell), {}, [reply, finish, id = k->id()](json result) {
+                        link_result(result, id, false);
                         finish([reply, result] { reply(json_response(200, result)); });
                     });
                 });
@@ -458,12 +473,10 @@ void register_one_shot(router& r, services& s, agent::agent_service& agents) {
 
 }  // namespace
 
-agent::execution_options agent_execution_options(agent::agent_service& agents, const kernels::kernel& k, const json& body) {
-    auto o = execution_options_from(body, k.policy(), agents.limits());
-    o.files_url_prefix = files_url(k.id());
-    o.executions_url_prefix = "/v1/sessions/" + k.id() + "/executions/";
-    if (o.budget_bytes > 0) o.spool_dir = agents.spool_dir(k.id());
-    return o;
+std::function<std::string(const std::string&, std::string_view)> whole_output_at(const std::string& session_id) {
+    return [session_id](const std::string& execution_id, std::string_view stream) {
+        return "GET " + executions_url(session_id, execution_id) + "/output?stream=" + std::string(stream);
+    };
 }
 
 json session_model(const kernels::kernel& k, const kernels::kernelspec* spec) {
@@ -513,7 +526,7 @@ void register_agent_api(router& r, services& s, agent::agent_service& agents) {
     register_ledger(r, s, agents);
     register_file_listing(r, s);
     register_file_paths(r, s);
-    register_one_shot(r, s, agents);
+    register_one_shot(r, s);
     register_snapshots(r, s, agents);
     register_workspace_api(r, s, agents);
     register_volumes(r, s);

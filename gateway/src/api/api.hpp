@@ -4,6 +4,7 @@
 #include "contents/contents_store.hpp"
 #include "core/files.hpp"
 #include "core/network.hpp"
+#include "core/executions.hpp"
 #include "core/sessions.hpp"
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
@@ -49,6 +50,8 @@ struct services {
     std::string node_tag{};  // a cluster node's tag (the first group of the ids it makes); "" alone
     // The core's front door: every surface starts its sessions here.
     core::sessions* core = nullptr;
+    // And runs their cells here (core/executions.hpp).
+    core::executions* cells = nullptr;
 };
 
 void register_misc_api(http::router& r, services& s);       // /api, /api/status, /api/me, /healthz, /metrics
@@ -106,12 +109,10 @@ void start_agent_session(services& s, const std::string& tenant, const nlohmann:
 // The session's workspace (core/files.hpp).
 using core::open_files;
 
-// An execution's options from a request body ({code, timeout_s,
-// max_output_tokens | max_output_bytes, max_image_pixels}), checked as
-// POST /v1/sessions/{id}/execute checks them: the session's limits, links to
-// its files and, with a budget, the spool that keeps its whole output.
-agent::execution_options agent_execution_options(agent::agent_service& agents, const kernels::kernel& k,
-                                                 const nlohmann::json& body);
+// Where a budgeted cell's cut stream is read whole: GET
+// /v1/sessions/{id}/executions/{execution_id}/output?stream=…, as the cut text
+// names it (core::cell_request::output_at). /v1, E2B and MCP cells.
+std::function<std::string(const std::string& execution_id, std::string_view stream)> whole_output_at(const std::string& session_id);
 
 // Shared by handlers: the calling tenant's kernel, or api_exception(404).
 kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, const std::string& id);

@@ -1,6 +1,7 @@
 #include "api/request_models.hpp"
 
 #include "agent/agent_service.hpp"
+#include "core/cell_request.hpp"
 #include "core/session_request.hpp"
 #include "contents/contents_store.hpp"
 #include "kernels/kernel.hpp"
@@ -16,20 +17,6 @@ namespace cellgate::api {
 using nlohmann::json;
 
 namespace {
-
-// A positive whole number of seconds or bytes from the request, capped.
-// Fractions round up, so a positive request never becomes 0, which means
-// "none" for lifetimes and idle timeouts (review L1: 0.5 s used to disable them).
-template <class T>
-T requested(const json& body, const char* key, T fallback, T maximum) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_number() || it->get<double>() <= 0)
-        throw api_exception(400, std::string("'") + key + "' must be a positive number");
-    const double v = it->get<double>();
-    if (v >= static_cast<double>(maximum)) return maximum;
-    return std::max<T>(T{1}, static_cast<T>(std::ceil(v)));
-}
 
 // A workspace path from a request; a malformed one is a 400.
 std::string checked_path(std::string_view path) {
@@ -324,30 +311,16 @@ core::session_request session_request_from(const json& body, const std::string& 
     return r;
 }
 
-agent::execution_options execution_options_from(const json& body, const kernels::kernel_policy& p,
-                                                const agent::agent_limits& l) {
-    agent::execution_options o;
+core::cell_request cell_request_from(const json& body) {
+    core::cell_request r;
     const auto code = body.find("code");
     if (code == body.end() || !code->is_string()) throw api_exception(400, "'code' (a string) is required");
-    o.code = code->get<std::string>();
-    o.timeout = std::chrono::seconds(
-        requested<long>(body, "timeout_s", static_cast<long>(p.exec_timeout.count()),
-                        static_cast<long>(p.exec_timeout.count() == 0 ? l.maxima.exec_timeout.count()
-                                                                      : std::max(p.exec_timeout, l.maxima.exec_timeout).count())));
-    o.output_limit_bytes = p.output_limit_bytes;
-    o.result_limit_bytes = p.result_limit_bytes;
-    // An output budget, in tokens or in bytes (not both); 64 tokens at least.
-    constexpr std::size_t max_budget_bytes = 16u << 20;
-    const bool tokens = body.contains("max_output_tokens") && !body["max_output_tokens"].is_null();
-    const bool bytes = body.contains("max_output_bytes") && !body["max_output_bytes"].is_null();
-    if (tokens && bytes) throw api_exception(400, "Give 'max_output_tokens' or 'max_output_bytes', not both");
-    if (tokens) o.budget_bytes = requested<std::size_t>(body, "max_output_tokens", 0, max_budget_bytes / agent::bytes_per_token) * agent::bytes_per_token;
-    if (bytes) o.budget_bytes = requested<std::size_t>(body, "max_output_bytes", 0, max_budget_bytes);
-    if (o.budget_bytes > 0 && o.budget_bytes < 64 * agent::bytes_per_token)
-        throw api_exception(400, "An output budget must be at least 64 tokens (256 bytes)");
-    o.max_image_pixels = requested<std::uint64_t>(body, "max_image_pixels", o.max_image_pixels, 64ull << 20);
-    if (o.max_image_pixels < 4096) throw api_exception(400, "'max_image_pixels' must be at least 4096");
-    return o;
+    r.code = code->get<std::string>();
+    r.timeout = asked_seconds(body, "timeout_s");
+    r.max_output_tokens = asked<std::size_t>(body, "max_output_tokens");
+    r.max_output_bytes = asked<std::size_t>(body, "max_output_bytes");
+    r.max_image_pixels = asked<std::uint64_t>(body, "max_image_pixels");
+    return r;
 }
 
 std::vector<std::pair<std::string, std::string>> inline_files_from(const json& body) {

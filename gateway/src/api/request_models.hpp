@@ -21,7 +21,10 @@ namespace cellgate::kernels {
 struct kernel_policy;
 struct policy_overrides;
 }  // namespace cellgate::kernels
-namespace cellgate::core { struct session_request; }
+namespace cellgate::core {
+struct session_request;
+struct cell_request;
+}  // namespace cellgate::core
 namespace cellgate::agent {
 struct agent_limits;
 struct execution_options;
@@ -104,10 +107,10 @@ std::string agent_kernel_name(const nlohmann::json& body);
 // output_limit_bytes, lifecycle): positive, fractions rounded up, so a
 // request never asks for 0, which means none.
 kernels::policy_overrides limits_asked_from(const nlohmann::json& body);
-// POST /v1/sessions/{id}/execute and /v1/execute {code, timeout_s}, for a
-// session with `policy`.
-agent::execution_options execution_options_from(const nlohmann::json& body, const kernels::kernel_policy& policy,
-                                                const agent::agent_limits& limits);
+// A cell from POST /v1/sessions/{id}/execute, /v1/execute or an MCP tool call
+// ({code, timeout_s, max_output_tokens | max_output_bytes, max_image_pixels}):
+// types and signs checked here, ceilings by the core (core::cell_options).
+core::cell_request cell_request_from(const nlohmann::json& body);
 // POST /v1/execute "files": [{path, content_base64}] as checked workspace
 // paths and their bytes.
 std::vector<std::pair<std::string, std::string>> inline_files_from(const nlohmann::json& body);

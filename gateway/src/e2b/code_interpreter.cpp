@@ -139,12 +139,12 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     const auto context_id = context_of(body);
     if (!context_id.empty() && !e.contexts->exists(k->id(), context_id))
         throw api_exception(404, "Context '" + context_id.substr(0, 64) + "' not found");
-    if (context_id.empty() && k->state() == kernels::kernel_state::dead) {
-        e.services.kernels.revive(k);
-        auto res = rest_error(503, "The sandbox's kernel is dead and is being restarted; its files are kept. Try again shortly.");
-        res.headers.emplace_back("Retry-After", "2");
-        return reply(std::move(res));
-    }
+    if (context_id.empty())
+        if (const auto no = e.cells.ready(k)) {
+            auto res = rest_error(no->why.kind == kernels::failure_kind::busy ? 409 : 503, no->why.message);
+            if (no->retry_soon) res.headers.emplace_back("Retry-After", "2");
+            return reply(std::move(res));
+        }
     const auto& p = k->policy();
     response res;
     res.content_type = "application/x-ndjson";
@@ -188,49 +188,49 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
         };
         return reply(std::move(res));
     }
-    agent::execution_options o;
-    o.code = body["code"].get<std::string>();
-    o.timeout = p.exec_timeout;
-    o.output_limit_bytes = p.output_limit_bytes;
-    o.result_limit_bytes = p.result_limit_bytes;
-    o.report_files = false;
-    o.env = env_of(body);
-    // An output budget: from the request (a client beyond the SDK), or the
-    // sandbox's metadata "cellgate_max_output_tokens" (set at Sandbox.create).
-    json budget = json::object();
+    // The default context is the session's kernel: the core's cell, held to
+    // the session's limits, with an output budget from the request (a client
+    // beyond the SDK) or the sandbox's metadata "cellgate_max_output_tokens"
+    // (set at Sandbox.create).
+    core::cell_request cell;
+    cell.code = body["code"].get<std::string>();
+    cell.report_files = false;
+    cell.env = env_of(body);
+    cell.output_at = api::whole_output_at(k->id());
+    json asked = json::object();
     for (const char* key : {"max_output_tokens", "max_output_bytes", "max_image_pixels"})
-        if (body.contains(key)) budget[key] = body[key];
-    if (!budget.contains("max_output_tokens") && !budget.contains("max_output_bytes"))
+        if (body.contains(key)) asked[key] = body[key];
+    if (!asked.contains("max_output_tokens") && !asked.contains("max_output_bytes"))
         if (const auto r = e.book.find(k->id()); r && r->metadata.count("cellgate_max_output_tokens") != 0) {
             try {
-                budget["max_output_tokens"] = std::stoul(r->metadata.at("cellgate_max_output_tokens"));
+                asked["max_output_tokens"] = std::stoul(r->metadata.at("cellgate_max_output_tokens"));
             } catch (const std::exception&) {
                 throw api_exception(400, "metadata 'cellgate_max_output_tokens' must be a whole number");
             }
         }
-    if (!budget.empty()) {
-        budget["code"] = o.code;
-        const auto b = api::agent_execution_options(e.agents, *k, budget);
-        o.budget_bytes = b.budget_bytes;
-        o.max_image_pixels = b.max_image_pixels;
-        o.spool_dir = b.spool_dir;
-        o.executions_url_prefix = b.executions_url_prefix;
+    if (!asked.empty()) {
+        asked["code"] = cell.code;
+        const auto budget = api::cell_request_from(asked);
+        cell.max_output_tokens = budget.max_output_tokens;
+        cell.max_output_bytes = budget.max_output_bytes;
+        cell.max_image_pixels = budget.max_image_pixels;
     }
+    auto o = e.cells.options(*k, cell);
     const bool budgeted = o.budget_bytes > 0;
-    auto& agents = e.agents;
-    res.stream = [&agents, k, o = std::move(o), on_event, on_done, budgeted](std::shared_ptr<stream_sink> sink) mutable {
+    auto& cells = e.cells;
+    res.stream = [&cells, k, o = std::move(o), on_event, on_done, budgeted](std::shared_ptr<stream_sink> sink) mutable {
         // With a budget the SDK gets the cut output at the end, as if it had streamed.
         auto events = budgeted ? agent::execution::event_fn([](const std::string&, const json&) {}) : agent::execution::event_fn(on_event(sink));
-        auto done = on_done(sink, keepalives(agents.io(), sink));
-        auto ex = agents.submit(k, std::move(o), std::move(events), budgeted ? agent::execution::done_fn([sink, done](json result) {
+        auto done = on_done(sink, keepalives(cells.agents().io(), sink));
+        auto ex = cells.run(k, std::move(o), std::move(events), budgeted ? agent::execution::done_fn([sink, done](json result) {
             replay(result, *sink);
             done(std::move(result));
         }) : agent::execution::done_fn(done));
         // The request carries no time limit: a client that gives up goes away,
         // and its cell is interrupted.
-        sink->on_disconnect([&agents, k, ex] {
+        sink->on_disconnect([&cells, k, ex] {
             spdlog::info("e2b: sandbox {}: the client left /execute; interrupting its cell", k->id());
-            agents.cancel(k->id(), ex);
+            cells.cancel(k->id(), ex);
         });
     };
     reply(std::move(res));

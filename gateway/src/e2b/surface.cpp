@@ -236,7 +236,7 @@ void rethrow_contents(const contents::contents_error& e) { throw api_exception(a
 std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
-    auto e = std::make_shared<surface>(surface{s, agents, book, &processes, options, std::make_shared<code_contexts>(processes),
+    auto e = std::make_shared<surface>(surface{s, agents, *s.cells, book, &processes, options, std::make_shared<code_contexts>(processes),
                                                std::make_shared<watch_book>()});
     s.kernels.on_removed([contexts = std::weak_ptr(e->contexts), watches = std::weak_ptr(e->watches)](const std::string& kernel_id) {
         if (auto c = contexts.lock()) c->remove_session(kernel_id);

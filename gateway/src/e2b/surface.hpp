@@ -28,6 +28,7 @@ inline constexpr std::string_view home_dir = "/home/user";
 struct surface {
     api::services& services;
     agent::agent_service& agents;
+    core::executions& cells;  // the default context's cells
     sandbox_book& book;
     processes::process_table* processes;
     e2b_options options;

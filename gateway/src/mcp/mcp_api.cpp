@@ -304,7 +304,7 @@ void server::notification(const mcp_session& session, const json& msg) {
     }
     spdlog::info("MCP request {} cancelled by the client{}", params["requestId"].dump().substr(0, 64),
                  exec ? "; interrupting its cell" : "");
-    if (exec) agents_.cancel(kernel_id, exec);
+    if (exec) s_.cells->cancel(kernel_id, exec);
     if (end) end();
 }
 
@@ -503,32 +503,27 @@ void server::execute_code(const std::string& tenant, const json& args, const std
 
 void server::run_cell(const kernels::kernel_ptr& k, bool fresh, const json& args, const std::shared_ptr<call_state>& call,
                       const done_fn& done) {
-    if (k->state() == kernels::kernel_state::dead) {
-        const bool restarting = s_.kernels.revive(k) || k->state() == kernels::kernel_state::restarting;
-        return done(text_result("The session's kernel is dead" +
-                                    std::string(restarting ? " and is being restarted: its variables are lost, its files "
-                                                             "are kept. Try again in a few seconds."
-                                                           : " and is not being restarted now; its files are kept. Try "
-                                                             "again later or start a new session."),
-                                true));
-    }
+    // A paused session resumes when its policy lets it; a dead kernel is revived and the cell refused.
+    if (const auto no = s_.cells->ready(k)) return done(text_result(no->why.message, true));
     const auto policy_timeout = k->policy().exec_timeout.count();
-    json body = {{"code", args["code"]}};
-    body["timeout_s"] = args.contains("timeout_s") && !args["timeout_s"].is_null()
-                            ? args["timeout_s"].get<long>()
-                            : std::min<long>(options_.default_cell_timeout.count(), policy_timeout > 0 ? policy_timeout : 3600);
+    json ask = {{"code", args["code"]}};
+    ask["timeout_s"] = args.contains("timeout_s") && !args["timeout_s"].is_null()
+                           ? args["timeout_s"]
+                           : json(std::min<long>(options_.default_cell_timeout.count(), policy_timeout > 0 ? policy_timeout : 3600));
     // MCP results always have a budget: the model's, or 24 KiB.
     render_limits limits;
     if (args.contains("max_output_tokens") && args["max_output_tokens"].is_number_integer())
         limits.text_bytes = args["max_output_tokens"].get<std::size_t>() * agent::bytes_per_token;
-    body["max_output_bytes"] = std::max<std::size_t>(limits.text_bytes, 64 * agent::bytes_per_token);
-    auto opts = api::agent_execution_options(agents_, *k, body);
+    ask["max_output_bytes"] = std::max<std::size_t>(limits.text_bytes, core::min_budget_bytes);
+    auto cell = api::cell_request_from(ask);
+    cell.output_at = api::whole_output_at(k->id());
+    auto opts = s_.cells->options(*k, cell);
     {
         std::lock_guard lock(call->mutex);
         if (call->cancelled) return;
         call->kernel_id = k->id();
     }
-    auto exec = agents_.submit(
+    auto exec = s_.cells->run(
         k, std::move(opts),
         [call](const std::string& event, const json& data) {
             if (event != "stdout" && event != "stderr") return;
@@ -547,7 +542,7 @@ void server::run_cell(const kernels::kernel_ptr& k, bool fresh, const json& args
         call->exec = exec;
         cancelled = call->cancelled;
     }
-    if (cancelled) agents_.cancel(k->id(), exec);  // cancelled while it was being submitted
+    if (cancelled) s_.cells->cancel(k->id(), exec);  // cancelled while it was being submitted
 }
 
 void server::create_session(const std::string& tenant, const json& args, const done_fn& done) {

@@ -1,5 +1,6 @@
 #include "api/request_models.hpp"
 #include "agent/agent_service.hpp"
+#include "core/cell_request.hpp"
 #include "core/session_request.hpp"
 #include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
@@ -131,7 +132,8 @@ TEST(request_models, agent_session_policy_is_capped) {
     EXPECT_EQ(tiny.lifetime, std::chrono::seconds(1));
     EXPECT_EQ(tiny.idle_timeout, std::chrono::seconds(1));
     EXPECT_EQ(tiny.exec_timeout, std::chrono::seconds(1));
-    EXPECT_EQ(execution_options_from({{"code", ""}, {"timeout_s", 0.2}}, tiny, limits).timeout, std::chrono::seconds(1));
+    EXPECT_EQ(core::cell_options(cell_request_from({{"code", ""}, {"timeout_s", 0.2}}), tiny, limits).timeout,
+              std::chrono::seconds(1));
     for (const json bad : {json(0), json(-1), json("10"), json(true), json::array()})
         EXPECT_EQ(status_of([&] { policy_from({{"idle_timeout_s", bad}}); }), 400u) << bad;
 }
@@ -141,14 +143,30 @@ TEST(request_models, execute_options) {
     kernels::kernel_policy policy;
     policy.exec_timeout = std::chrono::seconds(30);
     policy.output_limit_bytes = 1234;
-    const auto o = execution_options_from({{"code", "1+1"}}, policy, limits);
+    const auto options = [&](const json& body) { return core::cell_options(cell_request_from(body), policy, limits); };
+    const auto o = options({{"code", "1+1"}});
     EXPECT_EQ(o.code, "1+1");
     EXPECT_EQ(o.timeout, std::chrono::seconds(30));
     EXPECT_EQ(o.output_limit_bytes, 1234u);
-    EXPECT_EQ(execution_options_from({{"code", ""}, {"timeout_s", 1e9}}, policy, limits).timeout,
-              limits.maxima.exec_timeout);
-    EXPECT_EQ(status_of([&] { execution_options_from(json::object(), policy, limits); }), 400u);
-    EXPECT_EQ(status_of([&] { execution_options_from({{"code", 1}}, policy, limits); }), 400u);
+    EXPECT_EQ(o.budget_bytes, 0u);
+    EXPECT_FALSE(o.output_at);
+    EXPECT_EQ(options({{"code", ""}, {"timeout_s", 1e9}}).timeout, limits.maxima.exec_timeout);
+    EXPECT_EQ(status_of([&] { options(json::object()); }), 400u);
+    EXPECT_EQ(status_of([&] { options({{"code", 1}}); }), 400u);
+    // A budget in tokens or bytes, never both; held between 64 tokens and 16 MiB.
+    EXPECT_EQ(options({{"code", ""}, {"max_output_tokens", 100}}).budget_bytes, 400u);
+    EXPECT_EQ(options({{"code", ""}, {"max_output_bytes", 1e12}}).budget_bytes, core::max_budget_bytes);
+    EXPECT_EQ(options({{"code", ""}, {"max_output_tokens", 1e12}}).budget_bytes, core::max_budget_bytes);
+    EXPECT_EQ(status_of([&] { options({{"code", ""}, {"max_output_tokens", 10}, {"max_output_bytes", 1000}}); }), 400u);
+    EXPECT_EQ(status_of([&] { options({{"code", ""}, {"max_output_tokens", 63}}); }), 400u);
+    EXPECT_EQ(status_of([&] { options({{"code", ""}, {"max_output_bytes", -5}}); }), 400u);
+    EXPECT_EQ(status_of([&] { options({{"code", ""}, {"max_image_pixels", 100}}); }), 400u);
+    EXPECT_EQ(options({{"code", ""}, {"max_image_pixels", 1e15}}).max_image_pixels, 64ull << 20);
+    // A one-shot cell carries its files inline, up to the session's result limit.
+    auto one_shot = cell_request_from({{"code", ""}});
+    one_shot.inline_files = true;
+    policy.result_limit_bytes = 777;
+    EXPECT_EQ(core::cell_options(one_shot, policy, limits).inline_files_limit_bytes, 777u);
 }
 
 TEST(request_models, one_shot_files) {
