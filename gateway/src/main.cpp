@@ -371,6 +371,8 @@ int main(int argc, char** argv) {
         // The core's front door, which every surface starts its sessions through.
         core::sessions session_starts(manager, agents.limits(), services.network);
         services.core = &session_starts;
+        core::executions cells(manager, agents);
+        services.cells = &cells;
 
         http::server_context ctx(
             cfg.server, http::authenticator(cfg.tokens),
