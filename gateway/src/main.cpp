@@ -31,6 +31,7 @@
 #include <malloc.h>
 #endif
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -321,6 +322,13 @@ int main(int argc, char** argv) {
 
         asio::io_context ioc;
         cfg.manager.launcher_rules = cfg.launcher;
+        // Cells that reach a kernel other than through the agent service (a
+        // Jupyter WebSocket client's, an E2B code context's) go to its ledger
+        // too; the service is made after the manager, so the hook finds it here.
+        std::atomic<agent::agent_service*> cell_ledger{nullptr};
+        cfg.manager.kernel.on_cell = [&cell_ledger](const kernels::kernel& k, kernels::cell_summary cell) {
+            if (auto* agents = cell_ledger.load()) agents->record_cell(k, std::move(cell));
+        };
         kernels::kernel_manager manager(ioc, launch, reactor, specs, metrics, cfg.manager);
         kernels::session_registry sessions;
         // Egress: a proxy for the sessions that have a network (core/network.hpp).
@@ -361,6 +369,7 @@ int main(int argc, char** argv) {
         remove_spools_of_others(spool_root, taken_back.ids);
         agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get(), spool_root);
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
+        cell_ledger.store(&agents);
         api::services services{manager, sessions, metrics, "2.0.0", &file_io};
         if (egress_proxy) {
             services.network = &network;
@@ -449,6 +458,7 @@ int main(int argc, char** argv) {
         if (member) member->stop();  // the lease is revoked: the node's record goes now
         file_io.stop();  // its jobs use the services and the manager below
         reactor.stop();
+        cell_ledger.store(nullptr);  // the service goes first
         spdlog::info("cellgate stopped");
     } catch (const std::exception& e) {
         spdlog::critical("cellgate: {}", e.what());

@@ -1,5 +1,12 @@
 #include "agent/agent_service.hpp"
 
+#include "cellgate/protocol/message.hpp"
+#include "util/encoding.hpp"
+
+#include <boost/asio/post.hpp>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace cellgate::agent {
@@ -12,6 +19,10 @@ agent_service::agent_service(boost::asio::io_context& ioc, kernels::kernel_manag
     // Executions waiting on a session that goes away finish at once.
     manager_.on_removed([this](const std::string& kernel_id) {
         ledger_.forget_session(kernel_id);
+        boost::asio::post(cells_, [this, prefix = kernel_id + "\n"] {
+            for (auto it = cell_starts_.lower_bound(prefix); it != cell_starts_.end() && it->first.starts_with(prefix);)
+                it = cell_starts_.erase(it);
+        });
         if (!spool_root_.empty()) {
             std::error_code ec;
             std::filesystem::remove_all(spool_dir(kernel_id), ec);
@@ -55,14 +66,17 @@ void trim_spool(const std::filesystem::path& dir, std::uint64_t cap) {
 }  // namespace
 
 std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, execution_options options,
-                                                 execution::event_fn on_event, execution::done_fn on_done) {
+                                                 execution::event_fn on_event, execution::done_fn on_done,
+                                                 std::string surface) {
     const std::string id = k->id();
     const std::string tenant = k->tenant();
     options.file_io = file_io_;
     auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
-                                         [this, id, tenant, on_done = std::move(on_done)](nlohmann::json result) {
+                                         [this, id, tenant, surface = std::move(surface),
+                                                          on_done = std::move(on_done)](nlohmann::json result) {
                                              if (result.contains("usage")) {
                                                  auto& usage = result["usage"];
+                                                 usage["surface"] = surface;
                                                  if (egress_summary_) {
                                                      const auto to = std::chrono::duration_cast<std::chrono::milliseconds>(
                                                          std::chrono::system_clock::now().time_since_epoch()).count();
@@ -102,6 +116,108 @@ void agent_service::done(const std::string& kernel_id) {
     if (it == queues_.end()) return;
     it->second.running.reset();
     start_next_locked(kernel_id);
+}
+
+namespace {
+
+std::string sha256_hex(std::string_view data) {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
+}
+
+std::int64_t unix_ms(std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+// A cell's record, with a /v1 execution's fields (execution.cpp's usage_record).
+nlohmann::json cell_record(const std::string& kernel_id, const kernels::cell_summary& s,
+                           std::chrono::system_clock::time_point started, std::chrono::system_clock::time_point ended,
+                           const std::optional<launcher::sandbox_usage>& before,
+                           const std::optional<launcher::sandbox_usage>& after) {
+    using nlohmann::json;
+    json r = {{"execution_id", protocol::make_uuid()},
+              {"session_id", kernel_id},
+              {"surface", s.surface},
+              {"code_sha256", s.code ? json(sha256_hex(*s.code)) : json(nullptr)},
+              {"code_bytes", s.code_bytes},
+              {"started_at", kernels::iso8601(started)},
+              {"ended_at", kernels::iso8601(ended)},
+              {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(s.ended_at - s.started).count()},
+              {"status", s.status},
+              {"cpu_s", nullptr},
+              {"peak_memory_bytes", nullptr},
+              {"stdout_bytes", s.stdout_bytes},
+              {"stderr_bytes", s.stderr_bytes},
+              {"result_bytes", s.result_bytes},
+              {"results", s.results},
+              {"files", {{"created", json::array()}, {"modified", json::array()}, {"deleted", json::array()}}},
+              {"files_complete", false},
+              {"egress", json::array()},
+              {"output_truncated", s.output_truncated},
+              {"results_truncated", s.results_truncated},
+              {"kernel_restarted", s.kernel_restarted}};
+    // Where it came from: a Jupyter request's msg_id (the client's name for
+    // it, up to 128 bytes), an E2B context's id.
+    if (s.surface == "jupyter") r["msg_id"] = s.id.substr(0, 128);
+    if (!s.context.empty()) r["context_id"] = s.context;
+    if (!s.error_name.empty()) r["error_name"] = s.error_name.substr(0, 128);
+    if (before && after) {
+        if (after->cpu_ns >= before->cpu_ns) r["cpu_s"] = static_cast<double>(after->cpu_ns - before->cpu_ns) / 1e9;
+        if (before->peak_resettable) {
+            r["peak_memory_bytes"] = after->memory_peak_bytes;
+            r["peak_memory_increase_bytes"] =
+                after->memory_peak_bytes > before->memory_bytes ? after->memory_peak_bytes - before->memory_bytes : 0;
+        }
+        r["memory_bytes_at_start"] = before->memory_bytes;
+        r["memory_bytes_at_end"] = after->memory_bytes;
+    }
+    return r;
+}
+
+}  // namespace
+
+void agent_service::record_cell(const kernels::kernel& k, kernels::cell_summary cell) {
+    const std::string kernel_id = k.id();
+    auto key = kernel_id + "\n" + cell.context + "\n" + cell.id;
+    if (!cell.ended) {
+        // The peak is reset as the cell starts, so its record sees its own;
+        // the cell already runs, so its first moments may go uncounted.
+        boost::asio::post(cells_, [this, kernel_id, key = std::move(key)]() mutable {
+            auto usage = manager_.sandbox_usage(kernel_id, true);
+            if (cell_starts_.size() >= max_cells_running) cell_starts_.erase(cell_starts_.begin());
+            cell_starts_[std::move(key)] = usage;
+        });
+        return;
+    }
+    // The wall clock of its steady times, as near to them as can be.
+    const auto steady_now = std::chrono::steady_clock::now();
+    const auto ended = std::chrono::system_clock::now() -
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(steady_now - cell.ended_at);
+    const auto started = ended - std::chrono::duration_cast<std::chrono::system_clock::duration>(cell.ended_at - cell.started);
+    boost::asio::post(cells_, [this, kernel_id, tenant = k.tenant(), key = std::move(key), cell = std::move(cell), started,
+                               ended] {
+        if (!manager_.find(tenant, kernel_id)) {  // gone: its records were forgotten
+            cell_starts_.erase(key);
+            return;
+        }
+        std::optional<launcher::sandbox_usage> before, after;
+        // No reading at its start (it came after the end, or it was dropped): no CPU or memory.
+        if (const auto it = cell_starts_.find(key); it != cell_starts_.end()) {
+            before = it->second;
+            cell_starts_.erase(it);
+            if (before) after = manager_.sandbox_usage(kernel_id, false);
+        }
+        try {
+            auto r = cell_record(kernel_id, cell, started, ended, before, after);
+            if (egress_summary_)
+                if (auto n = egress_summary_(kernel_id, unix_ms(started), unix_ms(ended)); !n.is_null()) r["egress"] = std::move(n);
+            ledger_.record(std::move(r));
+        } catch (const std::exception& e) {
+            spdlog::warn("session {}: a {} cell was not recorded: {}", kernel_id, cell.surface, e.what());
+        }
+    });
 }
 
 void agent_service::cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e) {

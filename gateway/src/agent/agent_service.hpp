@@ -2,7 +2,10 @@
 
 #include "agent/execution.hpp"
 #include "agent/ledger.hpp"
+#include "kernels/cell_summary.hpp"
 #include "kernels/kernel_manager.hpp"
+
+#include <boost/asio/thread_pool.hpp>
 
 #include <deque>
 #include <map>
@@ -31,8 +34,11 @@ public:
                   util::file_io_pool* file_io = nullptr, kernels::state_store* store = nullptr,
                   std::filesystem::path spool_root = {});
 
+    // `surface` tags its ledger record: the door it came through ("v1",
+    // "mcp", "e2b").
     std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
-                                      execution::event_fn on_event, execution::done_fn on_done);
+                                      execution::event_fn on_event, execution::done_fn on_done,
+                                      std::string surface = "v1");
     // The client went away: a queued execution is dropped, a running one interrupted.
     void cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e);
 
@@ -51,6 +57,19 @@ public:
     kernels::kernel_manager& kernels() noexcept { return manager_; }
     boost::asio::io_context& io() noexcept { return ioc_; }
 
+    // A cell that ran in a session without this service (a Jupyter WebSocket
+    // client's, an E2B code context's: kernels/cell_summary.hpp): at its
+    // start the sandbox's peak is reset and its usage read, at its end read
+    // again and the cell recorded, with the fields a /v1 execution's record
+    // has. The cgroup is read on a thread of the service's own, in arrival
+    // order; this only queues. Its workspace is not snapshotted: "files" is
+    // empty and "files_complete" false. A cell that ends as its session goes
+    // is not recorded (the session's records go with it).
+    void record_cell(const kernels::kernel& k, kernels::cell_summary cell);
+    // Readings at cells' starts kept for their ends (a cell whose end never
+    // comes leaves one until its session goes; past this one is dropped).
+    static constexpr std::size_t max_cells_running = 1024;
+
 private:
     egress_summary_fn egress_summary_;
     struct session_queue {
@@ -68,6 +87,10 @@ private:
     std::filesystem::path spool_root_;
     std::mutex mutex_;
     std::map<std::string, session_queue> queues_;
+    // Only on cells_: the usage read at each running cell's start, by
+    // "<session>\n<context>\n<cell id>".
+    std::map<std::string, std::optional<launcher::sandbox_usage>> cell_starts_;
+    boost::asio::thread_pool cells_{1};  // last: stopped first, before what its jobs use
 };
 
 }  // namespace cellgate::agent

@@ -1,7 +1,9 @@
 #pragma once
 
-// The ledger: one record per execution of the agent API (and of the surfaces
-// over it: E2B, MCP) — what it ran (the code's SHA-256), when, its status,
+// The ledger: one record per cell a session runs — an execution of the agent
+// API (and of the surfaces over it: E2B, MCP), a Jupyter WebSocket client's
+// cell, an E2B code context's (agent_service::record_cell); its "surface"
+// says which — what it ran (the code's SHA-256), when, its status,
 // the CPU time and memory peak of the sandbox's cgroup during the cell, the
 // bytes it produced and the files it created, modified or deleted. Kept per
 // session for the session's life (the newest max_per_session), in memory

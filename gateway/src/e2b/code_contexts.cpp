@@ -48,7 +48,44 @@ struct cell {
     bool output_dropped = false, result_dropped = false;
     json error = nullptr;
     std::unique_ptr<asio::steady_timer> timer;
+    // For the ledger (kernels/cell_summary.hpp), through the session's kernel.
+    std::weak_ptr<kernels::kernel> kernel;
+    std::string id = make_context_id();
+    std::chrono::steady_clock::time_point started_at;
+    std::uint64_t stdout_bytes = 0, stderr_bytes = 0;
+    std::size_t results = 0;
 };
+
+namespace {
+
+// A context cell's start (no status) or end, to the session's ledger.
+void report(const cell& c, const std::string& context_id, const std::string& status = {}) {
+    const auto k = c.kernel.lock();
+    if (!k) return;
+    kernels::cell_summary s;
+    s.id = c.id;
+    s.surface = "e2b";
+    s.context = context_id;
+    s.started = c.started_at;
+    if (!status.empty()) {
+        s.ended = true;
+        s.ended_at = std::chrono::steady_clock::now();
+        s.code = c.request.code;
+        s.code_bytes = c.request.code.size();
+        s.error_name = c.error.is_object() ? c.error.value("ename", "") : "";
+        s.status = status == "error" && s.error_name == "KeyboardInterrupt" ? "interrupted" : status;
+        s.stdout_bytes = c.stdout_bytes;
+        s.stderr_bytes = c.stderr_bytes;
+        s.result_bytes = c.result_bytes;
+        s.results = c.results;
+        s.output_truncated = c.output_dropped;
+        s.results_truncated = c.result_dropped;
+        s.kernel_restarted = status == "kernel_died" || s.error_name == "KernelRestarted";
+    }
+    k->report_cell(std::move(s));
+}
+
+}  // namespace
 
 class context : public std::enable_shared_from_this<context> {
 public:
@@ -119,13 +156,14 @@ public:
             c->finished = true;
             if (c->timer) c->timer->cancel();
             const bool timed_out = c->timed_out;
-            later.push_back([c, name, value, status, timed_out] {
+            later.push_back([c, name, value, status, timed_out, context_id = info.id] {
                 if (!c->error.is_object()) {
                     c->error = timed_out ? error_data("TimeoutError", "The cell ran past its time limit and was interrupted")
                                          : error_data(name, value);
                     c->on_event("error", c->error);
                 }
                 c->done({{"status", timed_out ? "timeout" : status}, {"execution_count", nullptr}, {"error", c->error}});
+                if (c->started) report(*c, context_id, timed_out ? "timeout" : status);
             });
         }
     }
@@ -160,6 +198,7 @@ public:
     // As a /v1 execution cuts its text: what fits, then the notice, on the
     // stream that reached the limit; nothing after.
     void emit_text(cell& c, const std::string& name, const std::string& text, deferred& later) {
+        (name == "stderr" ? c.stderr_bytes : c.stdout_bytes) += text.size();
         if (c.output_dropped) return;
         const auto limit = c.request.output_limit_bytes;
         std::string piece = text;
@@ -193,6 +232,7 @@ public:
         } else if (type == "display" || type == "result") {
             auto data = m.value("data", json::object());
             c.result_bytes += text.size();
+            ++c.results;
             if (c.result_bytes > c.request.result_limit_bytes) {
                 c.result_dropped = true;
                 return;
@@ -217,13 +257,14 @@ public:
         std::string note;
         if (c->result_dropped) note += kernels::cell_notices::results_dropped(c->request.result_limit_bytes);
         auto status = c->timed_out ? "timeout" : c->error.is_object() ? "error" : "ok";
-        later.push_back([c, note, status, execution_count = std::move(execution_count)] {
+        later.push_back([c, note, status, execution_count = std::move(execution_count), context_id = info.id] {
             if (!note.empty()) c->on_event("stderr", {{"text", note}});
             if (c->timed_out && !c->error.is_object()) {
                 c->error = error_data("TimeoutError", "The cell ran past its time limit and was interrupted");
                 c->on_event("error", c->error);
             }
             c->done({{"status", status}, {"execution_count", execution_count}, {"error", c->error}});
+            report(*c, context_id, status);
         });
     }
 
@@ -232,6 +273,8 @@ public:
         if (state != phase::ready || queue.empty() || queue.front()->started || !proc) return;
         auto c = queue.front();
         c->started = true;
+        c->started_at = std::chrono::steady_clock::now();
+        later.push_back([c, context_id = info.id] { report(*c, context_id); });
         if (restarted) {
             restarted = false;
             later.push_back([c] {
@@ -456,6 +499,7 @@ std::shared_ptr<cell> code_contexts::execute(const kernels::kernel_ptr& k, const
     c->on_event = std::move(on_event);
     c->done = std::move(done);
     c->owner = ctx;
+    c->kernel = k;
     bool revive = false;
     {
         std::lock_guard lock(ctx->mutex);

@@ -8,7 +8,9 @@
 // JSON object per line. A context runs one cell at a time and queues the
 // rest; a cell's events use the agent's names (stdout, stderr, display,
 // result, error) and its end the agent's result shape, so /execute encodes
-// both kinds of context the same way.
+// both kinds of context the same way. Each cell that runs is reported to
+// the session's ledger through its kernel (kernel::report_cell), as the
+// kernel's own cells are.
 //
 // Bounds: contexts per sandbox (and the process table's own per-session
 // cap), queued cells per context, the size of one message from the

@@ -83,7 +83,14 @@ void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view st
     const auto& parent = m.fields.parent_msg_id;
     if (parent.empty()) return;
     if (state == "idle") {
-        if (cell_ && cell_->msg_id == parent) cell_.reset();
+        if (cell_ && cell_->msg_id == parent) {
+            // Its reply may still be on its way (another socket): wait for it a little.
+            if (ending_) end(std::move(*std::exchange(ending_, std::nullopt)));
+            cell_->ended = now;
+            if (cell_->reply_status.empty()) ending_ = std::move(cell_);
+            else end(std::move(*cell_));
+            cell_.reset();
+        }
         if (own_running_ == parent) own_running_.clear();
         std::erase(own_, parent);
         std::erase_if(requests_, [&](const auto& r) { return r.first == parent; });
@@ -95,11 +102,80 @@ void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view st
         return;
     }
     if (peek::string_member(m.msg.parent_header, "msg_type", 32).value_or("") != "execute_request") return;
+    if (ending_) end(std::move(*std::exchange(ending_, std::nullopt)));
+    if (cell_) {  // its idle never came (ipykernel runs one at a time): it is over
+        cell_->ended = now;
+        end(std::move(*cell_));
+    }
     cell c;
     c.msg_id = parent;
     c.parent_header = m.msg.parent_header;
     c.started = now;
+    cell_summary started;
+    started.id = parent;
+    started.surface = "jupyter";
+    started.started = now;
+    report(std::move(started));
     cell_ = std::move(c);
+}
+
+void cell_watch::on_reply(const jupyter::kernel_message& m) {
+    const auto& parent = m.fields.parent_msg_id;
+    cell* c = cell_ && cell_->msg_id == parent ? &*cell_ : ending_ && ending_->msg_id == parent ? &*ending_ : nullptr;
+    if (c == nullptr) return;
+    c->reply_status = peek::string_member(m.msg.content, "status", 16).value_or("unknown");
+    if (c->error_name.empty())
+        if (auto ename = peek::string_member(m.msg.content, "ename", 128)) c->error_name = std::move(*ename);
+    if (ending_ && c == &*ending_) end(std::move(*std::exchange(ending_, std::nullopt)));
+}
+
+void cell_watch::reset(clock::time_point now) {
+    if (ending_) end(std::move(*std::exchange(ending_, std::nullopt)));
+    if (cell_) {
+        cell_->ended = now;
+        cell_->restarted = true;
+        end(std::move(*cell_));
+    }
+    cell_.reset();
+    own_running_.clear();
+}
+
+std::vector<cell_summary> cell_watch::take_reports(clock::time_point now) {
+    if (ending_ && now - ending_->ended >= reply_wait) end(std::move(*std::exchange(ending_, std::nullopt)));
+    return std::exchange(reports_, {});
+}
+
+void cell_watch::report(cell_summary s) {
+    // Only a kernel without a ledger leaves them here; the newest are kept.
+    if (reports_.size() >= max_reports) reports_.erase(reports_.begin());
+    reports_.push_back(std::move(s));
+}
+
+void cell_watch::end(cell c) {
+    cell_summary s;
+    s.id = std::move(c.msg_id);
+    s.surface = "jupyter";
+    s.ended = true;
+    s.code = std::move(c.code);
+    s.code_bytes = c.code_bytes;
+    s.started = c.started;
+    s.ended_at = c.ended;
+    s.error_name = std::move(c.error_name);
+    // As a /v1 execution's status reads.
+    if (c.restarted) s.status = c.stage > 0 ? "timeout" : "kernel_died";
+    else if (c.stage > 0) s.status = "timeout";
+    else if (c.reply_status == "aborted") s.status = "aborted";
+    else if (s.error_name == "KeyboardInterrupt") s.status = "interrupted";
+    else if (c.errors > 0 || c.reply_status == "error") s.status = "error";
+    else s.status = "ok";
+    s.stdout_bytes = c.stdout_bytes;
+    s.stderr_bytes = c.stderr_bytes;
+    s.result_bytes = c.produced_result_bytes;
+    s.results = c.results;
+    s.output_truncated = c.text_cut;
+    s.results_truncated = c.results_cut;
+    s.kernel_restarted = c.restarted;
+    report(std::move(s));
 }
 
 cell_watch::verdict cell_watch::on_iopub(const jupyter::kernel_message& m, std::string_view state,
@@ -112,12 +188,39 @@ cell_watch::verdict cell_watch::on_iopub(const jupyter::kernel_message& m, std::
     if (!cell_ || m.fields.parent_msg_id != cell_->msg_id) return {};
     if (type == "execute_input") {
         if (const auto n = peek::member(m.msg.content, "execution_count"); n && n->size() < 24) cell_->execution_count = *n;
+        // The code, as the kernel runs it: kept for the ledger's hash, up to a bound.
+        if (const auto raw = peek::member(m.msg.content, "code"); raw && raw->size() >= 2 && raw->front() == '"') {
+            const auto body = raw->substr(1, raw->size() - 2);
+            cell_->code_bytes = peek::decoded_size(body).value_or(0);
+            cell_->code = cell_->code_bytes <= cell_summary::max_code_bytes
+                              ? peek::decode_string(body, cell_summary::max_code_bytes)
+                              : std::nullopt;
+        }
         return {};
     }
-    if (type == "stream") return on_stream(m, p);
-    if (is_rich(type)) return on_result(m, p);
-    if (type == "error") return on_error();
+    if (type == "stream") {
+        count_text(m);
+        return on_stream(m, p);
+    }
+    if (is_rich(type)) {
+        if (type != "update_display_data") ++cell_->results;
+        cell_->produced_result_bytes += m.wire_bytes();
+        return on_result(m, p);
+    }
+    if (type == "error") return on_error(m);
     return {};
+}
+
+void cell_watch::count_text(const jupyter::kernel_message& m) {
+    std::optional<std::string_view> name, text;
+    peek::for_each_member(m.msg.content, [&](std::string_view k, std::string_view v) {
+        if (peek::key_is(k, "name")) name = v;
+        else if (peek::key_is(k, "text")) text = v;
+        return true;
+    });
+    if (!text || text->size() < 2 || text->front() != '"') return;
+    const auto bytes = peek::decoded_size(text->substr(1, text->size() - 2)).value_or(0);
+    (name && *name == "\"stderr\"" ? cell_->stderr_bytes : cell_->stdout_bytes) += bytes;
 }
 
 cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, const kernel_policy& p) {
@@ -160,8 +263,9 @@ cell_watch::verdict cell_watch::on_result(const jupyter::kernel_message& m, cons
     return v;
 }
 
-cell_watch::verdict cell_watch::on_error() {
+cell_watch::verdict cell_watch::on_error(const jupyter::kernel_message& m) {
     auto& c = *cell_;
+    if (auto ename = peek::string_member(m.msg.content, "ename", 128)) c.error_name = std::move(*ename);
     if (++c.errors <= max_errors_per_cell) return {};
     verdict v{false, {}};
     if (!c.errors_cut) {

@@ -16,8 +16,16 @@
 // the interrupt gets an error and an execute_reply from the gateway, and the
 // kernel is restarted. Nothing here drops a socket.
 //
+// It also says what each client cell was, for the ledger: a cell_summary when
+// it starts (busy) and one when it ends (its code as the kernel echoed it in
+// execute_input, its times, status, bytes, and what the limits cut). The end
+// waits for the cell's execute_reply (which says "aborted") when that comes
+// after the idle status, for at most reply_wait. The gateway's own cells
+// (/v1 executions, recorded by the agent service itself) produce none.
+//
 // Not thread-safe: the kernel calls it under its own lock.
 
+#include "kernels/cell_summary.hpp"
 #include "kernels/policy.hpp"
 #include "jupyter/kernel_message.hpp"
 
@@ -36,6 +44,8 @@ public:
     using clock = std::chrono::steady_clock;
     static constexpr std::size_t max_errors_per_cell = 16;
     static constexpr std::size_t max_remembered = 256;  // own cells, and requests' channel sets
+    static constexpr std::size_t max_reports = 64;      // summaries nobody has taken yet
+    static constexpr std::chrono::seconds reply_wait{1};
 
     // A cell the gateway itself sends on its own channel set.
     void own(std::string msg_id);
@@ -57,6 +67,11 @@ public:
     // execution_state ("" for other types).
     verdict on_iopub(const jupyter::kernel_message& m, std::string_view state, const kernel_policy& p,
                      clock::time_point now);
+    // An execute_reply the kernel sent to a client (its status: ok, error, aborted).
+    void on_reply(const jupyter::kernel_message& m);
+    // The cells that started or ended since the last call, in that order; a
+    // cell whose reply has not come `reply_wait` after its idle ends without it.
+    std::vector<cell_summary> take_reports(clock::time_point now);
 
     enum class action { none, interrupt, restart };
     struct overdue {
@@ -69,11 +84,9 @@ public:
     };
     overdue check(const kernel_policy& p, clock::time_point now, clock::duration grace);
 
-    // The kernel restarted, died or was replaced: no cell is running.
-    void reset() noexcept {
-        cell_.reset();
-        own_running_.clear();
-    }
+    // The kernel restarted, died or was replaced: no cell is running. The
+    // cell that was ends (timeout when its time limit was passed, else kernel_died).
+    void reset(clock::time_point now);
     // A client's cell is running (the one this watch enforces limits on).
     bool running() const noexcept { return cell_.has_value(); }
     // A cell someone asked for is running, the gateway's own included: what
@@ -92,15 +105,28 @@ private:
         bool text_cut = false, results_cut = false, errors_cut = false;
         int stage = 0;  // 0 running, 1 interrupted, 2 given up on
         std::string execution_count = "null";  // raw, from execute_input
+        // For the summary.
+        std::optional<std::string> code;
+        std::size_t code_bytes = 0;
+        clock::time_point ended;
+        std::uint64_t stdout_bytes = 0, stderr_bytes = 0, produced_result_bytes = 0;
+        std::size_t results = 0;
+        std::string reply_status, error_name;
+        bool restarted = false;
     };
 
     void on_status(const jupyter::kernel_message& m, std::string_view state, clock::time_point now);
     verdict on_stream(const jupyter::kernel_message& m, const kernel_policy& p);
     verdict on_result(const jupyter::kernel_message& m, const kernel_policy& p);
-    verdict on_error();
+    verdict on_error(const jupyter::kernel_message& m);
     std::uint64_t set_of(const std::string& msg_id) const;
+    void count_text(const jupyter::kernel_message& m);
+    void report(cell_summary s);
+    void end(cell c);  // its summary, into reports_
 
     std::optional<cell> cell_;
+    std::optional<cell> ending_;  // idle, its reply not seen yet
+    std::vector<cell_summary> reports_;
     std::deque<std::string> own_;
     std::string own_running_;  // the gateway's own cell the kernel is running
     std::deque<std::pair<std::string, std::uint64_t>> requests_;

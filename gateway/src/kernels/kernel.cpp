@@ -84,6 +84,7 @@ void kernel::connect(launcher::sandbox_info sandbox) {
         if (auto self = weak.lock()) self->heartbeat_seen();
     };
     std::vector<std::uint64_t> set_ids;
+    std::vector<cell_summary> cells;
     launcher::kernel_endpoints endpoints = sandbox.endpoints;
     {
         std::lock_guard lock(mutex_);
@@ -92,10 +93,12 @@ void kernel::connect(launcher::sandbox_info sandbox) {
         iopub_seen_ = false;
         nudge_msg_id_.clear();
         kernel_info_ = nullptr;
-        watch_.reset();  // a new process: whatever ran is gone
+        watch_.reset(steady::now());  // a new process: whatever ran is gone
+        cells = watch_.take_reports(steady::now());
         last_heartbeat_ = steady::now();
         for (const auto& [set_id, s] : sessions_) set_ids.push_back(set_id);
     }
+    report_cells(std::move(cells));
     reactor_.add_kernel(id_, endpoints, std::move(handlers));
     reactor_.open_channels(id_, gateway_set);
     for (auto set_id : set_ids) reactor_.open_channels(id_, set_id);
@@ -136,8 +139,28 @@ kernel_state kernel::state() const {
 }
 
 void kernel::heartbeat_seen() {
-    std::lock_guard lock(mutex_);
-    last_heartbeat_ = steady::now();
+    std::vector<cell_summary> cells;
+    {
+        std::lock_guard lock(mutex_);
+        last_heartbeat_ = steady::now();
+        // A cell whose reply never came ends here at the latest (cell_watch::reply_wait).
+        cells = watch_.take_reports(last_heartbeat_);
+    }
+    report_cells(std::move(cells));
+}
+
+void kernel::report_cells(std::vector<cell_summary> cells) const {
+    if (!settings_.on_cell) return;
+    for (auto& c : cells) report_cell(std::move(c));
+}
+
+void kernel::report_cell(cell_summary s) const {
+    if (!settings_.on_cell) return;
+    try {
+        settings_.on_cell(*this, std::move(s));
+    } catch (const std::exception& e) {
+        spdlog::warn("kernel {}: a cell was not recorded: {}", id_, e.what());
+    }
 }
 
 steady::time_point kernel::last_heartbeat() const {
@@ -177,7 +200,9 @@ cell_watch::action kernel::enforce_time_limit(steady::time_point now, steady::du
         fan_out_made_locked(std::move(o.error));
         o.reply->seq = next_seq_++;
         if (const auto it = sessions_.find(o.set_id); it != sessions_.end()) deliver_locked(it->second, o.reply);
-        watch_.reset();
+        // Its summary waits for the next report (the restart's connect): the
+        // manager holds its own lock around this call.
+        watch_.reset(now);
     }
     return o.what;
 }
@@ -441,7 +466,17 @@ void kernel::gateway_send(jupyter::channel chan, protocol::message msg) {
 }
 
 void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> arrived) {
-    std::unique_lock lock(mutex_);
+    std::vector<cell_summary> cells;
+    {
+        std::unique_lock lock(mutex_);
+        on_wire_message_locked(lock, set_id, std::move(arrived));
+        if (lock.owns_lock()) cells = watch_.take_reports(steady::now());
+    }
+    report_cells(std::move(cells));
+}
+
+void kernel::on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uint64_t set_id,
+                                    std::shared_ptr<jupyter::kernel_message> arrived) {
     if (closed_) return;
     if (set_id == gateway_set && arrived->fields.msg_type == "execute_reply") {
         if (const auto w = silent_waiters_.find(arrived->fields.parent_msg_id); w != silent_waiters_.end()) {
@@ -492,6 +527,8 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kern
         }
         return;
     }
+    // A client's reply: its status ends the cell it answers (cell_watch).
+    if (m->chan == jupyter::channel::shell && m->fields.msg_type == "execute_reply") watch_.on_reply(*m);
     const auto it = sessions_.find(set_id);
     if (it != sessions_.end()) deliver_locked(it->second, m);
 }

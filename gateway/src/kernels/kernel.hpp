@@ -13,16 +13,20 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cellgate::kernels {
 
 enum class kernel_state { starting, idle, busy, restarting, dead, terminating, paused };
 std::string_view to_string(kernel_state s) noexcept;
+
+class kernel;
 
 struct kernel_settings {
     // Per client session (WebSocket session_id): what is kept while it is
@@ -43,6 +47,11 @@ struct kernel_settings {
     double iopub_data_rate = 0;       // bytes per second
     std::chrono::milliseconds rate_window{3000};
     bool limit_rich_outputs = false;
+    // Where the cells a kernel runs for others than the agent service go
+    // (cell_summary.hpp: a Jupyter WebSocket client's, an E2B code
+    // context's): the ledger (main.cpp). Called outside the kernel's lock,
+    // on the thread that saw the cell start or end; it must not block.
+    std::function<void(const kernel&, cell_summary)> on_cell;
 };
 
 using steady = std::chrono::steady_clock;
@@ -103,6 +112,10 @@ public:
     // cell_watch.hpp): tells every client when it is passed and says what
     // the manager must do (interrupt, or restart `grace` after that).
     cell_watch::action enforce_time_limit(steady::time_point now, steady::duration grace);
+    // A cell that ran in this session outside the kernel (an E2B code
+    // context's) goes to the ledger as the kernel's own cells do. Call it
+    // without holding a lock the hook could need.
+    void report_cell(cell_summary s) const;
     std::chrono::system_clock::time_point created() const noexcept { return created_; }
     steady::time_point created_steady() const noexcept { return created_steady_; }
     // Counts as activity for idle culling (executions, file operations).
@@ -219,6 +232,11 @@ private:
     };
 
     void on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> m);
+    void on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uint64_t set_id,
+                                std::shared_ptr<jupyter::kernel_message> m);
+    // Hands the cells that started or ended to settings_.on_cell: taken under
+    // the lock, reported after it is released.
+    void report_cells(std::vector<cell_summary> cells) const;
     void buffer_locked(client_session& s, const jupyter::kernel_message_ptr& m);
     bool evict_detached_locked();
     void fan_out_locked(const jupyter::kernel_message_ptr& m);

@@ -185,7 +185,7 @@ TEST_F(watch_test, no_time_limit_when_it_is_zero_or_after_a_reset) {
     auto none = p;
     none.exec_timeout = std::chrono::seconds(0);
     EXPECT_EQ(w.check(none, t0 + std::chrono::hours(5), std::chrono::seconds(3)).what, cell_watch::action::none);
-    w.reset();
+    w.reset(t0 + std::chrono::hours(5));
     EXPECT_EQ(w.check(p, t0 + std::chrono::hours(5), std::chrono::seconds(3)).what, cell_watch::action::none);
 }
 
@@ -207,4 +207,169 @@ TEST(cell_watch_memory, remembers_a_bounded_number_of_requests) {
     }();
     EXPECT_EQ(last.what, cell_watch::action::restart);
     EXPECT_EQ(last.set_id, 0u);  // forgotten: the error still reaches every client on iopub
+}
+
+// --- What the ledger hears of each client cell (cell_summary.hpp) ---
+
+namespace {
+
+jupyter::kernel_message reply(const std::string& status, const std::string& parent, const json& extra = json::object()) {
+    jupyter::kernel_message m = iopub("execute_reply", json{{"status", status}, {"execution_count", 3}}, parent);
+    m.chan = jupyter::channel::shell;
+    auto content = json::parse(m.msg.content);
+    content.update(extra);
+    m.msg.content = content.dump();
+    return m;
+}
+
+std::vector<kernels::cell_summary> ended(std::vector<kernels::cell_summary> all) {
+    std::erase_if(all, [](const auto& s) { return !s.ended; });
+    return all;
+}
+
+}  // namespace
+
+TEST_F(watch_test, a_client_cell_is_summarised_when_it_starts_and_when_it_ends) {
+    w.requested("cell-1", 4);
+    start();
+    auto first = w.take_reports(t0);
+    ASSERT_EQ(first.size(), 1u);
+    EXPECT_FALSE(first[0].ended);
+    EXPECT_EQ(first[0].id, "cell-1");
+    EXPECT_EQ(first[0].surface, "jupyter");
+    EXPECT_EQ(first[0].started, t0);
+    EXPECT_TRUE(w.take_reports(t0).empty());  // taken once
+
+    const std::string code = "print('h\u00e9')\nx = \"q\"\n";  // escapes in the JSON
+    send(iopub("execute_input", {{"code", code}, {"execution_count", 3}}, cell));
+    send(iopub("stream", {{"name", "stdout"}, {"text", "hello\n"}}, cell));
+    send(iopub("stream", {{"name", "stderr"}, {"text", "é"}}, cell));
+    send(iopub("display_data", {{"data", {{"text/plain", "x"}}}, {"metadata", json::object()}}, cell));
+    send(iopub("execute_result", {{"data", {{"text/plain", "y"}}}, {"metadata", json::object()}, {"execution_count", 3}}, cell));
+    w.on_reply(reply("ok", cell));
+    EXPECT_TRUE(w.take_reports(t0 + std::chrono::seconds(1)).empty());  // still running until idle
+    send(status("idle", cell), "idle", t0 + std::chrono::seconds(2));
+    const auto last = w.take_reports(t0 + std::chrono::seconds(2));
+    ASSERT_EQ(last.size(), 1u);
+    const auto& s = last[0];
+    EXPECT_TRUE(s.ended);
+    EXPECT_EQ(s.id, "cell-1");
+    ASSERT_TRUE(s.code);
+    EXPECT_EQ(*s.code, code);
+    EXPECT_EQ(s.code_bytes, code.size());
+    EXPECT_EQ(s.started, t0);
+    EXPECT_EQ(s.ended_at, t0 + std::chrono::seconds(2));
+    EXPECT_EQ(s.status, "ok");
+    EXPECT_EQ(s.stdout_bytes, 6u);
+    EXPECT_EQ(s.stderr_bytes, 2u);  // decoded UTF-8 bytes, not the JSON's
+    EXPECT_EQ(s.results, 2u);
+    EXPECT_GT(s.result_bytes, 0u);
+    EXPECT_FALSE(s.output_truncated || s.results_truncated || s.kernel_restarted);
+}
+
+TEST_F(watch_test, the_gateways_own_cells_and_other_requests_are_not_summarised) {
+    w.own("own-1");
+    const auto own = request_header("own-1");
+    send(status("busy", own), "busy");
+    send(iopub("execute_input", {{"code", "1"}, {"execution_count", 1}}, own));
+    send(iopub("stream", {{"name", "stdout"}, {"text", "x"}}, own));
+    w.on_reply(reply("ok", own));
+    send(status("idle", own), "idle");
+    const auto info = request_header("k-1", "kernel_info_request");
+    send(status("busy", info), "busy");
+    send(status("idle", info), "idle");
+    EXPECT_TRUE(w.take_reports(t0 + std::chrono::hours(1)).empty());
+}
+
+TEST_F(watch_test, a_cell_past_its_output_limit_counts_what_it_printed_and_says_it_was_cut) {
+    start();
+    send(iopub("stream", {{"name", "stdout"}, {"text", std::string(40, 'a')}}, cell));
+    send(iopub("stream", {{"name", "stdout"}, {"text", std::string(200, 'b')}}, cell));
+    send(iopub("stream", {{"name", "stdout"}, {"text", "c"}}, cell));
+    w.on_reply(reply("ok", cell));
+    send(status("idle", cell), "idle");
+    const auto s = ended(w.take_reports(t0));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].stdout_bytes, 241u);
+    EXPECT_TRUE(s[0].output_truncated);
+    EXPECT_FALSE(s[0].code);  // no execute_input (a silent request): no code
+}
+
+TEST_F(watch_test, the_end_waits_a_little_for_a_reply_that_comes_after_the_idle) {
+    start();
+    send(status("idle", cell), "idle", t0 + std::chrono::seconds(1));
+    EXPECT_TRUE(ended(w.take_reports(t0 + std::chrono::seconds(1))).empty());
+    w.on_reply(reply("aborted", cell));
+    auto s = ended(w.take_reports(t0 + std::chrono::seconds(1)));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, "aborted");
+    EXPECT_EQ(s[0].ended_at, t0 + std::chrono::seconds(1));
+
+    // No reply at all: the cell ends reply_wait after its idle, on what iopub said.
+    const auto second = request_header("cell-2");
+    send(status("busy", second), "busy", t0 + std::chrono::seconds(5));
+    send(iopub("error", {{"ename", "ZeroDivisionError"}, {"evalue", "x"}, {"traceback", json::array()}}, second));
+    send(status("idle", second), "idle", t0 + std::chrono::seconds(6));
+    EXPECT_TRUE(ended(w.take_reports(t0 + std::chrono::seconds(6))).empty());
+    s = ended(w.take_reports(t0 + std::chrono::seconds(6) + cell_watch::reply_wait));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].id, "cell-2");
+    EXPECT_EQ(s[0].status, "error");
+    EXPECT_EQ(s[0].error_name, "ZeroDivisionError");
+
+    // The next cell's start ends a waiting one at once.
+    const auto third = request_header("cell-3");
+    send(status("busy", third), "busy", t0 + std::chrono::seconds(10));
+    send(iopub("error", {{"ename", "KeyboardInterrupt"}, {"evalue", ""}, {"traceback", json::array()}}, third));
+    send(status("idle", third), "idle", t0 + std::chrono::seconds(11));
+    send(status("busy", request_header("cell-4")), "busy", t0 + std::chrono::seconds(11));
+    s = ended(w.take_reports(t0 + std::chrono::seconds(11)));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, "interrupted");
+}
+
+TEST_F(watch_test, a_cell_past_its_time_limit_ends_as_a_timeout_and_one_that_killed_the_kernel_as_kernel_died) {
+    start();
+    ASSERT_EQ(w.check(p, t0 + std::chrono::seconds(10), std::chrono::seconds(3)).what, cell_watch::action::interrupt);
+    send(iopub("error", {{"ename", "KeyboardInterrupt"}, {"evalue", ""}, {"traceback", json::array()}}, cell));
+    w.on_reply(reply("error", cell, {{"ename", "KeyboardInterrupt"}}));
+    send(status("idle", cell), "idle", t0 + std::chrono::seconds(10));
+    auto s = ended(w.take_reports(t0 + std::chrono::seconds(10)));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, "timeout");
+    EXPECT_FALSE(s[0].kernel_restarted);
+
+    // Given up on: the kernel restarts (the kernel resets the watch).
+    const auto second = request_header("cell-2");
+    send(status("busy", second), "busy", t0 + std::chrono::seconds(20));
+    w.check(p, t0 + std::chrono::seconds(30), std::chrono::seconds(3));
+    ASSERT_EQ(w.check(p, t0 + std::chrono::seconds(33), std::chrono::seconds(3)).what, cell_watch::action::restart);
+    w.reset(t0 + std::chrono::seconds(33));
+    s = ended(w.take_reports(t0 + std::chrono::seconds(33)));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, "timeout");
+    EXPECT_TRUE(s[0].kernel_restarted);
+    EXPECT_EQ(s[0].ended_at - s[0].started, std::chrono::seconds(13));
+
+    const auto third = request_header("cell-3");
+    send(status("busy", third), "busy", t0 + std::chrono::seconds(40));
+    w.reset(t0 + std::chrono::seconds(41));  // the kernel died under it
+    s = ended(w.take_reports(t0 + std::chrono::seconds(41)));
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, "kernel_died");
+    EXPECT_FALSE(w.running());
+}
+
+TEST(cell_watch_memory, keeps_a_bounded_number_of_summaries_nobody_takes) {
+    cell_watch w;
+    kernels::kernel_policy p;
+    for (int i = 0; i < 1000; ++i) {
+        const auto h = request_header("r-" + std::to_string(i));
+        w.on_iopub(status("busy", h), "busy", p, t0);
+        w.on_iopub(status("idle", h), "idle", p, t0);
+    }
+    const auto all = w.take_reports(t0 + std::chrono::hours(1));
+    EXPECT_LE(all.size(), cell_watch::max_reports);
+    ASSERT_FALSE(all.empty());
+    EXPECT_EQ(all.back().id, "r-999");  // the newest are kept
 }
