@@ -7,7 +7,7 @@
 // matching with per-segment %-decoding, query parsing, the token check before
 // any body is read, body limits per kind of route, exception mapping), then
 // Origin checks, the WebSocket subprotocol offer, the JSON body models of the
-// handlers (api/request_models),
+// handlers (kit/request_models),
 // multipart forms, workspace path checks, and the sandbox spec schema the
 // launcher service will read. What needs a live kernel (starting one, files in
 // a workspace) is left out; the body models are parsed as if the kernel
@@ -28,7 +28,7 @@
 // gateway's defaults, or small ones so the limit paths are reachable) follow
 // from the input's length, so every input is plain HTTP that replays with nc.
 
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "agent/agent_service.hpp"
 #include "core/cell_request.hpp"
 #include "core/session_request.hpp"
@@ -249,7 +249,7 @@ void check_contents_path(std::string p) {
     check_workspace_path(slash == std::string::npos ? std::string_view{} : std::string_view(p).substr(slash + 1));
 }
 
-// The handlers' reading of the request, per route (see gateway/src/api/).
+// The handlers' reading of the request, per route (see gateway/src/jupyter/ and gateway/src/v1/).
 // Returns headers the handler would set from request data.
 std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, const http::request_context& ctx,
                                                              bhttp::verb method) {
@@ -265,28 +265,28 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
     if (route == "/api/kernels" && method == bhttp::verb::post) {
         as_handler([&] {
             const auto b = body(true);
-            (void)api::kernel_name_from(b);
-            (void)api::kernel_env_from(b);
+            (void)kit::kernel_name_from(b);
+            (void)kit::kernel_env_from(b);
         });
     } else if (route == "/api/sessions" && method == bhttp::verb::post) {
         as_handler([&] {
             const auto b = body(false);
-            (void)api::session_fields_from(b);
-            const auto kernel = api::kernel_member(b);
-            if (api::string_field(kernel, "id").empty()) {
-                (void)api::string_field(kernel, "name");
-                (void)api::kernel_env_from(kernel);
+            (void)kit::session_fields_from(b);
+            const auto kernel = kit::kernel_member(b);
+            if (kit::string_field(kernel, "id").empty()) {
+                (void)kit::string_field(kernel, "name");
+                (void)kit::kernel_env_from(kernel);
             }
         });
     } else if (route == "/api/sessions/{session_id}" && method == bhttp::verb::patch) {
         as_handler([&] {
             const auto b = body(false);
-            (void)api::string_field(b, "path", "old");
-            (void)api::string_field(b, "name", "old");
-            (void)api::string_field(b, "type", "notebook");
+            (void)kit::string_field(b, "path", "old");
+            (void)kit::string_field(b, "name", "old");
+            (void)kit::string_field(b, "type", "notebook");
             if (b.contains("kernel") && !b["kernel"].is_null()) {
-                const auto kernel = api::kernel_member(b);
-                if (api::string_field(kernel, "id").empty()) (void)api::kernel_env_from(kernel);
+                const auto kernel = kit::kernel_member(b);
+                if (kit::string_field(kernel, "id").empty()) (void)kit::kernel_env_from(kernel);
             }
         });
     } else if (route == "/api/contents/{path*}" || route == "/files/{path*}") {
@@ -297,11 +297,11 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
                 const auto b = body(false);
                 const bool notebook = path.size() > 6 && path.ends_with(".ipynb");
                 const auto type = b.value("type", std::string(notebook ? "notebook" : "file"));
-                if (type != "directory") (void)api::contents_payload_from(b, type);
+                if (type != "directory") (void)kit::contents_payload_from(b, type);
             } else if (method == bhttp::verb::post) {
-                (void)api::new_entry_from(body(true));
+                (void)kit::new_entry_from(body(true));
             } else if (method == bhttp::verb::patch) {
-                check_contents_path(api::rename_target_from(body(false)));
+                check_contents_path(kit::rename_target_from(body(false)));
             }
         });
         if (method == bhttp::verb::put || method == bhttp::verb::post)
@@ -312,19 +312,19 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
     } else if (route == "/v1/sessions" && method == bhttp::verb::post) {
         as_handler([&] {
             const auto b = body(true);
-            (void)core::policy_for(api::session_request_from(b, "fuzz"), fx.limits.defaults, fx.limits);
+            (void)core::policy_for(kit::session_request_from(b, "fuzz"), fx.limits.defaults, fx.limits);
         });
     } else if (route == "/v1/sessions/{id}/execute") {
-        as_handler([&] { (void)core::cell_options(api::cell_request_from(body(false)), fx.limits.defaults, fx.limits); });
+        as_handler([&] { (void)core::cell_options(kit::cell_request_from(body(false)), fx.limits.defaults, fx.limits); });
     } else if (route == "/v1/execute") {
         as_handler([&] {
             const auto b = body(false);
-            auto cell = api::cell_request_from(b);
+            auto cell = kit::cell_request_from(b);
             cell.inline_files = true;
-            for (const auto& [p, data] : api::inline_files_from(b)) check_workspace_path(p);
+            for (const auto& [p, data] : kit::inline_files_from(b)) check_workspace_path(p);
             auto ask = core::session_for("fuzz");
-            ask.env = api::strict_env(b);
-            ask.limits = api::limits_asked_from(b);
+            ask.env = kit::strict_env(b);
+            ask.limits = kit::limits_asked_from(b);
             const auto policy = core::policy_for(ask, fx.limits.defaults, fx.limits);
             (void)core::cell_options(cell, policy, fx.limits);
         });
@@ -335,12 +335,12 @@ std::vector<std::pair<std::string, std::string>> run_handler(const fixture& fx, 
             if (!boundary) throw api_exception(415, "Expected multipart/form-data with a boundary");
             const auto parts = parse_multipart(ctx.req.body(), *boundary);
             if (!parts) throw api_exception(400, "The multipart body is malformed");
-            const auto dir = api::form_directory(*parts);
+            const auto dir = kit::form_directory(*parts);
             for (const auto& p : *parts) {
                 const auto& b = ctx.req.body();
                 if (!p.data.empty() && (p.data.data() < b.data() || p.data.data() + p.data.size() > b.data() + b.size()))
                     finding();  // a part's view must point into the body
-                if (p.filename) check_workspace_path(api::form_file_path(p, dir));
+                if (p.filename) check_workspace_path(kit::form_file_path(p, dir));
             }
         });
     } else if (route == "/v1/sessions/{id}/files" && method == bhttp::verb::get) {

@@ -2,7 +2,7 @@
 // text and its binary framing, on the same bytes. Beyond "no crash", a frame
 // that decodes must survive the server's encoder and decode to the same parts.
 
-#include "jupyter/ws_codec.hpp"
+#include "messaging/ws_codec.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace {
 
-using namespace cellgate::jupyter;
+using namespace cellgate::messaging;
 
 void check(const decode_result& r) {
     if (!r.ok) {

@@ -3,7 +3,7 @@
 // parts must splice into a legacy frame that a client can decode: v1 keeps the
 // parts byte for byte, so this is where a loose validity check would show.
 
-#include "jupyter/ws_codec.hpp"
+#include "messaging/ws_codec.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@
 
 namespace {
 
-using namespace cellgate::jupyter;
+using namespace cellgate::messaging;
 
 outgoing_view view_of(const client_message& m) {
     outgoing_view v{};

@@ -3,7 +3,10 @@
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
 #include "processes/process_table.hpp"
-#include "api/api.hpp"
+#include "jupyter/jupyter_api.hpp"
+#include "kit/services.hpp"
+#include "v1/v1_api.hpp"
+#include "web/web_api.hpp"
 #include "core/network.hpp"
 #include "core/sessions.hpp"
 #include "egress/proxy.hpp"
@@ -212,18 +215,18 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
 }
 
 // Returns what the routes' handlers hold (kept as long as the router).
-std::shared_ptr<void> register_routes(http::router& routes, api::services& services, agent::agent_service& agents,
+std::shared_ptr<void> register_routes(http::router& routes, kit::services& services, agent::agent_service& agents,
                                       processes::process_table& processes, e2b::sandbox_book& e2b_book,
                                       kernels::state_store* store, const config::gateway_config& cfg) {
-    api::register_misc_api(routes, services);
-    api::register_kernels_api(routes, services);
-    api::register_sessions_api(routes, services);
-    api::register_contents_api(routes, services);
-    api::register_agent_api(routes, services, agents);
-    if (services.network) api::register_network_api(routes, services, *services.network);
-    api::register_commands_api(routes, services, processes);
-    auto terminals = api::register_terminals_api(routes, services, processes);
-    api::register_static_api(routes, api::web_options{cfg.static_dir, cfg.output_scripts});
+    jupyter::register_misc_api(routes, services);
+    jupyter::register_kernels_api(routes, services);
+    jupyter::register_sessions_api(routes, services);
+    jupyter::register_contents_api(routes, services);
+    v1::register_agent_api(routes, services, agents);
+    if (services.network) v1::register_network_api(routes, services, *services.network);
+    v1::register_commands_api(routes, services, processes);
+    auto terminals = jupyter::register_terminals_api(routes, services, processes);
+    web::register_static_api(routes, web::web_options{cfg.static_dir, cfg.output_scripts});
     auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
     auto mcp_options = cfg.mcp;
     mcp_options.allow_origins = cfg.server.allow_origins;
@@ -370,7 +373,7 @@ int main(int argc, char** argv) {
         agent::agent_service agents(ioc, manager, cfg.agent, &file_io, store.get(), spool_root);
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         cell_ledger.store(&agents);
-        api::services services{manager, sessions, metrics, "2.0.0", &file_io};
+        kit::services services{manager, sessions, metrics, "2.0.0", &file_io};
         if (egress_proxy) {
             services.network = &network;
             agents.set_egress_summary([&network](const std::string& id, std::int64_t from, std::int64_t to) {
@@ -422,7 +425,7 @@ int main(int argc, char** argv) {
             });
             member->count_kernels_with([&manager] { return manager.admitted_by_tenant(); });
             member->index_tenants_with([&manager] { return manager.tenants_held(); });
-            // Peers as (tag, address) pairs, for the api layer.
+            // Peers as (tag, address) pairs, for the surfaces.
             using peer_pairs = std::optional<std::vector<std::pair<std::string, std::string>>>;
             const auto pairs = [](std::optional<std::vector<cluster::membership::peer>> peers) -> peer_pairs {
                 if (!peers) return std::nullopt;

@@ -6,7 +6,6 @@
 #include "util/encoding.hpp"
 
 #include <boost/asio/post.hpp>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -24,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-namespace peek = jupyter::json_peek;
+namespace peek = messaging::json_peek;
 
 // Error messages waiting for the strand; past this a hostile kernel's flood
 // of errors (each with a traceback of megabytes) is dropped on arrival.
@@ -103,17 +102,6 @@ std::string check_cell_env(const std::map<std::string, std::string>& env) {
 
 namespace {
 
-std::string sha256_hex(std::string_view data) {
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
-}
-
-}  // namespace
-
-namespace {
-
 // A Python string literal holding `text`: a JSON string is one.
 std::string py_literal(const std::string& text) { return json(text).dump(); }
 
@@ -174,19 +162,6 @@ bool execution::on_file_pool(std::function<void()> work) {
     return options_.file_io->submit(kernel_->tenant(), std::move(work)) == util::file_io_pool::admission::accepted;
 }
 
-std::optional<workspace_snapshot> execution::take_snapshot() const {
-    const auto sb = kernel_->sandbox();
-    if (!sb) return std::nullopt;
-    try {
-        contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                       sb->host_uid_base + sb->spec.gid);
-        return workspace_snapshot::take(store);
-    } catch (const std::exception& e) {
-        spdlog::warn("kernel {}: workspace snapshot failed: {}", kernel_->id(), e.what());
-        return std::nullopt;
-    }
-}
-
 void execution::send_request() {
     if (finished_) return;  // the kernel went away while the snapshot was taken
     auto msg = protocol::make_message("execute_request",
@@ -209,7 +184,7 @@ void execution::send_request() {
     // The kernel runs shell requests in order, and none of these stops on an
     // error: the restore runs after the cell however it ends.
     if (!options_.env.empty()) kernel_->run_silent(set_env_code(options_.env), [](const json&) {});
-    kernel_->gateway_send(jupyter::channel::shell, std::move(msg));
+    kernel_->gateway_send(messaging::channel::shell, std::move(msg));
     if (!options_.env.empty()) kernel_->run_silent(restore_env_code, [](const json&) {});
     if (options_.timeout.count() == 0) return;  // the session's policy sets no time limit
     timer_.expires_after(options_.timeout);
@@ -226,7 +201,7 @@ void execution::cancel() {
     });
 }
 
-void execution::deliver(jupyter::kernel_message_ptr m) {
+void execution::deliver(messaging::kernel_message_ptr m) {
     // On the kernel's thread, under its lock: scans only, and nothing is
     // queued that the caps will not keep.
     if (done_.load(std::memory_order_relaxed)) return;
@@ -359,7 +334,7 @@ void execution::on_result(const std::string& type, kept_result kept) {
     results_.push_back(std::move(r));
 }
 
-void execution::on_error(const jupyter::kernel_message& m) {
+void execution::on_error(const messaging::kernel_message& m) {
     if (finished_) return;
     const auto content = json::parse(m.msg.content, nullptr, false);
     if (!content.is_object()) return;
@@ -474,40 +449,9 @@ void execution::maybe_finish() {
     if (replied_ && idle_) finish();
 }
 
-json execution::collect_files() {
-    json files = json::array();
-    if (!before_) return files;
-    const auto sb = kernel_->sandbox();
-    if (!sb) return files;
-    try {
-        contents::contents_store store(sb->workspace_dir, sb->host_uid_base + sb->spec.uid,
-                                       sb->host_uid_base + sb->spec.gid);
-        const auto after = workspace_snapshot::take(store);
-        files_truncated_ = !after.complete || !before_->complete;
-        const auto changes = diff(*before_, after);
-        for (const auto& [path, e] : before_->files)
-            if (after.files.count(path) == 0) deleted_.push_back({{"path", path}, {"size", e.size}});
-        std::vector<std::optional<std::string>> contents;
-        if (options_.inline_files) contents = read_inline(store, changes, options_.inline_files_limit_bytes);
-        for (std::size_t i = 0; i < changes.size(); ++i) {
-            const auto& c = changes[i];
-            json f = {{"path", c.path},
-                      {"size", c.size},
-                      {"mime_type", std::string(contents::mime_type_for(c.path))},
-                      {"change", c.change}};
-            // Over the limit or unreadable: listed, not inlined.
-            if (options_.inline_files) f["content_base64"] = contents[i] ? json(base64_encode(*contents[i])) : json(nullptr);
-            files.push_back(std::move(f));
-        }
-    } catch (const std::exception& e) {
-        spdlog::warn("kernel {}: listing changed files failed: {}", kernel_->id(), e.what());
-    }
-    return files;
-}
-
 void execution::finish() {
     if (finished_) return;
-    jupyter::kernel_message_ptr newest_error;
+    messaging::kernel_message_ptr newest_error;
     {
         std::lock_guard lock(admission_mutex_);
         newest_error = std::move(admission_.newest_error);
@@ -585,213 +529,6 @@ void execution::complete(json files, std::optional<launcher::sandbox_usage> afte
     // pair keeps each other and the connection's socket alive for good.
     on_event_ = nullptr;
     if (on_done_) std::exchange(on_done_, nullptr)(std::move(result));
-}
-
-// Budget mode: every text part shares the budget; a DataFrame's display is
-// its summary; HTML goes where a plain form exists; repeated traceback frames
-// collapse. What was cut stays readable in the spool (the surface serves it).
-void execution::apply_budget(json& result) {
-    const auto budget = options_.budget_bytes;
-    const bool spooled = !spool_failed_ && !options_.spool_dir.empty();
-    std::size_t tables = 0, html_dropped = 0;
-    for (auto& r : result["results"]) {
-        auto& data = r["data"];
-        if (!r["metadata"].is_object()) r["metadata"] = json::object();  // the kernel's: any type
-        if (const auto t = data.find(std::string(table_mime_type)); t != data.end()) {
-            auto summary = table_summary(*t);
-            if (summary.empty()) {
-                data.erase(t);  // not a summary after all
-                continue;
-            }
-            data = json::object();
-            data["text/plain"] = std::move(summary);
-            r["metadata"]["cellgate"] = {{"summary", "table"}};
-            ++tables;
-        } else if (data.contains("text/html") && (data.contains("text/plain") || data.contains("text/markdown"))) {
-            data.erase("text/html");
-            ++html_dropped;
-        }
-    }
-    auto& error = result["error"];
-    std::string traceback;
-    if (error.is_object()) {
-        error["traceback"] = collapse_frames(error.value("traceback", json::array()));
-        for (const auto& line : error["traceback"])
-            if (line.is_string()) traceback += line.get<std::string>() + "\n";
-        traceback = strip_ansi(traceback);
-    }
-    // The parts: stdout, stderr, the traceback, then each result's text forms.
-    std::vector<std::size_t> sizes = {static_cast<std::size_t>(captures_[0].total_bytes()),
-                                      static_cast<std::size_t>(captures_[1].total_bytes()), traceback.size()};
-    std::vector<std::pair<std::size_t, std::string>> texts;  // (result index, MIME type)
-    for (std::size_t i = 0; i < result["results"].size(); ++i)
-        for (const char* mime : {"text/plain", "text/markdown"})
-            if (const auto& d = result["results"][i]["data"]; d.contains(mime) && d[mime].is_string()) {
-                texts.emplace_back(i, mime);
-                sizes.push_back(d[mime].get_ref<const std::string&>().size());
-            }
-    const auto shares = share_budget(sizes, budget);
-    std::uint64_t shown = 0;
-    json elided = json::object();
-    for (std::size_t s = 0; s < 2; ++s) {
-        const char* name = s == 0 ? "stdout" : "stderr";
-        const std::string at = spooled && options_.output_at ? options_.output_at(id_, name) : "";
-        const std::string where = at.empty() ? "" : "; all of it: " + at;
-        auto text = captures_[s].render(shares[s], where);
-        if (!captures_[s].whole() || text.size() < captures_[s].total_bytes())
-            elided[name] = captures_[s].total_bytes();
-        shown += text.size();
-        result[name] = std::move(text);
-    }
-    if (error.is_object()) {
-        auto cut = head_and_tail(traceback, shares[2]);
-        if (cut.size() < traceback.size()) error["traceback"] = json::array({cut});
-        shown += cut.size();
-        error["traceback_text"] = std::move(cut);
-    }
-    for (std::size_t j = 0; j < texts.size(); ++j) {
-        auto& value = result["results"][texts[j].first]["data"][texts[j].second];
-        value = head_and_tail(value.get<std::string>(), shares[3 + j]);
-        shown += value.get_ref<const std::string&>().size();
-    }
-    result["budget"] = {{"max_output_bytes", budget},
-                        {"estimated_tokens", (shown + bytes_per_token - 1) / bytes_per_token},
-                        {"bytes_per_token", bytes_per_token},
-                        {"elided_streams", std::move(elided)},
-                        {"output_kept", spooled},
-                        {"output_complete", spooled && !stdout_truncated_ && !stderr_truncated_},
-                        {"tables_summarized", tables},
-                        {"html_dropped", html_dropped},
-                        {"images_downscaled", images_downscaled_},
-                        {"max_image_pixels", options_.max_image_pixels}};
-}
-
-// Budget mode: PNG and JPEG results over max_image_pixels are scaled down by
-// the kernel itself (the gateway never decodes an image); the original is
-// kept beside the output for the session's life.
-void execution::downscale_images(std::function<void()> then) {
-    json expressions = json::object();
-    std::vector<std::tuple<std::size_t, std::string, std::string, std::pair<std::uint32_t, std::uint32_t>>> jobs;
-    for (std::size_t i = 0; i < results_.size(); ++i) {
-        auto& data = results_[i]["data"];
-        for (const char* mime : {"image/png", "image/jpeg"}) {
-            if (!data.contains(mime) || !data[mime].is_string()) continue;
-            std::string b64 = data[mime].get<std::string>();
-            b64.erase(std::remove_if(b64.begin(), b64.end(), [](char c) { return c == '\n' || c == '\r'; }), b64.end());
-            const auto bytes = base64_decode(b64);
-            const auto size = bytes ? image_size(*bytes) : std::nullopt;
-            if (!size || static_cast<std::uint64_t>(size->first) * size->second <= options_.max_image_pixels) continue;
-            const auto key = "i" + std::to_string(jobs.size());
-            expressions[key] = "__import__('_cellgate').downscale(" + json(b64).dump() + ", '" + mime + "', " +
-                               std::to_string(options_.max_image_pixels) + ")";
-            jobs.emplace_back(i, mime, key, *size);
-        }
-    }
-    if (jobs.empty()) return then();
-    auto once = std::make_shared<std::atomic<bool>>(false);
-    auto self = shared_from_this();
-    auto finish_with = [self, once, then, jobs](json reply) {
-        if (once->exchange(true)) return;
-        asio::post(self->strand_, [self, then, jobs, reply = std::move(reply)] {
-            const auto exprs = reply.is_object() ? reply.value("user_expressions", json::object()) : json::object();
-            std::vector<std::pair<std::filesystem::path, std::string>> originals;
-            for (std::size_t n = 0; n < jobs.size(); ++n) {
-                const auto& [index, mime, key, size] = jobs[n];
-                const auto& out = exprs.contains(key) ? exprs[key] : json();
-                // The kernel's reply: any type anywhere.
-                const auto status = out.is_object() ? out.find("status") : out.end();
-                if (!out.is_object() || status == out.end() || *status != "ok") continue;
-                const auto data = out.find("data");
-                if (data == out.end() || !data->is_object() || !data->contains("text/plain") ||
-                    !(*data)["text/plain"].is_string())
-                    continue;
-                auto text = (*data)["text/plain"].get<std::string>();
-                if (text.size() < 2 || (text.front() != '\'' && text.front() != '"')) continue;
-                text = text.substr(1, text.size() - 2);
-                const auto small = base64_decode(text);
-                const auto small_size = small ? image_size(*small) : std::nullopt;
-                if (!small_size) continue;
-                auto& r = self->results_[index];
-                json note = {{"downscaled_from", {size.first, size.second}}, {"size", {small_size->first, small_size->second}}};
-                if (!self->options_.spool_dir.empty()) {
-                    const auto name = self->id_ + ".image-" + std::to_string(n) + (mime == "image/png" ? ".png" : ".jpg");
-                    originals.emplace_back(self->options_.spool_dir / name, r["data"][mime].get<std::string>());
-                    note["original"] = n;
-                }
-                r["data"][mime] = text;
-                if (!r["metadata"].is_object()) r["metadata"] = json::object();
-                r["metadata"]["cellgate"] = std::move(note);
-                ++self->images_downscaled_;
-            }
-            // The originals go to disk off the strand; the result does not wait for them.
-            self->on_file_pool([originals = std::move(originals)] {
-                for (const auto& [path, b64] : originals)
-                    if (const auto bytes = base64_decode(b64)) {
-                        const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-                        if (fd < 0) continue;
-                        std::size_t done = 0;
-                        while (done < bytes->size()) {
-                            const auto w = ::write(fd, bytes->data() + done, bytes->size() - done);
-                            if (w <= 0) break;
-                            done += static_cast<std::size_t>(w);
-                        }
-                        ::close(fd);
-                    }
-            });
-            then();
-        });
-    };
-    // A kernel that does not answer in time keeps its images as they are.
-    auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(30));
-    timer->async_wait([finish_with, timer](const boost::system::error_code& ec) {
-        if (!ec) finish_with(nullptr);
-    });
-    kernel_->run_silent("", [self, finish_with, timer](const json& reply) {
-        asio::post(self->strand_, [timer] { timer->cancel(); });
-        finish_with(reply);
-    }, std::move(expressions));
-}
-
-// The cell's record in the ledger: what it cost and touched.
-json execution::usage_record(const std::string& status, const json& files,
-                             const std::optional<launcher::sandbox_usage>& after) const {
-    const auto ended = std::chrono::system_clock::now();
-    json created = json::array(), modified = json::array();
-    for (const auto& f : files)
-        (f.value("change", "") == "created" ? created : modified).push_back({{"path", f["path"]}, {"size", f["size"]}});
-    json r = {{"execution_id", id_},
-              {"session_id", kernel_->id()},
-              {"code_sha256", sha256_hex(options_.code)},
-              {"code_bytes", options_.code.size()},
-              {"started_at", kernels::iso8601(started_wall_)},
-              {"ended_at", kernels::iso8601(ended)},
-              {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count()},
-              {"status", status},
-              {"cpu_s", nullptr},
-              {"peak_memory_bytes", nullptr},
-              {"stdout_bytes", options_.budget_bytes > 0 ? captures_[0].total_bytes() : stdout_.size()},
-              {"stderr_bytes", options_.budget_bytes > 0 ? captures_[1].total_bytes() : stderr_.size()},
-              {"result_bytes", admission_.results.bytes()},
-              {"results", results_.size()},
-              {"files", {{"created", std::move(created)}, {"modified", std::move(modified)}, {"deleted", deleted_}}},
-              {"files_complete", !files_truncated_},
-              {"egress", json::array()}};
-    if (usage_before_ && after) {
-        // CPU of every task in the sandbox's cgroup during the cell (the
-        // kernel, its threads and children; gVisor's sentry too under runsc).
-        if (after->cpu_ns >= usage_before_->cpu_ns)
-            r["cpu_s"] = static_cast<double>(after->cpu_ns - usage_before_->cpu_ns) / 1e9;
-        // The peak is the cgroup's (the kernel's baseline, page cache and
-        // all); its rise above the use at the cell's start is what the cell added.
-        if (usage_before_->peak_resettable) {
-            r["peak_memory_bytes"] = after->memory_peak_bytes;
-            r["peak_memory_increase_bytes"] =
-                after->memory_peak_bytes > usage_before_->memory_bytes ? after->memory_peak_bytes - usage_before_->memory_bytes : 0;
-        }
-        r["memory_bytes_at_start"] = usage_before_->memory_bytes;
-        r["memory_bytes_at_end"] = after->memory_bytes;
-    }
-    return r;
 }
 
 void execution::emit(const std::string& event, const json& data) {

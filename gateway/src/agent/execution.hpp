@@ -90,7 +90,7 @@ public:
     void cancel();
     bool finished() const noexcept { return finished_; }
 
-    void deliver(jupyter::kernel_message_ptr m) override;
+    void deliver(messaging::kernel_message_ptr m) override;
     void kernel_closed(const std::string& reason) override;
 
 private:
@@ -98,7 +98,7 @@ private:
 
     void on_stream(bool to_stderr, const std::string& raw_text);
     void on_result(const std::string& type, kept_result r);
-    void on_error(const jupyter::kernel_message& m);
+    void on_error(const messaging::kernel_message& m);
     void on_reply(const std::string& status, const std::string& raw_execution_count);
     void on_idle();
     void on_kernel_dead(const std::string& reason);
@@ -136,7 +136,7 @@ private:
         bool stdout_dropped = false, stderr_dropped = false;
         results_budget results;
         std::size_t errors = 0, errors_dropped = 0;  // error messages admitted, and past the cap
-        jupyter::kernel_message_ptr newest_error;        // the newest one past the cap
+        messaging::kernel_message_ptr newest_error;        // the newest one past the cap
     };
     std::mutex admission_mutex_;
     admission admission_;

@@ -8,7 +8,7 @@
 // gateway's own bookkeeping of each result, so that neither large metadata
 // nor many tiny displays get past the cap.
 
-#include "jupyter/json_peek.hpp"
+#include "messaging/json_peek.hpp"
 
 #include <array>
 #include <cstddef>
@@ -39,7 +39,7 @@ struct result_parts {
 };
 
 inline result_parts peek_result(std::string_view content) {
-    namespace peek = jupyter::json_peek;
+    namespace peek = messaging::json_peek;
     result_parts p;
     if (const auto data = peek::member(content, "data"); data && !data->empty() && data->front() == '{') {
         const bool ok = peek::for_each_member(*data, [&p](std::string_view key, std::string_view value) {

@@ -3,7 +3,7 @@
 // A session's network: the policy a session is created with (whichever
 // door it came through), what the operator caps it at, the proxy's rules
 // for it, and its log. The /v1 routes that show and change it at run time
-// are api/network_api.cpp's.
+// are v1/network_api.cpp's.
 //
 // A session's "network" field: {"allow": [entries], "deny": [entries],
 // "preset": "python-packages" | ["…"]}; entries as egress/policy.hpp takes

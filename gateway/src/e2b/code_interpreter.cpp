@@ -2,7 +2,7 @@
 // over the same executions the /v1 API runs, and the code contexts.
 #include "e2b/surface.hpp"
 
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "util/api_error.hpp"
 
 #include <spdlog/spdlog.h>
@@ -97,7 +97,7 @@ void replay(const json& result, stream_sink& sink) {
 }
 
 std::map<std::string, std::string> env_of(const json& body) {
-    auto env = api::string_object(body, "env_vars", "env_vars");
+    auto env = kit::string_object(body, "env_vars", "env_vars");
     if (const auto why = agent::check_cell_env(env); !why.empty()) throw api_exception(400, "'env_vars': " + why);
     return env;
 }
@@ -196,7 +196,7 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     cell.code = body["code"].get<std::string>();
     cell.report_files = false;
     cell.env = env_of(body);
-    cell.output_at = api::whole_output_at(k->id());
+    cell.output_at = kit::whole_output_at(k->id());
     json asked = json::object();
     for (const char* key : {"max_output_tokens", "max_output_bytes", "max_image_pixels"})
         if (body.contains(key)) asked[key] = body[key];
@@ -210,7 +210,7 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
         }
     if (!asked.empty()) {
         asked["code"] = cell.code;
-        const auto budget = api::cell_request_from(asked);
+        const auto budget = kit::cell_request_from(asked);
         cell.max_output_tokens = budget.max_output_tokens;
         cell.max_output_bytes = budget.max_output_bytes;
         cell.max_image_pixels = budget.max_image_pixels;
@@ -283,7 +283,7 @@ void register_code_interpreter(router& r, surface& e) {
                 reply(status == 0 ? empty_response(204) : rest_error(status, why));
             });
         e.services.kernels.restart(k, [reply](std::optional<kernels::failure> f) {
-            reply(f ? api::failure_response(*f) : empty_response(204));
+            reply(f ? kit::failure_response(*f) : empty_response(204));
         });
     });
     add(bhttp::verb::delete_, "/contexts/{context}", [&e](const request_ptr& req, reply_fn reply) {

@@ -3,7 +3,7 @@
 // E2B adds: template, metadata, environment, tokens and the end time.
 #include "e2b/surface.hpp"
 
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "util/api_error.hpp"
 
 #include <spdlog/spdlog.h>
@@ -26,7 +26,7 @@ constexpr std::size_t max_env_entries = 256, max_env_bytes = 256u << 10;
 // A bounded object of strings (metadata, envVars).
 std::map<std::string, std::string> string_map(const json& body, const char* key, std::size_t max_entries,
                                               std::size_t max_bytes) {
-    auto out = api::string_object(body, key, key);
+    auto out = kit::string_object(body, key, key);
     std::size_t bytes = 0;
     for (const auto& [name, value] : out) bytes += name.size() + value.size();
     if (out.size() > max_entries || bytes > max_bytes)
@@ -187,7 +187,7 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
     const auto template_id = template_of(body);
     // A snapshot another node took (its id names the node): created there.
-    if (api::relay_to_maker(e.services, req, template_id, reply)) return;
+    if (kit::relay_to_maker(e.services, req, template_id, reply)) return;
     const auto snap = snapshot_template(e, req->who.tenant, template_id);
     const auto spec = snap ? snap->spec_name : spec_for_template(e, template_id);
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
@@ -215,7 +215,7 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     }
     auto started = [&e, reply, template_id, timeout, metadata = std::move(metadata), env = std::move(env)](
                        std::optional<kernels::failure> f, kernels::kernel_ptr k) mutable {
-        if (f) return reply(api::failure_response(*f));
+        if (f) return reply(kit::failure_response(*f));
         const auto r = admit_sandbox(e, k, template_id, timeout, std::move(metadata), std::move(env));
         spdlog::info("e2b: sandbox {} created for tenant {} (template {}, timeout {} s)", r.id, r.tenant,
                      template_id, timeout.count());
@@ -283,9 +283,9 @@ constexpr const char* cluster_order = "cellgate_created";
 
 void reply_cluster_page(surface& e, const request_ptr& req, reply_fn reply, json local, bool paged,
                         const char* order, const char* id) {
-    api::run_file_work(e.services, req, std::move(reply),
+    kit::run_file_work(e.services, req, std::move(reply),
                        [&e, req, local = std::move(local), paged, order, id](const reply_fn& rep) mutable {
-                           const auto unreachable = api::join_holders_parts(e.services, req, local);
+                           const auto unreachable = kit::join_holders_parts(e.services, req, local);
                            struct item {
                                std::string key, id;
                                json body;
@@ -322,7 +322,7 @@ void create_snapshot(surface& e, const request_ptr& req, reply_fn reply) {
     // /v1's check, and what E2B's templates need besides: Sandbox.create()
     // takes the name as a template, so no '/', ':' or spaces, and not
     // another snapshot's id or a built-in template's name.
-    const auto name = body.is_object() ? api::snapshot_name(body) : std::string();
+    const auto name = body.is_object() ? kit::snapshot_name(body) : std::string();
     if (!name.empty()) {
         if (name.find_first_of(" /:") != std::string::npos)
             throw api_exception(400, "'name' must not hold spaces, control characters, '/' or ':'");
@@ -336,7 +336,7 @@ void create_snapshot(surface& e, const request_ptr& req, reply_fn reply) {
             throw api_exception(400, "'name' must not be a built-in template's name or a snapshot id");
     }
     e.services.kernels.snapshot(k, name, [reply](std::optional<kernels::failure> f, kernels::snapshot_record s) {
-        reply(f ? api::failure_response(*f) : json_response(201, snapshot_info(s)));
+        reply(f ? kit::failure_response(*f) : json_response(201, snapshot_info(s)));
     });
 }
 
@@ -392,7 +392,7 @@ void delete_template(surface& e, const request_ptr& req, reply_fn reply) {
             if (--p->left) return;
             const auto first = std::move(p->first);
             lock.unlock();
-            reply(first ? api::failure_response(*first) : empty_response(204));
+            reply(first ? kit::failure_response(*first) : empty_response(204));
         });
 }
 
@@ -405,13 +405,13 @@ void fork(surface& e, const request_ptr& req, reply_fn reply) {
     auto [r, k] = owned(e, req);
     const auto body = req->json_body();
     if (!body.is_object() && !body.is_null()) throw api_exception(400, "The body must be a JSON object");
-    const auto count = body.is_object() ? api::fork_count(body) : std::size_t{1};
+    const auto count = body.is_object() ? kit::fork_count(body) : std::size_t{1};
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
     e.services.kernels.fork(
         k, count, "",
         [&e, reply, source = r, timeout](std::optional<kernels::failure> f, kernels::snapshot_record snap,
                                          std::vector<kernels::kernel_ptr> children) {
-            if (f) return reply(api::failure_response(*f));
+            if (f) return reply(kit::failure_response(*f));
             json out = json::array();
             for (const auto& c : children) {
                 const auto rec = admit_sandbox(e, c, source.template_id, timeout, source.metadata, source.env_vars);
@@ -441,7 +441,7 @@ void connect(surface& e, const request_ptr& req, reply_fn reply) {
     }
     if (!paused) return reply(json_response(200, sandbox_json(e, r)));
     e.services.kernels.resume(k, [&e, r, reply](std::optional<kernels::failure> f) {
-        reply(f ? api::failure_response(*f) : json_response(201, sandbox_json(e, r)));
+        reply(f ? kit::failure_response(*f) : json_response(201, sandbox_json(e, r)));
     });
 }
 
@@ -450,7 +450,7 @@ void pause(surface& e, const request_ptr& req, reply_fn reply) {
     if (k->state() == kernels::kernel_state::paused)
         throw api_exception(409, "Sandbox '" + r.id + "' is already paused");
     e.services.kernels.pause(k, [reply](std::optional<kernels::failure> f) {
-        reply(f ? api::failure_response(*f) : empty_response(204));
+        reply(f ? kit::failure_response(*f) : empty_response(204));
     });
 }
 
@@ -469,7 +469,7 @@ void kill(surface& e, const request_ptr& req, reply_fn reply) {
     auto [r, k] = owned(e, req);  // the JS SDK reads a 404's body: {"code": 404}
     e.services.sessions.remove_for_kernel(k->id());
     e.services.kernels.shutdown(k, [reply](std::optional<kernels::failure> f) {
-        reply(f ? api::failure_response(*f) : empty_response(204));
+        reply(f ? kit::failure_response(*f) : empty_response(204));
     }, "sandbox killed (E2B)");
 }
 

@@ -11,7 +11,7 @@
 //                   routed by E2b-Sandbox-Id / E2b-Sandbox-Port, proven by the
 //                   sandbox's own access tokens (X-Access-Token, E2B-Traffic-Access-Token)
 
-#include "api/api.hpp"
+#include "kit/services.hpp"
 #include "e2b/sandbox_book.hpp"
 
 #include <chrono>
@@ -37,7 +37,7 @@ struct e2b_options {
 
 // Adds the routes; the handlers refer to what the returned handle holds,
 // which the caller keeps as long as the router.
-[[nodiscard]] std::shared_ptr<void> register_e2b_api(http::router& r, api::services& s, agent::agent_service& agents,
+[[nodiscard]] std::shared_ptr<void> register_e2b_api(http::router& r, kit::services& s, agent::agent_service& agents,
                                                      processes::process_table& processes, sandbox_book& book,
                                                      const e2b_options& options);
 

@@ -25,7 +25,7 @@ constexpr unsigned max_list_depth = 32;
 
 // Runs `work` on the file-I/O pool with the workspace's errors mapped.
 void on_pool(surface& e, const request_ptr& req, reply_fn reply, std::function<void(const reply_fn&)> work) {
-    api::run_file_work(e.services, req, std::move(reply), [work = std::move(work)](const reply_fn& rep) {
+    kit::run_file_work(e.services, req, std::move(reply), [work = std::move(work)](const reply_fn& rep) {
         try {
             work(rep);
         } catch (const contents_error& err) {

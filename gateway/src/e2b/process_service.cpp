@@ -6,7 +6,7 @@
 #include "e2b/connect_rpc.hpp"
 #include "e2b/surface.hpp"
 
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "processes/process_table.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
@@ -111,7 +111,7 @@ processes::command command_from(const json& m, const sandbox_record& record) {
     c.spec.env["HOME"] = std::string(home_dir);
     c.spec.env["USER"] = "user";
     c.spec.env["PWD"] = c.spec.cwd;
-    for (auto& [k, v] : api::string_object(cfg, "envs", "process.envs")) c.spec.env[k] = v;
+    for (auto& [k, v] : kit::string_object(cfg, "envs", "process.envs")) c.spec.env[k] = v;
     if (const auto pty = m.find("pty"); pty != m.end() && pty->is_object()) {
         const auto size = pty->value("size", json::object());
         c.spec.tty = true;

@@ -231,9 +231,9 @@ std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_pt
     return core::open_files(k, 503);
 }
 
-void rethrow_contents(const contents::contents_error& e) { throw api_exception(api::contents_status(e.kind()), e.what()); }
+void rethrow_contents(const contents::contents_error& e) { throw api_exception(kit::contents_status(e.kind()), e.what()); }
 
-std::shared_ptr<void> register_e2b_api(router& r, api::services& s, agent::agent_service& agents,
+std::shared_ptr<void> register_e2b_api(router& r, kit::services& s, agent::agent_service& agents,
                                        processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
     auto e = std::make_shared<surface>(surface{s, agents, *s.cells, book, &processes, options, std::make_shared<code_contexts>(processes),

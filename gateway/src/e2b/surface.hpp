@@ -5,7 +5,7 @@
 // and E2B's paths mapped onto the workspace.
 
 #include "agent/agent_service.hpp"
-#include "api/api.hpp"
+#include "kit/services.hpp"
 #include "contents/contents_store.hpp"
 #include "e2b/code_contexts.hpp"
 #include "e2b/dir_watch.hpp"
@@ -26,7 +26,7 @@ inline constexpr unsigned interpreter_port = 49999;
 inline constexpr std::string_view home_dir = "/home/user";
 
 struct surface {
-    api::services& services;
+    kit::services& services;
     agent::agent_service& agents;
     core::executions& cells;  // the default context's cells
     sandbox_book& book;

@@ -29,7 +29,7 @@ std::string tag_of_segment(std::string_view s) {
     return std::string(s.substr(0, 8));
 }
 
-// A cluster node's terminal name, "<tag>-…" (api/terminals_api.cpp): its tag
+// A cluster node's terminal name, "<tag>-…" (jupyter/terminals_api.cpp): its tag
 // when `s`, up to its end, is one.
 std::string tag_of_terminal(std::string_view s) {
     if (s.size() < 10 || s[8] != '-' || s.find('/') != std::string_view::npos) return {};

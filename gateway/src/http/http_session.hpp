@@ -190,7 +190,7 @@ private:
         auto k = ctx_.find_kernel(ctx->who.tenant, ctx->param("kernel_id"));
         if (!k) return send(error_response(404, "No such kernel"), false, ctx);
         const auto offered = ctx->req[bhttp::field::sec_websocket_protocol];
-        const bool v1 = header_list_contains(std::string_view(offered.data(), offered.size()), jupyter::v1_subprotocol);
+        const bool v1 = header_list_contains(std::string_view(offered.data(), offered.size()), messaging::v1_subprotocol);
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
         start_websocket_session(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1,

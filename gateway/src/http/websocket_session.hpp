@@ -16,7 +16,7 @@
 #include "http/handoffs.hpp"
 #include "http/server_context.hpp"
 #include "kernels/kernel.hpp"
-#include "jupyter/ws_codec.hpp"
+#include "messaging/ws_codec.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -36,7 +36,7 @@ namespace websocket = beast::websocket;
 // message object, its queue entry.
 inline constexpr std::size_t queued_message_overhead_bytes = 512;
 
-inline std::size_t queued_cost(const jupyter::kernel_message& m) noexcept {
+inline std::size_t queued_cost(const messaging::kernel_message& m) noexcept {
     return m.wire_bytes() + queued_message_overhead_bytes;
 }
 
@@ -63,12 +63,12 @@ public:
         const bool v1 = v1_;
         ws_.set_option(websocket::stream_base::decorator([v1](websocket::response_type& res) {
             res.set(beast::http::field::server, "cellgate");
-            if (v1) res.set(beast::http::field::sec_websocket_protocol, jupyter::v1_subprotocol);
+            if (v1) res.set(beast::http::field::sec_websocket_protocol, messaging::v1_subprotocol);
         }));
         ws_.async_accept(req, beast::bind_front_handler(&websocket_session::on_accept, this->shared_from_this()));
     }
 
-    void deliver(jupyter::kernel_message_ptr m) override {
+    void deliver(messaging::kernel_message_ptr m) override {
         // Counted from here, not from the strand: a strand that falls behind
         // must not hide a backlog of posted messages from the limit.
         inbound_bytes_ += queued_cost(*m);
@@ -94,7 +94,7 @@ public:
 
 private:
     struct outgoing {
-        jupyter::kernel_message_ptr msg;  // encoded when written
+        messaging::kernel_message_ptr msg;  // encoded when written
         std::string raw;               // or a ready frame (gateway errors)
         bool binary = false;
     };
@@ -135,14 +135,14 @@ private:
         }
         const auto data = read_buffer_.cdata();
         const std::string_view frame(static_cast<const char*>(data.data()), data.size());
-        jupyter::codec_limits limits;
+        messaging::codec_limits limits;
         limits.max_frame_bytes = ctx_.options.max_ws_message_bytes;
-        jupyter::decode_result d;
+        messaging::decode_result d;
         if (v1_) {
-            d = ws_.got_binary() ? jupyter::decode_v1(frame, limits)
-                                 : jupyter::decode_result{false, "the v1 protocol takes binary frames only", {}};
+            d = ws_.got_binary() ? messaging::decode_v1(frame, limits)
+                                 : messaging::decode_result{false, "the v1 protocol takes binary frames only", {}};
         } else {
-            d = ws_.got_binary() ? jupyter::decode_json_binary(frame, limits) : jupyter::decode_json_text(frame, limits);
+            d = ws_.got_binary() ? messaging::decode_json_binary(frame, limits) : messaging::decode_json_text(frame, limits);
         }
         read_buffer_.consume(read_buffer_.size());
         if (!d.ok) {
@@ -188,7 +188,7 @@ private:
         enqueue(std::move(o));
     }
 
-    void enqueue_message(jupyter::kernel_message_ptr m) {
+    void enqueue_message(messaging::kernel_message_ptr m) {
         if (detached_ && !kernel_gone_) {
             // Posted before we let go of the session: it belongs to the
             // session's buffer (or its next connection), not to the floor.
@@ -222,10 +222,10 @@ private:
         }
         if (o.msg) {
             if (v1_) {
-                write_buffer_ = jupyter::encode_v1(o.msg->view());
+                write_buffer_ = messaging::encode_v1(o.msg->view());
                 ws_.binary(true);
             } else {
-                auto e = jupyter::encode_json(o.msg->view());
+                auto e = messaging::encode_json(o.msg->view());
                 write_buffer_ = std::move(e.bytes);
                 ws_.binary(e.binary);
             }
@@ -263,7 +263,7 @@ private:
     // written (a close waits for it); after a failed write it goes back too.
     void release_session(bool include_in_flight) {
         if (detached_ || set_id_ == 0) return;
-        std::vector<jupyter::kernel_message_ptr> unsent;
+        std::vector<messaging::kernel_message_ptr> unsent;
         const std::size_t first = writing_ && !include_in_flight ? 1 : 0;
         for (std::size_t i = first; i < queue_.size(); ++i)
             if (queue_[i].msg) unsent.push_back(queue_[i].msg);

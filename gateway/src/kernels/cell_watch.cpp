@@ -2,7 +2,7 @@
 
 #include "kernels/cell_notices.hpp"
 
-#include "jupyter/json_peek.hpp"
+#include "messaging/json_peek.hpp"
 
 #include <algorithm>
 
@@ -11,11 +11,11 @@ namespace cellgate::kernels {
 namespace {
 
 using json = nlohmann::json;
-namespace peek = jupyter::json_peek;
+namespace peek = messaging::json_peek;
 
-std::shared_ptr<jupyter::kernel_message> made(jupyter::channel chan, std::string_view type, const json& content,
+std::shared_ptr<messaging::kernel_message> made(messaging::channel chan, std::string_view type, const json& content,
                                               const std::string& parent_header) {
-    return jupyter::make_gateway_message(chan, type, content, "cellgate-gateway", parent_header);
+    return messaging::make_gateway_message(chan, type, content, "cellgate-gateway", parent_header);
 }
 
 bool is_rich(const std::string& type) {
@@ -25,7 +25,7 @@ bool is_rich(const std::string& type) {
 // The first `keep` bytes of a stream message's text (cut where a UTF-8
 // character starts), as a new stream message under the same cell; null when
 // there is nothing to keep or the text is not where a stream keeps it.
-std::shared_ptr<jupyter::kernel_message> stream_head(const jupyter::kernel_message& m, std::size_t keep) {
+std::shared_ptr<messaging::kernel_message> stream_head(const messaging::kernel_message& m, std::size_t keep) {
     if (keep == 0) return nullptr;
     const auto name = peek::string_member(m.msg.content, "name", 16);
     const auto raw = peek::member(m.msg.content, "text");
@@ -53,14 +53,14 @@ std::shared_ptr<jupyter::kernel_message> stream_head(const jupyter::kernel_messa
     text.resize(end);
     if (text.empty()) return nullptr;
     json content = {{"name", *name}, {"text", std::move(text)}};
-    auto head = made(jupyter::channel::iopub, "stream", content, m.msg.parent_header);
+    auto head = made(messaging::channel::iopub, "stream", content, m.msg.parent_header);
     return head;
 }
 
 }  // namespace
 
 cell_watch::made_message cell_watch::notice(std::string_view text, const std::string& parent_header) {
-    return made(jupyter::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
+    return made(messaging::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}}, parent_header);
 }
 
 void cell_watch::own(std::string msg_id) {
@@ -79,7 +79,7 @@ std::uint64_t cell_watch::set_of(const std::string& msg_id) const {
     return 0;
 }
 
-void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view state, clock::time_point now) {
+void cell_watch::on_status(const messaging::kernel_message& m, std::string_view state, clock::time_point now) {
     const auto& parent = m.fields.parent_msg_id;
     if (parent.empty()) return;
     if (state == "idle") {
@@ -119,7 +119,7 @@ void cell_watch::on_status(const jupyter::kernel_message& m, std::string_view st
     cell_ = std::move(c);
 }
 
-void cell_watch::on_reply(const jupyter::kernel_message& m) {
+void cell_watch::on_reply(const messaging::kernel_message& m) {
     const auto& parent = m.fields.parent_msg_id;
     cell* c = cell_ && cell_->msg_id == parent ? &*cell_ : ending_ && ending_->msg_id == parent ? &*ending_ : nullptr;
     if (c == nullptr) return;
@@ -178,7 +178,7 @@ void cell_watch::end(cell c) {
     report(std::move(s));
 }
 
-cell_watch::verdict cell_watch::on_iopub(const jupyter::kernel_message& m, std::string_view state,
+cell_watch::verdict cell_watch::on_iopub(const messaging::kernel_message& m, std::string_view state,
                                          const kernel_policy& p, clock::time_point now) {
     const auto& type = m.fields.msg_type;
     if (type == "status") {
@@ -211,7 +211,7 @@ cell_watch::verdict cell_watch::on_iopub(const jupyter::kernel_message& m, std::
     return {};
 }
 
-void cell_watch::count_text(const jupyter::kernel_message& m) {
+void cell_watch::count_text(const messaging::kernel_message& m) {
     std::optional<std::string_view> name, text;
     peek::for_each_member(m.msg.content, [&](std::string_view k, std::string_view v) {
         if (peek::key_is(k, "name")) name = v;
@@ -223,7 +223,7 @@ void cell_watch::count_text(const jupyter::kernel_message& m) {
     (name && *name == "\"stderr\"" ? cell_->stderr_bytes : cell_->stdout_bytes) += bytes;
 }
 
-cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, const kernel_policy& p) {
+cell_watch::verdict cell_watch::on_stream(const messaging::kernel_message& m, const kernel_policy& p) {
     const auto limit = p.output_limit_bytes;
     auto& c = *cell_;
     const auto size = m.msg.content.size();
@@ -239,7 +239,7 @@ cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, cons
     c.text_bytes = limit;
     // The notice goes on the stream whose text reached the limit, as a /v1 execution's does.
     const auto stream = peek::string_member(m.msg.content, "name", 16).value_or("stdout");
-    auto note = made(jupyter::channel::iopub, "stream",
+    auto note = made(messaging::channel::iopub, "stream",
                      {{"name", stream == "stderr" ? "stderr" : "stdout"}, {"text", cell_notices::output_truncated(limit)}},
                      c.parent_header);
     if (head) v.before.push_back(std::move(head));
@@ -247,7 +247,7 @@ cell_watch::verdict cell_watch::on_stream(const jupyter::kernel_message& m, cons
     return v;
 }
 
-cell_watch::verdict cell_watch::on_result(const jupyter::kernel_message& m, const kernel_policy& p) {
+cell_watch::verdict cell_watch::on_result(const messaging::kernel_message& m, const kernel_policy& p) {
     const auto limit = p.result_limit_bytes;
     auto& c = *cell_;
     const auto size = m.wire_bytes();
@@ -263,7 +263,7 @@ cell_watch::verdict cell_watch::on_result(const jupyter::kernel_message& m, cons
     return v;
 }
 
-cell_watch::verdict cell_watch::on_error(const jupyter::kernel_message& m) {
+cell_watch::verdict cell_watch::on_error(const messaging::kernel_message& m) {
     auto& c = *cell_;
     if (auto ename = peek::string_member(m.msg.content, "ename", 128)) c.error_name = std::move(*ename);
     if (++c.errors <= max_errors_per_cell) return {};
@@ -297,12 +297,12 @@ cell_watch::overdue cell_watch::check(const kernel_policy& p, clock::time_point 
     const std::string evalue = "The cell ran past its time limit of " + limit +
                                " (exec_timeout) and did not stop on interrupt; the kernel was restarted";
     const json traceback = json::array({"TimeoutError: " + evalue});
-    o.error = made(jupyter::channel::iopub, "error", {{"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}},
+    o.error = made(messaging::channel::iopub, "error", {{"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}},
                    c.parent_header);
     json reply = {{"status", "error"}, {"ename", "TimeoutError"}, {"evalue", evalue}, {"traceback", traceback}};
     reply["execution_count"] = json::parse(c.execution_count, nullptr, false);
     if (reply["execution_count"].is_discarded()) reply["execution_count"] = nullptr;
-    o.reply = made(jupyter::channel::shell, "execute_reply", reply, c.parent_header);
+    o.reply = made(messaging::channel::shell, "execute_reply", reply, c.parent_header);
     o.set_id = set_of(c.msg_id);
     return o;
 }

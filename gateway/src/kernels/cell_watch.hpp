@@ -27,7 +27,7 @@
 
 #include "kernels/cell_summary.hpp"
 #include "kernels/policy.hpp"
-#include "jupyter/kernel_message.hpp"
+#include "messaging/kernel_message.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -55,7 +55,7 @@ public:
     void requested(std::string msg_id, std::uint64_t set_id);
 
     // Messages the gateway makes up (the kernel numbers them when it sends them).
-    using made_message = std::shared_ptr<jupyter::kernel_message>;
+    using made_message = std::shared_ptr<messaging::kernel_message>;
 
     struct verdict {
         bool deliver = true;
@@ -65,10 +65,10 @@ public:
     };
     // Every iopub message, in arrival order. `state` is a status message's
     // execution_state ("" for other types).
-    verdict on_iopub(const jupyter::kernel_message& m, std::string_view state, const kernel_policy& p,
+    verdict on_iopub(const messaging::kernel_message& m, std::string_view state, const kernel_policy& p,
                      clock::time_point now);
     // An execute_reply the kernel sent to a client (its status: ok, error, aborted).
-    void on_reply(const jupyter::kernel_message& m);
+    void on_reply(const messaging::kernel_message& m);
     // The cells that started or ended since the last call, in that order; a
     // cell whose reply has not come `reply_wait` after its idle ends without it.
     std::vector<cell_summary> take_reports(clock::time_point now);
@@ -115,12 +115,12 @@ private:
         bool restarted = false;
     };
 
-    void on_status(const jupyter::kernel_message& m, std::string_view state, clock::time_point now);
-    verdict on_stream(const jupyter::kernel_message& m, const kernel_policy& p);
-    verdict on_result(const jupyter::kernel_message& m, const kernel_policy& p);
-    verdict on_error(const jupyter::kernel_message& m);
+    void on_status(const messaging::kernel_message& m, std::string_view state, clock::time_point now);
+    verdict on_stream(const messaging::kernel_message& m, const kernel_policy& p);
+    verdict on_result(const messaging::kernel_message& m, const kernel_policy& p);
+    verdict on_error(const messaging::kernel_message& m);
     std::uint64_t set_of(const std::string& msg_id) const;
-    void count_text(const jupyter::kernel_message& m);
+    void count_text(const messaging::kernel_message& m);
     void report(cell_summary s);
     void end(cell c);  // its summary, into reports_
 

@@ -6,7 +6,7 @@ namespace cellgate::kernels {
 
 // Why a kernel operation did not happen, in the core's own terms. The core
 // never picks an HTTP status: each surface maps the kind to its own answer
-// (api/api.hpp: failure_response), so a new surface reuses the words, not
+// (kit/services.hpp: failure_response), so a new surface reuses the words, not
 // the Jupyter REST API's numbers. `message` is safe to show a client.
 enum class failure_kind {
     no_such_spec,   // the kernelspec is not configured

@@ -13,7 +13,7 @@ namespace {
 
 std::atomic<std::uint64_t> next_set_id{kernel::gateway_set + 1};
 
-std::size_t client_bytes(const jupyter::client_message& m) {
+std::size_t client_bytes(const messaging::client_message& m) {
     std::size_t n = m.header.size() + m.parent_header.size() + m.metadata.size() + m.content.size();
     for (const auto& b : m.buffers) n += b.size();
     return n;
@@ -62,7 +62,7 @@ kernel::~kernel() = default;
 void kernel::connect(launcher::sandbox_info sandbox) {
     std::weak_ptr<kernel> weak = weak_from_this();
     wire::zmq_reactor::kernel_handlers handlers;
-    handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> m) {
+    handlers.on_message = [weak](std::uint64_t set_id, std::shared_ptr<messaging::kernel_message> m) {
         if (auto self = weak.lock()) self->on_wire_message(set_id, std::move(m));
     };
     // A kernel chooses how often this runs (tiny unsigned messages cost it
@@ -114,7 +114,7 @@ bool kernel::nudge() {
     if (ready_ || closed_) return ready_;
     auto msg = protocol::make_message("kernel_info_request", nlohmann::json::object(), "cellgate-gateway-" + id_);
     nudge_msg_id_ = nlohmann::json::parse(msg.header).at("msg_id").get<std::string>();
-    reactor_.send(id_, gateway_set, nudge_on_control_ ? jupyter::channel::control : jupyter::channel::shell, std::move(msg));
+    reactor_.send(id_, gateway_set, nudge_on_control_ ? messaging::channel::control : messaging::channel::shell, std::move(msg));
     return false;
 }
 
@@ -168,16 +168,16 @@ steady::time_point kernel::last_heartbeat() const {
     return last_heartbeat_;
 }
 
-jupyter::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
+messaging::kernel_message_ptr kernel::synthesize_status(std::string_view execution_state, std::string_view reason) {
     nlohmann::json content = {{"execution_state", execution_state}};
     if (!reason.empty()) content["cellgate_reason"] = reason;
-    auto m = jupyter::make_gateway_message(jupyter::channel::iopub, "status", content, "cellgate-gateway-" + id_);
+    auto m = messaging::make_gateway_message(messaging::channel::iopub, "status", content, "cellgate-gateway-" + id_);
     m->seq = next_seq_++;
     return m;
 }
 
-jupyter::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
-    auto m = jupyter::make_gateway_message(jupyter::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}},
+messaging::kernel_message_ptr kernel::gateway_notice(std::string_view text) {
+    auto m = messaging::make_gateway_message(messaging::channel::iopub, "stream", {{"name", "stderr"}, {"text", text}},
                                            "cellgate-gateway-" + id_);
     m->seq = next_seq_++;
     return m;
@@ -288,7 +288,7 @@ bool kernel::evict_detached_locked() {
 }
 
 void kernel::detach(std::uint64_t set_id, const kernel_subscriber* subscriber,
-                    std::vector<jupyter::kernel_message_ptr> unsent) {
+                    std::vector<messaging::kernel_message_ptr> unsent) {
     std::lock_guard lock(mutex_);
     const auto it = sessions_.find(set_id);
     if (it == sessions_.end()) return;
@@ -311,7 +311,7 @@ void kernel::detach(std::uint64_t set_id, const kernel_subscriber* subscriber,
     for (const auto& m : unsent) buffer_locked(s, m);
 }
 
-void kernel::requeue(std::uint64_t set_id, jupyter::kernel_message_ptr m) {
+void kernel::requeue(std::uint64_t set_id, messaging::kernel_message_ptr m) {
     std::lock_guard lock(mutex_);
     const auto it = sessions_.find(set_id);
     if (it == sessions_.end() || closed_) return;
@@ -324,7 +324,7 @@ void kernel::requeue(std::uint64_t set_id, jupyter::kernel_message_ptr m) {
 
 // Inserts in arrival order (usually at the end; handed-back messages go
 // before anything that arrived after them) and enforces the bounds.
-void kernel::buffer_locked(client_session& s, const jupyter::kernel_message_ptr& m) {
+void kernel::buffer_locked(client_session& s, const messaging::kernel_message_ptr& m) {
     auto pos = s.buffer.end();
     while (pos != s.buffer.begin() && (*std::prev(pos))->seq > m->seq) --pos;
     if (pos != s.buffer.begin() && (*std::prev(pos))->seq == m->seq) return;  // already there
@@ -350,7 +350,7 @@ void kernel::expire_sessions(steady::time_point now) {
     }
 }
 
-bool kernel::client_send(std::uint64_t set_id, jupyter::client_message msg) {
+bool kernel::client_send(std::uint64_t set_id, messaging::client_message msg) {
     std::function<void()> wake;
     {
         std::lock_guard lock(mutex_);
@@ -417,7 +417,7 @@ void kernel::on_wanted(std::function<void()> f) {
     wanted_ = std::move(f);
 }
 
-void kernel::send_locked(std::uint64_t set_id, jupyter::client_message msg) {
+void kernel::send_locked(std::uint64_t set_id, messaging::client_message msg) {
     if (msg.msg_type == "execute_request") {
         ++metrics_.executions;
         if (set_id == gateway_set) watch_.own(msg.msg_id);
@@ -449,8 +449,8 @@ void kernel::add_observer(const std::shared_ptr<kernel_subscriber>& observer) {
     observers_.push_back(observer);
 }
 
-void kernel::gateway_send(jupyter::channel chan, protocol::message msg) {
-    jupyter::client_message m;
+void kernel::gateway_send(messaging::channel chan, protocol::message msg) {
+    messaging::client_message m;
     m.chan = chan;
     const auto header = nlohmann::json::parse(msg.header, nullptr, false);
     if (header.is_object()) {
@@ -465,7 +465,7 @@ void kernel::gateway_send(jupyter::channel chan, protocol::message msg) {
     client_send(gateway_set, std::move(m));
 }
 
-void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> arrived) {
+void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<messaging::kernel_message> arrived) {
     std::vector<cell_summary> cells;
     {
         std::unique_lock lock(mutex_);
@@ -476,7 +476,7 @@ void kernel::on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kern
 }
 
 void kernel::on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uint64_t set_id,
-                                    std::shared_ptr<jupyter::kernel_message> arrived) {
+                                    std::shared_ptr<messaging::kernel_message> arrived) {
     if (closed_) return;
     if (set_id == gateway_set && arrived->fields.msg_type == "execute_reply") {
         if (const auto w = silent_waiters_.find(arrived->fields.parent_msg_id); w != silent_waiters_.end()) {
@@ -488,7 +488,7 @@ void kernel::on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uin
         }
     }
     arrived->seq = next_seq_++;
-    const jupyter::kernel_message_ptr m = std::move(arrived);
+    const messaging::kernel_message_ptr m = std::move(arrived);
     if (set_id == 0) {
         if (!ready_ && !nudge_msg_id_.empty()) iopub_seen_ = true;
         std::string s;  // a status message's execution_state
@@ -528,18 +528,18 @@ void kernel::on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uin
         return;
     }
     // A client's reply: its status ends the cell it answers (cell_watch).
-    if (m->chan == jupyter::channel::shell && m->fields.msg_type == "execute_reply") watch_.on_reply(*m);
+    if (m->chan == messaging::channel::shell && m->fields.msg_type == "execute_reply") watch_.on_reply(*m);
     const auto it = sessions_.find(set_id);
     if (it != sessions_.end()) deliver_locked(it->second, m);
 }
 
-void kernel::fan_out_locked(const jupyter::kernel_message_ptr& m) {
+void kernel::fan_out_locked(const messaging::kernel_message_ptr& m) {
     for (auto& [set_id, s] : sessions_) deliver_locked(s, m);
     for (auto& o : observers_)
         if (auto sub = o.lock()) sub->deliver(m);
 }
 
-void kernel::deliver_locked(client_session& s, const jupyter::kernel_message_ptr& m) {
+void kernel::deliver_locked(client_session& s, const messaging::kernel_message_ptr& m) {
     if (auto sub = s.subscriber.lock()) {
         sub->deliver(m);
         return;
@@ -548,7 +548,7 @@ void kernel::deliver_locked(client_session& s, const jupyter::kernel_message_ptr
     if (!s.session_id.empty()) buffer_locked(s, m);
 }
 
-bool kernel::rate_limited_locked(const jupyter::kernel_message& m) {
+bool kernel::rate_limited_locked(const messaging::kernel_message& m) {
     if (settings_.iopub_msg_rate <= 0 && settings_.iopub_data_rate <= 0) return false;
     const auto& type = m.fields.msg_type;
     if (type == "status" || (!settings_.limit_rich_outputs && is_rich_output(type)) ||
@@ -622,7 +622,7 @@ void kernel::run_silent(const std::string& code, std::function<void(const nlohma
         }
         silent_waiters_[msg_id] = std::move(done);
     }
-    gateway_send(jupyter::channel::shell, std::move(msg));
+    gateway_send(messaging::channel::shell, std::move(msg));
 }
 
 void kernel::touch() {

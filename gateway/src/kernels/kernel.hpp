@@ -5,7 +5,7 @@
 #include "kernels/policy.hpp"
 #include "kernels/kernel_subscriber.hpp"
 #include "metrics/metrics.hpp"
-#include "jupyter/ws_codec.hpp"
+#include "messaging/ws_codec.hpp"
 #include "wire/zmq_reactor.hpp"
 
 #include <nlohmann/json.hpp>
@@ -167,17 +167,17 @@ public:
     // lets go: when a newer connection with the same session id has taken
     // the session over, it stays attached and gets `unsent`.
     void detach(std::uint64_t set_id, const kernel_subscriber* subscriber,
-                std::vector<jupyter::kernel_message_ptr> unsent = {});
+                std::vector<messaging::kernel_message_ptr> unsent = {});
     // A message that reached a subscriber after it detached (it was already
     // on its way): back into the session's buffer in arrival order, or to the
     // session's new subscriber if it has reconnected meanwhile.
-    void requeue(std::uint64_t set_id, jupyter::kernel_message_ptr m);
+    void requeue(std::uint64_t set_id, messaging::kernel_message_ptr m);
     // False when the kernel is not ready and its queue is full.
-    bool client_send(std::uint64_t set_id, jupyter::client_message msg);
+    bool client_send(std::uint64_t set_id, messaging::client_message msg);
     // Observers see every iopub message and every reply on the gateway set.
     void add_observer(const std::shared_ptr<kernel_subscriber>& observer);
     // Sends a message on the gateway's own channel set.
-    void gateway_send(jupyter::channel chan, protocol::message msg);
+    void gateway_send(messaging::channel chan, protocol::message msg);
 
     nlohmann::json model() const;
 
@@ -220,7 +220,7 @@ private:
         std::string session_id;
         std::uint64_t set_id = 0;
         std::weak_ptr<kernel_subscriber> subscriber;
-        std::deque<jupyter::kernel_message_ptr> buffer;
+        std::deque<messaging::kernel_message_ptr> buffer;
         std::size_t buffered_bytes = 0;
         std::uint64_t dropped = 0;
         steady::time_point detached_at;
@@ -228,25 +228,25 @@ private:
     };
     struct pending_message {
         std::uint64_t set_id;
-        jupyter::client_message msg;
+        messaging::client_message msg;
     };
 
-    void on_wire_message(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message> m);
+    void on_wire_message(std::uint64_t set_id, std::shared_ptr<messaging::kernel_message> m);
     void on_wire_message_locked(std::unique_lock<std::mutex>& lock, std::uint64_t set_id,
-                                std::shared_ptr<jupyter::kernel_message> m);
+                                std::shared_ptr<messaging::kernel_message> m);
     // Hands the cells that started or ended to settings_.on_cell: taken under
     // the lock, reported after it is released.
     void report_cells(std::vector<cell_summary> cells) const;
-    void buffer_locked(client_session& s, const jupyter::kernel_message_ptr& m);
+    void buffer_locked(client_session& s, const messaging::kernel_message_ptr& m);
     bool evict_detached_locked();
-    void fan_out_locked(const jupyter::kernel_message_ptr& m);
-    void deliver_locked(client_session& s, const jupyter::kernel_message_ptr& m);
-    bool rate_limited_locked(const jupyter::kernel_message& m);
-    void send_locked(std::uint64_t set_id, jupyter::client_message msg);
+    void fan_out_locked(const messaging::kernel_message_ptr& m);
+    void deliver_locked(client_session& s, const messaging::kernel_message_ptr& m);
+    bool rate_limited_locked(const messaging::kernel_message& m);
+    void send_locked(std::uint64_t set_id, messaging::client_message msg);
     void flush_pending_locked();
     // Both must be called with the lock held (they take the next sequence number).
-    jupyter::kernel_message_ptr synthesize_status(std::string_view execution_state, std::string_view reason = {});
-    jupyter::kernel_message_ptr gateway_notice(std::string_view text);
+    messaging::kernel_message_ptr synthesize_status(std::string_view execution_state, std::string_view reason = {});
+    messaging::kernel_message_ptr gateway_notice(std::string_view text);
     // Numbers a message the gateway made up and sends it to every client.
     void fan_out_made_locked(cell_watch::made_message m);
 

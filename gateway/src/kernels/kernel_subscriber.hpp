@@ -1,6 +1,6 @@
 #pragma once
 
-#include "jupyter/kernel_message.hpp"
+#include "messaging/kernel_message.hpp"
 
 #include <string>
 
@@ -13,7 +13,7 @@ namespace cellgate::kernels {
 class kernel_subscriber {
 public:
     virtual ~kernel_subscriber() = default;
-    virtual void deliver(jupyter::kernel_message_ptr message) = 0;
+    virtual void deliver(messaging::kernel_message_ptr message) = 0;
     // The kernel is going away for good (deleted, culled, shut down).
     virtual void kernel_closed(const std::string& reason) = 0;
 };

@@ -15,7 +15,7 @@
 // Every request carries Authorization: Bearer <tenant token> (401 with
 // WWW-Authenticate otherwise); a foreign Origin gets 403.
 
-#include "api/api.hpp"
+#include "kit/services.hpp"
 #include "kernels/state_store.hpp"
 
 #include <chrono>
@@ -39,7 +39,7 @@ struct mcp_options {
 
 // Adds the routes; the handlers refer to what the returned handle holds,
 // which the caller keeps as long as the router.
-[[nodiscard]] std::shared_ptr<void> register_mcp_api(http::router& r, api::services& s, agent::agent_service& agents,
+[[nodiscard]] std::shared_ptr<void> register_mcp_api(http::router& r, kit::services& s, agent::agent_service& agents,
                                                      kernels::state_store* store, const mcp_options& options);
 
 }  // namespace cellgate::mcp

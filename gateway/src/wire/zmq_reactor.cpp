@@ -46,12 +46,12 @@ void release_freed_memory() {
 
 enum class socket_role { iopub, hb, shell, control, stdin_ };
 
-jupyter::channel channel_of(socket_role r) {
+messaging::channel channel_of(socket_role r) {
     switch (r) {
-    case socket_role::shell: return jupyter::channel::shell;
-    case socket_role::control: return jupyter::channel::control;
-    case socket_role::stdin_: return jupyter::channel::stdin_;
-    default: return jupyter::channel::iopub;
+    case socket_role::shell: return messaging::channel::shell;
+    case socket_role::control: return messaging::channel::control;
+    case socket_role::stdin_: return messaging::channel::stdin_;
+    default: return messaging::channel::iopub;
     }
 }
 
@@ -307,7 +307,7 @@ struct zmq_reactor::impl {
             return;
         }
         ++received;
-        auto m = std::make_shared<jupyter::kernel_message>();
+        auto m = std::make_shared<messaging::kernel_message>();
         m->chan = channel_of(w.role);
         m->msg = std::move(decoded.msg);
         m->msg.identities.clear();  // the iopub topic and routing ids stay here
@@ -562,15 +562,15 @@ void zmq_reactor::close_channels(const std::string& kernel_id, std::uint64_t set
     });
 }
 
-void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, jupyter::channel chan,
+void zmq_reactor::send(const std::string& kernel_id, std::uint64_t set_id, messaging::channel chan,
                        protocol::message msg) {
     post([kernel_id, set_id, chan, msg = std::move(msg)](impl& r) {
         const auto it = r.kernels.find(kernel_id);
         if (it == r.kernels.end()) return;
         const auto set = it->second->sets.find(set_id);
         if (set == it->second->sets.end()) return;
-        auto& w = chan == jupyter::channel::control ? set->second.control
-                  : chan == jupyter::channel::stdin_ ? set->second.stdin_
+        auto& w = chan == messaging::channel::control ? set->second.control
+                  : chan == messaging::channel::stdin_ ? set->second.stdin_
                                                  : set->second.shell;
         if (!w) {
             ++r.dropped;

@@ -2,7 +2,7 @@
 
 #include "cellgate/launcher/sandbox_info.hpp"
 #include "cellgate/protocol/wire_codec.hpp"
-#include "jupyter/kernel_message.hpp"
+#include "messaging/kernel_message.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -41,7 +41,7 @@ public:
     struct kernel_handlers {
         // Called on the reactor thread; must be quick (post elsewhere).
         // set_id is 0 for iopub, else the channel set that received it.
-        std::function<void(std::uint64_t set_id, std::shared_ptr<jupyter::kernel_message>)> on_message;
+        std::function<void(std::uint64_t set_id, std::shared_ptr<messaging::kernel_message>)> on_message;
         std::function<void(const std::string& reason)> on_dropped;
         std::function<void()> on_heartbeat;
     };
@@ -70,7 +70,7 @@ public:
     void open_channels(const std::string& kernel_id, std::uint64_t set_id);
     void close_channels(const std::string& kernel_id, std::uint64_t set_id);
     // Signs and sends; dropped if the kernel or set is gone.
-    void send(const std::string& kernel_id, std::uint64_t set_id, jupyter::channel chan,
+    void send(const std::string& kernel_id, std::uint64_t set_id, messaging::channel chan,
               protocol::message msg);
     void ping(const std::string& kernel_id);
 

@@ -1,4 +1,4 @@
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "agent/agent_service.hpp"
 #include "core/cell_request.hpp"
 #include "core/session_request.hpp"
@@ -10,7 +10,7 @@
 #include <string>
 
 using namespace cellgate;
-using namespace cellgate::api;
+using namespace cellgate::kit;
 using nlohmann::json;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "api/request_models.hpp"
+#include "kit/request_models.hpp"
 #include "kernels/session_registry.hpp"
 #include "util/api_error.hpp"
 
@@ -21,14 +21,14 @@ TEST(session_registry, each_tenant_has_a_cap_on_records) {
 }
 
 TEST(session_registry, fields_have_a_length_limit) {
-    const std::string ok(api::max_session_field_bytes, 'p');
-    const std::string too_long(api::max_session_field_bytes + 1, 'p');
-    EXPECT_EQ(api::session_fields_from({{"path", ok}}).path, ok);
+    const std::string ok(kit::max_session_field_bytes, 'p');
+    const std::string too_long(kit::max_session_field_bytes + 1, 'p');
+    EXPECT_EQ(kit::session_fields_from({{"path", ok}}).path, ok);
     for (const char* key : {"path", "name", "type"}) {
         nlohmann::json body = {{"path", "a.ipynb"}};
         body[key] = too_long;
         try {
-            api::session_fields_from(body);
+            kit::session_fields_from(body);
             ADD_FAILURE() << key << " of " << too_long.size() << " bytes was accepted";
         } catch (const api_exception& e) {
             EXPECT_EQ(e.status(), 400u) << key;

@@ -116,7 +116,7 @@ TEST(zmq_reactor, a_half_made_channel_set_leaves_nothing_watched) {
     EXPECT_EQ(r.counters().watched, 2u);  // shell was made, then dropped unwatched
     // More turns over whatever the failure left behind.
     ASSERT_TRUE(hb.round_trip(r, "k"));
-    r.send("k", 1, jupyter::channel::shell, protocol::make_message("kernel_info_request", nlohmann::json::object(), "s"));
+    r.send("k", 1, messaging::channel::shell, protocol::make_message("kernel_info_request", nlohmann::json::object(), "s"));
     ASSERT_TRUE(hb.round_trip(r, "k"));
     r.stop();
 }

@@ -19,16 +19,16 @@ std::string request_header(const std::string& msg_id, const std::string& type = 
         .dump();
 }
 
-jupyter::kernel_message iopub(const std::string& type, const json& content, const std::string& parent) {
-    jupyter::kernel_message m;
-    m.chan = jupyter::channel::iopub;
+messaging::kernel_message iopub(const std::string& type, const json& content, const std::string& parent) {
+    messaging::kernel_message m;
+    m.chan = messaging::channel::iopub;
     m.msg = protocol::make_message(type, content, "kernel-session", "kernel", parent);
     m.fields.msg_type = type;
     m.fields.parent_msg_id = json::parse(parent).value("msg_id", "");
     return m;
 }
 
-jupyter::kernel_message status(const std::string& state, const std::string& parent) {
+messaging::kernel_message status(const std::string& state, const std::string& parent) {
     return iopub("status", {{"execution_state", state}}, parent);
 }
 
@@ -44,7 +44,7 @@ struct watch_test : ::testing::Test {
         p.output_limit_bytes = 100;
         p.result_limit_bytes = 1000;
     }
-    cell_watch::verdict send(const jupyter::kernel_message& m, std::string_view state = "", clock_t_::time_point at = t0) {
+    cell_watch::verdict send(const messaging::kernel_message& m, std::string_view state = "", clock_t_::time_point at = t0) {
         return w.on_iopub(m, state, p, at);
     }
     void start(clock_t_::time_point at = t0) { send(status("busy", cell), "busy", at); }
@@ -152,7 +152,7 @@ TEST_F(watch_test, past_the_time_limit_interrupts_then_gives_up_with_an_error_an
     ASSERT_EQ(last.what, cell_watch::action::restart);
     EXPECT_EQ(last.set_id, 7u);
     ASSERT_TRUE(last.reply && last.error);
-    EXPECT_EQ(last.reply->chan, jupyter::channel::shell);
+    EXPECT_EQ(last.reply->chan, messaging::channel::shell);
     EXPECT_EQ(last.reply->fields.msg_type, "execute_reply");
     EXPECT_EQ(last.reply->fields.parent_msg_id, "cell-1");
     const auto reply = json::parse(last.reply->msg.content);
@@ -213,9 +213,9 @@ TEST(cell_watch_memory, remembers_a_bounded_number_of_requests) {
 
 namespace {
 
-jupyter::kernel_message reply(const std::string& status, const std::string& parent, const json& extra = json::object()) {
-    jupyter::kernel_message m = iopub("execute_reply", json{{"status", status}, {"execution_count", 3}}, parent);
-    m.chan = jupyter::channel::shell;
+messaging::kernel_message reply(const std::string& status, const std::string& parent, const json& extra = json::object()) {
+    messaging::kernel_message m = iopub("execute_reply", json{{"status", status}, {"execution_count", 3}}, parent);
+    m.chan = messaging::channel::shell;
     auto content = json::parse(m.msg.content);
     content.update(extra);
     m.msg.content = content.dump();

@@ -12,14 +12,14 @@ using namespace cellgate;
 namespace {
 
 struct recording_subscriber : kernels::kernel_subscriber {
-    std::vector<jupyter::kernel_message_ptr> got;
+    std::vector<messaging::kernel_message_ptr> got;
     std::vector<std::string> closed;
-    void deliver(jupyter::kernel_message_ptr m) override { got.push_back(std::move(m)); }
+    void deliver(messaging::kernel_message_ptr m) override { got.push_back(std::move(m)); }
     void kernel_closed(const std::string& reason) override { closed.push_back(reason); }
 };
 
-jupyter::kernel_message_ptr message(const char* text) {
-    return jupyter::make_gateway_message(jupyter::channel::iopub, "stream", {{"name", "stdout"}, {"text", text}},
+messaging::kernel_message_ptr message(const char* text) {
+    return messaging::make_gateway_message(messaging::channel::iopub, "stream", {{"name", "stdout"}, {"text", text}},
                                          "s", "{}");
 }
 

@@ -45,7 +45,7 @@ inline bool eventually(const std::function<bool()>& holds, std::chrono::millisec
 // Keeps the iopub statuses a kernel fans out to its clients.
 class status_recorder : public kernels::kernel_subscriber {
 public:
-    void deliver(jupyter::kernel_message_ptr m) override {
+    void deliver(messaging::kernel_message_ptr m) override {
         if (m->fields.msg_type != "status") return;
         std::lock_guard lock(mutex_);
         contents_.push_back(nlohmann::json::parse(m->msg.content));

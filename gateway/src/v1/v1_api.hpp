@@ -1,0 +1,30 @@
+#pragma once
+
+// The agent API, /v1: sessions, executions and their ledger, files, one-shot
+// runs, snapshots and fork, workspace archives, volumes, networks and
+// commands (docs/agent-api.md). Over the core, through the kit.
+
+#include "kit/services.hpp"
+
+namespace cellgate::agent { class agent_service; }
+namespace cellgate::processes { class process_table; }
+
+namespace cellgate::v1 {
+
+using kit::services;
+
+void register_agent_api(http::router& r, services& s, agent::agent_service& agents);  // /v1
+// /v1 snapshots and fork (snapshots_api.cpp; called by register_agent_api).
+void register_snapshots(http::router& r, services& s, agent::agent_service& agents);
+nlohmann::json snapshot_model(const kernels::snapshot_record& snap);
+// /v1 workspace archives (workspace_api.cpp; called by register_agent_api
+// after POST /v1/sessions exists): GET/PUT …/workspace, and POST
+// /v1/sessions with a tar or form body.
+void register_workspace_api(http::router& r, services& s, agent::agent_service& agents);
+// /v1/volumes (volumes_api.cpp; called by register_agent_api).
+void register_volumes(http::router& r, services& s);
+// GET/PATCH /v1/sessions/{id}/network and GET …/network/log (network_api.cpp).
+void register_network_api(http::router& r, services& s, core::network_settings& settings);
+void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
+
+}  // namespace cellgate::v1
