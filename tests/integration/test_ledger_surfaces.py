@@ -150,9 +150,15 @@ def test_an_e2b_context_cell_is_in_its_sandboxs_ledger(gw):
         lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
         assert any(line["type"] == "error" for line in lines), lines
 
-        records = executions(gw, sb["sandboxID"], 1, surface="e2b")
-        assert len(records) == 1, records
-        e = records[0]
+        # And one in the default context: the session's kernel, through the core's cell engine.
+        r = _e2b(gw, "POST", "/execute", sb, json={"code": "print(6 * 7)"})
+        assert r.status_code == 200 and '"42\\n"' in r.text, r.text
+
+        records = executions(gw, sb["sandboxID"], 2, surface="e2b")
+        assert len(records) == 2, records
+        e, default = records
+        assert "context_id" not in default and default["status"] == "ok", default
+        assert default["code_sha256"] == sha256("print(6 * 7)") and default["stdout_bytes"] == 3, default
         assert e["context_id"] == ctx and e["session_id"] == sb["sandboxID"]
         assert e["code_sha256"] == sha256(code) and e["code_bytes"] == len(code)
         assert e["status"] == "error" and e["error_name"] == "ZeroDivisionError", e

@@ -4,7 +4,6 @@
 #include "util/encoding.hpp"
 
 #include <boost/asio/post.hpp>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -66,9 +65,9 @@ void trim_spool(const std::filesystem::path& dir, std::uint64_t cap) {
 }  // namespace
 
 std::shared_ptr<execution> agent_service::submit(const kernels::kernel_ptr& k, execution_options options,
-                                                 execution::event_fn on_event, execution::done_fn on_done,
-                                                 std::string surface) {
+                                                 execution::event_fn on_event, execution::done_fn on_done) {
     const std::string id = k->id();
+    auto surface = options.surface;
     const std::string tenant = k->tenant();
     options.file_io = file_io_;
     auto e = std::make_shared<execution>(ioc_, manager_, k, std::move(options), std::move(on_event),
@@ -120,13 +119,6 @@ void agent_service::done(const std::string& kernel_id) {
 
 namespace {
 
-std::string sha256_hex(std::string_view data) {
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
-}
-
 std::int64_t unix_ms(std::chrono::system_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
@@ -140,7 +132,7 @@ nlohmann::json cell_record(const std::string& kernel_id, const kernels::cell_sum
     json r = {{"execution_id", protocol::make_uuid()},
               {"session_id", kernel_id},
               {"surface", s.surface},
-              {"code_sha256", s.code ? json(sha256_hex(*s.code)) : json(nullptr)},
+              {"code_sha256", s.code ? json(code_sha256(*s.code)) : json(nullptr)},
               {"code_bytes", s.code_bytes},
               {"started_at", kernels::iso8601(started)},
               {"ended_at", kernels::iso8601(ended)},
@@ -163,16 +155,7 @@ nlohmann::json cell_record(const std::string& kernel_id, const kernels::cell_sum
     if (s.surface == "jupyter") r["msg_id"] = s.id.substr(0, 128);
     if (!s.context.empty()) r["context_id"] = s.context;
     if (!s.error_name.empty()) r["error_name"] = s.error_name.substr(0, 128);
-    if (before && after) {
-        if (after->cpu_ns >= before->cpu_ns) r["cpu_s"] = static_cast<double>(after->cpu_ns - before->cpu_ns) / 1e9;
-        if (before->peak_resettable) {
-            r["peak_memory_bytes"] = after->memory_peak_bytes;
-            r["peak_memory_increase_bytes"] =
-                after->memory_peak_bytes > before->memory_bytes ? after->memory_peak_bytes - before->memory_bytes : 0;
-        }
-        r["memory_bytes_at_start"] = before->memory_bytes;
-        r["memory_bytes_at_end"] = after->memory_bytes;
-    }
+    record_usage(r, before, after);
     return r;
 }
 

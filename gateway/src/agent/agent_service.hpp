@@ -34,11 +34,9 @@ public:
                   util::file_io_pool* file_io = nullptr, kernels::state_store* store = nullptr,
                   std::filesystem::path spool_root = {});
 
-    // `surface` tags its ledger record: the door it came through ("v1",
-    // "mcp", "e2b").
+    // Its ledger record is tagged with options.surface, the door it came through.
     std::shared_ptr<execution> submit(const kernels::kernel_ptr& k, execution_options options,
-                                      execution::event_fn on_event, execution::done_fn on_done,
-                                      std::string surface = "v1");
+                                      execution::event_fn on_event, execution::done_fn on_done);
     // The client went away: a queued execution is dropped, a running one interrupted.
     void cancel(const std::string& kernel_id, const std::shared_ptr<execution>& e);
 

@@ -55,6 +55,8 @@ struct execution_options {
     // before it runs and put back as it was right after (names checked by
     // check_cell_env).
     std::map<std::string, std::string> env;
+    // The door the cell came through ("v1", "mcp", "e2b"): its ledger record says so.
+    std::string surface = "v1";
 };
 
 // Names and values for a cell's environment: a name is non-empty and holds

@@ -2,26 +2,15 @@
 // snapshots before and after it, the files it created, modified or deleted
 // (inline for a one-shot run), and its record in the ledger.
 #include "agent/execution.hpp"
+#include "agent/ledger.hpp"
 
 #include "util/encoding.hpp"
 
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 namespace cellgate::agent {
 
 using nlohmann::json;
-
-namespace {
-
-std::string sha256_hex(std::string_view data) {
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
-}
-
-}  // namespace
 
 std::optional<workspace_snapshot> execution::take_snapshot() const {
     const auto sb = kernel_->sandbox();
@@ -76,7 +65,7 @@ json execution::usage_record(const std::string& status, const json& files,
         (f.value("change", "") == "created" ? created : modified).push_back({{"path", f["path"]}, {"size", f["size"]}});
     json r = {{"execution_id", id_},
               {"session_id", kernel_->id()},
-              {"code_sha256", sha256_hex(options_.code)},
+              {"code_sha256", code_sha256(options_.code)},
               {"code_bytes", options_.code.size()},
               {"started_at", kernels::iso8601(started_wall_)},
               {"ended_at", kernels::iso8601(ended)},
@@ -91,21 +80,7 @@ json execution::usage_record(const std::string& status, const json& files,
               {"files", {{"created", std::move(created)}, {"modified", std::move(modified)}, {"deleted", deleted_}}},
               {"files_complete", !files_truncated_},
               {"egress", json::array()}};
-    if (usage_before_ && after) {
-        // CPU of every task in the sandbox's cgroup during the cell (the
-        // kernel, its threads and children; gVisor's sentry too under runsc).
-        if (after->cpu_ns >= usage_before_->cpu_ns)
-            r["cpu_s"] = static_cast<double>(after->cpu_ns - usage_before_->cpu_ns) / 1e9;
-        // The peak is the cgroup's (the kernel's baseline, page cache and
-        // all); its rise above the use at the cell's start is what the cell added.
-        if (usage_before_->peak_resettable) {
-            r["peak_memory_bytes"] = after->memory_peak_bytes;
-            r["peak_memory_increase_bytes"] =
-                after->memory_peak_bytes > usage_before_->memory_bytes ? after->memory_peak_bytes - usage_before_->memory_bytes : 0;
-        }
-        r["memory_bytes_at_start"] = usage_before_->memory_bytes;
-        r["memory_bytes_at_end"] = after->memory_bytes;
-    }
+    record_usage(r, usage_before_, after);
     return r;
 }
 

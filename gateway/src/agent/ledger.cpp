@@ -1,5 +1,8 @@
 #include "agent/ledger.hpp"
 
+#include "util/encoding.hpp"
+
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,6 +13,28 @@ using nlohmann::json;
 
 namespace {
 constexpr const char* record_kind = "execution";
+}
+
+std::string code_sha256(std::string_view code) {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    EVP_Digest(code.data(), code.size(), out, &len, EVP_sha256(), nullptr);
+    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
+}
+
+void record_usage(json& r, const std::optional<launcher::sandbox_usage>& before,
+                  const std::optional<launcher::sandbox_usage>& after) {
+    if (!before || !after) return;
+    if (after->cpu_ns >= before->cpu_ns) r["cpu_s"] = static_cast<double>(after->cpu_ns - before->cpu_ns) / 1e9;
+    // The peak is the cgroup's (the kernel's baseline, page cache and all);
+    // its rise above the use at the cell's start is what the cell added.
+    if (before->peak_resettable) {
+        r["peak_memory_bytes"] = after->memory_peak_bytes;
+        r["peak_memory_increase_bytes"] =
+            after->memory_peak_bytes > before->memory_bytes ? after->memory_peak_bytes - before->memory_bytes : 0;
+    }
+    r["memory_bytes_at_start"] = before->memory_bytes;
+    r["memory_bytes_at_end"] = after->memory_bytes;
 }
 
 execution_ledger::execution_ledger(kernels::state_store* store, std::size_t max_per_session)

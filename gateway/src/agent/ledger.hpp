@@ -10,6 +10,7 @@
 // and, with a state store, in the gateway's database (removed with the
 // session), so records survive a gateway restart. Counters for /metrics.
 
+#include "cellgate/launcher/sandbox_launcher.hpp"
 #include "kernels/state_store.hpp"
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,15 @@
 #include <string>
 
 namespace cellgate::agent {
+
+// A cell's code as its record keeps it: the SHA-256, in hex.
+std::string code_sha256(std::string_view code);
+// What the sandbox's cgroup says a cell cost, into its record: cpu_s (every
+// task in the cgroup: the kernel, its threads and children, gVisor's sentry
+// under runsc), the cgroup's memory peak and its rise above the use at the
+// cell's start, and the use at start and end. Nothing without both readings.
+void record_usage(nlohmann::json& record, const std::optional<launcher::sandbox_usage>& before,
+                  const std::optional<launcher::sandbox_usage>& after);
 
 class execution_ledger {
 public:

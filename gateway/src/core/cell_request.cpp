@@ -31,6 +31,7 @@ agent::execution_options cell_options(const cell_request& r, const kernels::kern
     o.inline_files = r.inline_files;
     if (r.inline_files) o.inline_files_limit_bytes = p.result_limit_bytes;
     o.output_at = r.output_at;
+    o.surface = r.surface;
     return o;
 }
 

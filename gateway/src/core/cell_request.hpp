@@ -35,6 +35,7 @@ struct cell_request {
     // Where the surface serves a cut stream whole (execution id, stream name);
     // unset: the cut text does not say.
     std::function<std::string(const std::string& execution_id, std::string_view stream)> output_at;
+    std::string surface = "v1";  // the door it came through, for its ledger record
 };
 
 // The largest budget a cell may ask for, and the smallest.

@@ -197,6 +197,7 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     cell.report_files = false;
     cell.env = env_of(body);
     cell.output_at = kit::whole_output_at(k->id());
+    cell.surface = "e2b";
     json asked = json::object();
     for (const char* key : {"max_output_tokens", "max_output_bytes", "max_image_pixels"})
         if (body.contains(key)) asked[key] = body[key];

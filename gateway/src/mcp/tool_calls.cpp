@@ -113,6 +113,7 @@ void server::run_cell(const kernels::kernel_ptr& k, bool fresh, const json& args
     ask["max_output_bytes"] = std::max<std::size_t>(limits.text_bytes, core::min_budget_bytes);
     auto cell = kit::cell_request_from(ask);
     cell.output_at = kit::whole_output_at(k->id());
+    cell.surface = "mcp";
     auto opts = s_.cells->options(*k, cell);
     {
         std::lock_guard lock(call->mutex);
