@@ -30,7 +30,8 @@ set(cellgate_room_uses_agent kernels messaging wire contents metrics util)
 set(cellgate_room_uses_processes kernels messaging wire contents metrics util)
 # The core's front door: the typed verbs every surface calls (sessions, cells, files, networks).
 set(cellgate_room_uses_core agent kernels egress messaging wire contents metrics util)
-set(cellgate_room_uses_http kernels wire messaging metrics util)
+# The transport: listener, sessions, dispatch, router, auth, SSE, the WebSocket handoffs. No kernel.
+set(cellgate_room_uses_http metrics util)
 # The kit: what the surfaces share (services, failures as statuses, file work, the cluster's list join).
 set(cellgate_room_uses_kit core processes http agent kernels wire messaging contents metrics egress util)
 set(cellgate_room_uses_jupyter kit core processes http agent kernels wire messaging contents metrics egress util)

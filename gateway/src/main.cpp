@@ -13,6 +13,7 @@
 #include "cellgate/launcher/launcher.hpp"
 #include "cellgate/launcher/service.hpp"
 #include "config/gateway_config.hpp"
+#include "http/handoffs.hpp"
 #include "http/listener.hpp"
 #include "cluster/membership.hpp"
 #include "kernels/kernel_manager.hpp"
@@ -386,9 +387,10 @@ int main(int argc, char** argv) {
         core::executions cells(manager, agents);
         services.cells = &cells;
 
-        http::server_context ctx(
-            cfg.server, http::authenticator(cfg.tokens),
-            [&manager](const std::string& tenant, const std::string& id) { return manager.find(tenant, id); }, metrics);
+        // The kernel channels' WebSocket is the Jupyter surface's; the transport hands the upgrade over.
+        const auto channels = jupyter::kernel_channels(manager);
+        http::server_context ctx(cfg.server, http::authenticator(cfg.tokens), metrics);
+        ctx.channels = &channels;
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
         // Commands and terminals inside the sandboxes; a session's end takes them.
         processes::process_table processes(ioc, launch);

@@ -1,7 +1,7 @@
 #pragma once
 
-// Where a connection goes once its head is read, besides a plain answer: a
-// kernel's WebSocket, a message socket (terminals and the like), or a hop to
+// Where a connection goes once its head is read, besides a plain answer: the
+// kernel channels' WebSocket (a surface's), a message socket (terminals and the like), or a hop to
 // the node that owns the id. Each kind is compiled for each stream in a unit
 // of its own (handoff_<kind>_<stream>.cpp), and each stream's http_session in
 // another (session_<stream>.cpp), so no unit instantiates all of Beast at
@@ -18,11 +18,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-
-namespace cellgate::kernels {
-class kernel;
-}
 
 namespace cellgate::http {
 
@@ -38,10 +35,16 @@ void start_plain_session(boost::asio::ip::tcp::socket socket, server_context& ct
 void start_tls_session(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context& tls, server_context& ctx,
                        connection_limiter::slot slot, std::string remote);
 
-// websocket_session.hpp
-template <class Stream>
-void start_websocket_session(Stream&& stream, server_context& ctx, connection_limiter::slot slot,
-                             std::shared_ptr<kernels::kernel> k, std::string session_id, bool v1, request req);
+// The kernel channels' WebSocket (dispatch.hpp: channels_pattern), which a
+// surface takes over (the Jupyter surface's: jupyter/kernel_channels.hpp).
+// `admit` answers the upgrade request before the handshake: its refusal, or
+// nothing, with what it accepted in `accepted` for the socket. `plain` and
+// `tls` take the stream over, one per stream, each in a unit of its own.
+struct channel_upgrade {
+    std::function<std::optional<response>(const request_ptr& ctx, std::shared_ptr<void>& accepted)> admit;
+    std::function<void(plain_stream&&, server_context&, connection_limiter::slot, std::shared_ptr<void>, request)> plain;
+    std::function<void(tls_stream&&, server_context&, connection_limiter::slot, std::shared_ptr<void>, request)> tls;
+};
 // message_socket.hpp
 template <class Stream>
 void start_message_socket(Stream&& stream, server_context& ctx, connection_limiter::slot slot, std::string route,

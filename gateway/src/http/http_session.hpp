@@ -10,7 +10,6 @@
 #include "http/handoffs.hpp"
 #include "http/server_context.hpp"
 #include "http/sse_stream.hpp"
-#include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -181,20 +180,15 @@ private:
     void upgrade(const request_ptr& ctx) {
         if (!origin_allowed(ctx->req, ctx_.options.allow_origins))
             return send(error_response(403, "Origin not allowed"), false, ctx);
-        const auto session_id = ctx->query_value("session_id").value_or("");
-        if (!kernels::valid_session_id(session_id))
-            return send(error_response(400, "session_id must be at most " +
-                                                std::to_string(kernels::max_session_id_bytes) +
-                                                " printable ASCII characters"),
-                        false, ctx);
-        auto k = ctx_.find_kernel(ctx->who.tenant, ctx->param("kernel_id"));
-        if (!k) return send(error_response(404, "No such kernel"), false, ctx);
-        const auto offered = ctx->req[bhttp::field::sec_websocket_protocol];
-        const bool v1 = header_list_contains(std::string_view(offered.data(), offered.size()), messaging::v1_subprotocol);
+        if (ctx_.channels == nullptr) return send(error_response(404, "No such kernel"), false, ctx);
+        std::shared_ptr<void> accepted;
+        if (auto refusal = ctx_.channels->admit(ctx, accepted)) return send(std::move(*refusal), false, ctx);
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
-        start_websocket_session(std::move(stream_), ctx_, std::move(slot_), std::move(k), session_id, v1,
-                                std::move(ctx->req));
+        if constexpr (std::is_same_v<Stream, plain_stream>)
+            ctx_.channels->plain(std::move(stream_), ctx_, std::move(slot_), std::move(accepted), std::move(ctx->req));
+        else
+            ctx_.channels->tls(std::move(stream_), ctx_, std::move(slot_), std::move(accepted), std::move(ctx->req));
     }
 
     // The connection goes to the id's owner, with what was read past the head.

@@ -2,8 +2,8 @@
 
 // What every connection of the HTTP surface shares: its options, the token
 // check, the routes, the connection caps, the metrics, the live WebSockets
-// (so shutdown can close them) and how an upgrade finds its kernel. The
-// socket layer knows the kernel registry only through that one lookup.
+// (so shutdown can close them) and who takes an upgrade on the kernel
+// channels over. The transport knows no kernel: that is the surface's.
 
 #include "http/auth.hpp"
 #include "http/connection_limiter.hpp"
@@ -18,10 +18,6 @@
 #include <set>
 #include <string>
 
-namespace cellgate::kernels {
-class kernel;
-}
-
 namespace cellgate::http {
 
 // Something that can be closed on shutdown (a live WebSocket).
@@ -31,21 +27,19 @@ public:
     virtual void shutdown(const std::string& reason) = 0;
 };
 
-// The kernel `id` of `tenant`, or null.
-using kernel_lookup = std::function<std::shared_ptr<kernels::kernel>(const std::string& tenant, const std::string& id)>;
+struct channel_upgrade;  // handoffs.hpp
 
 struct server_context {
-    server_context(server_options o, authenticator a, kernel_lookup k, metrics::registry& m)
+    server_context(server_options o, authenticator a, metrics::registry& m)
         : options(std::move(o)),
           auth(std::move(a)),
-          find_kernel(std::move(k)),
           metrics(m),
           connections(options.max_connections, options.max_connections_per_address) {}
 
     server_options options;
     authenticator auth;
     router routes;
-    kernel_lookup find_kernel;
+    const channel_upgrade* channels = nullptr;  // null: the kernel channels answer 404
     metrics::registry& metrics;
     connection_limiter connections;
     hop_rules hops;  // a cluster node's (its tag, who holds a tag); empty otherwise

@@ -1,7 +1,8 @@
 #pragma once
 
-// One client's WebSocket on /api/kernels/{id}/channels. Stream-generic (plain
-// TCP or TLS). Everything runs on the connection's strand; the kernel reaches
+// One client's WebSocket on /api/kernels/{id}/channels, which the transport
+// hands over (http/handoffs.hpp: channel_upgrade; kernel_channels() in
+// jupyter_api.hpp makes the hooks). Stream-generic (plain TCP or TLS). Everything runs on the connection's strand; the kernel reaches
 // it only through deliver()/kernel_closed(), which post to that strand.
 //
 // Slow clients: outgoing messages wait in a queue of kernel messages that are
@@ -15,6 +16,7 @@
 #include "http/connection_limiter.hpp"
 #include "http/handoffs.hpp"
 #include "http/server_context.hpp"
+#include "jupyter/jupyter_api.hpp"
 #include "kernels/kernel.hpp"
 #include "messaging/ws_codec.hpp"
 
@@ -27,7 +29,12 @@
 #include <atomic>
 #include <deque>
 
-namespace cellgate::http {
+namespace cellgate::jupyter {
+
+using http::closable;
+using http::connection_limiter;
+using http::request;
+using http::server_context;
 
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
@@ -307,12 +314,29 @@ private:
     bool kernel_gone_ = false;
 };
 
+// What admit() accepted, for the socket: the kernel, the client's session
+// id, and whether it speaks the v1 framing.
+struct channel_accept {
+    kernels::kernel_ptr kernel;
+    std::string session_id;
+    bool v1 = false;
+};
+
+// The socket, once accepted (kernel_channels_plain.cpp, kernel_channels_tls.cpp).
 template <class Stream>
-void start_websocket_session(Stream&& stream, server_context& ctx, connection_limiter::slot slot,
-                             std::shared_ptr<kernels::kernel> k, std::string session_id, bool v1, request req) {
-    std::make_shared<websocket_session<Stream>>(std::move(stream), ctx, std::move(slot), std::move(k),
-                                                std::move(session_id), v1)
+void start_kernel_channels(Stream&& stream, server_context& ctx, connection_limiter::slot slot,
+                           std::shared_ptr<void> accepted, request req) {
+    auto a = std::static_pointer_cast<channel_accept>(std::move(accepted));
+    std::make_shared<websocket_session<Stream>>(std::move(stream), ctx, std::move(slot), std::move(a->kernel),
+                                                std::move(a->session_id), a->v1)
         ->run(std::move(req));
 }
 
-}  // namespace cellgate::http
+// Explicitly instantiated for each stream in a unit of its own; declared
+// here for kernel_channels.cpp.
+extern template void start_kernel_channels<http::plain_stream>(http::plain_stream&&, server_context&,
+                                                              connection_limiter::slot, std::shared_ptr<void>, request);
+extern template void start_kernel_channels<http::tls_stream>(http::tls_stream&&, server_context&,
+                                                            connection_limiter::slot, std::shared_ptr<void>, request);
+
+}  // namespace cellgate::jupyter
