@@ -8,7 +8,7 @@ executions::executions(kernels::kernel_manager& kernels, agent::agent_service& a
 std::optional<not_run> executions::ready(const kernels::kernel_ptr& k) {
     if (k->state() == kernels::kernel_state::paused) {
         if (!k->policy().auto_resume)
-            return not_run{{kernels::failure_kind::busy, "The session is paused and resumes only when asked: resume it first."}};
+            return not_run{{kernels::failure_kind::busy, "The session is paused and resumes only when asked: resume it first."}, std::nullopt};
         kernels_.resume(k, [](std::optional<kernels::failure>) {});
     }
     if (k->state() != kernels::kernel_state::dead) return std::nullopt;
@@ -19,7 +19,7 @@ std::optional<not_run> executions::ready(const kernels::kernel_ptr& k) {
                                : "The session's kernel is dead and is not being restarted now (it failed to start "
                                  "recently, or restarted too often); its files are kept. Try again later, restart it, "
                                  "or start a new session."},
-                   restarting};
+                   std::chrono::seconds(2)};
 }
 
 agent::execution_options executions::options(const kernels::kernel& k, const cell_request& r) const {

@@ -16,6 +16,7 @@
 #include "kernels/failure.hpp"
 #include "kernels/kernel_manager.hpp"
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +28,9 @@ struct not_run {
     // busy: the session is paused and resumes only when asked;
     // unavailable: its kernel is dead.
     kernels::failure why;
-    bool retry_soon = false;  // the kernel is being restarted: a retry in seconds may run
+    // When to ask again (a dead kernel: its restart may be under way, or due
+    // once its backoff ends); none for a paused session, which waits to be asked.
+    std::optional<std::chrono::seconds> retry_after;
 };
 
 class executions {

@@ -142,7 +142,7 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     if (context_id.empty())
         if (const auto no = e.cells.ready(k)) {
             auto res = rest_error(no->why.kind == kernels::failure_kind::busy ? 409 : 503, no->why.message);
-            if (no->retry_soon) res.headers.emplace_back("Retry-After", "2");
+            if (no->retry_after) res.headers.emplace_back("Retry-After", std::to_string(no->retry_after->count()));
             return reply(std::move(res));
         }
     const auto& p = k->policy();

@@ -221,7 +221,7 @@ void register_sessions(router& r, services& s, agent::agent_service& agents) {
         const auto body = req->json_body(false);
         if (const auto no = s.cells->ready(k)) {
             auto res = failure_response(no->why);
-            if (no->retry_soon) res.headers.emplace_back("Retry-After", "2");
+            if (no->retry_after) res.headers.emplace_back("Retry-After", std::to_string(no->retry_after->count()));
             return reply(std::move(res));
         }
         run_and_reply(*s.cells, k, s.cells->options(*k, v1_cell(body, k->id())), req, std::move(reply));

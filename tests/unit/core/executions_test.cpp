@@ -65,7 +65,7 @@ TEST_F(core_executions_test, a_paused_session_that_resumes_only_when_asked_refus
     ASSERT_TRUE(no);
     EXPECT_EQ(no->why.kind, kernels::failure_kind::busy);
     EXPECT_NE(no->why.message.find("paused"), std::string::npos) << no->why.message;
-    EXPECT_FALSE(no->retry_soon);
+    EXPECT_FALSE(no->retry_after);  // it waits to be asked, not for time
     EXPECT_EQ(s.k->state(), kernels::kernel_state::paused);  // nothing was resumed
 }
 
@@ -80,6 +80,7 @@ TEST_F(core_executions_test, a_dead_kernel_refuses_the_cell_and_is_revived_when_
     EXPECT_EQ(no->why.kind, kernels::failure_kind::unavailable);
     EXPECT_NE(no->why.message.find("dead"), std::string::npos) << no->why.message;
     EXPECT_NE(no->why.message.find("files are kept"), std::string::npos) << no->why.message;
+    EXPECT_EQ(no->retry_after, std::chrono::seconds(2));  // every door says when to ask again
 }
 
 TEST_F(core_executions_test, a_cell_run_through_the_core_names_no_url_and_its_record_names_its_door) {
