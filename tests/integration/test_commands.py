@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import requests
 
 from support.gateway import Gateway
 from support.confinement import LIMITS, RUNTIMES
@@ -337,17 +336,8 @@ def test_terminals_rest_websocket_and_confinement(gw, session, test_host):
 
 # --- E2B code contexts: more interpreters in the sandbox, with its confinement ---
 
-def _e2b(gw, method, path, sandbox=None, port=49999, **kw):
-    headers = {"X-API-KEY": TOKEN}
-    if sandbox:
-        headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "E2b-Sandbox-Port": str(port),
-                   "E2B-Traffic-Access-Token": sandbox["trafficAccessToken"],
-                   "X-Access-Token": sandbox["envdAccessToken"]}
-    return requests.request(method, f"{gw.url}/e2b{path}", headers=headers, timeout=180, **kw)
-
-
 def _run(gw, sandbox, code, context_id):
-    r = _e2b(gw, "POST", "/execute", sandbox, json={"code": code, "context_id": context_id})
+    r = gw.e2b("POST", "/execute", sandbox, json={"code": code, "context_id": context_id})
     assert r.status_code == 200, r.text
     lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
     assert lines[-1] == {"type": "end_of_execution"}, lines[-3:]
@@ -358,15 +348,15 @@ def _run(gw, sandbox, code, context_id):
 
 
 def test_a_code_context_gets_the_kernels_confinement(gw):
-    r = _e2b(gw, "POST", "/sandboxes", json={"templateID": "base", "timeout": 120})
+    r = gw.e2b("POST", "/sandboxes", json={"templateID": "base", "timeout": 120})
     assert r.status_code == 201, r.text
     sb = r.json()
     try:
-        r = _e2b(gw, "POST", "/contexts", sb, json={})
+        r = gw.e2b("POST", "/contexts", sb, json={})
         assert r.status_code == 200, r.text
         ctx = r.json()["id"]
-        assert _e2b(gw, "POST", "/contexts", sb, json={"language": "ruby"}).status_code == 400
-        assert _e2b(gw, "POST", "/contexts", sb, json={"cwd": "/etc"}).status_code == 404
+        assert gw.e2b("POST", "/contexts", sb, json={"language": "ruby"}).status_code == 400
+        assert gw.e2b("POST", "/contexts", sb, json={"cwd": "/etc"}).status_code == 404
         text, errors, _ = _run(gw, sb, (
             "import os, socket\n"
             "print('uid', os.getuid())\n"
@@ -384,7 +374,7 @@ def test_a_code_context_gets_the_kernels_confinement(gw):
         assert errors, "900 MiB fitted in a 512 MiB sandbox"
         deadline = time.monotonic() + 90
         while True:  # under gVisor the OOM kill can take the sandbox; it comes back
-            r = _e2b(gw, "POST", "/execute", sb, json={"code": "6 * 7", "context_id": ctx})
+            r = gw.e2b("POST", "/execute", sb, json={"code": "6 * 7", "context_id": ctx})
             if r.status_code == 200 and '"text":"42"' in r.text.replace(" ", ""):
                 break
             assert time.monotonic() < deadline, f"the context did not serve again: {r.status_code} {r.text[-500:]}"
@@ -393,4 +383,4 @@ def test_a_code_context_gets_the_kernels_confinement(gw):
         procs = gw.api("GET", f"/v1/sessions/{sb['sandboxID']}/commands").json()["commands"]
         assert not any("cellgate-context" in " ".join(p["argv"]) for p in procs), procs
     finally:
-        assert _e2b(gw, "DELETE", f"/sandboxes/{sb['sandboxID']}").status_code == 204
+        assert gw.e2b("DELETE", f"/sandboxes/{sb['sandboxID']}").status_code == 204

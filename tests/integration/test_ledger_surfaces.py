@@ -9,7 +9,6 @@ import json
 import time
 
 import pytest
-import requests
 
 from support.gateway import Gateway, KernelChannel
 from support.prerequisites import gateway_missing, require
@@ -127,31 +126,22 @@ def test_a_sessions_v1_and_websocket_cells_are_in_its_ledger_in_order(gw):
         gw.api("DELETE", f"/api/kernels/{k['id']}")
 
 
-def _e2b(gw, method, path, sandbox=None, **kw):
-    headers = {"X-API-KEY": gw.token}
-    if sandbox:
-        headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "E2b-Sandbox-Port": "49999",
-                   "E2B-Traffic-Access-Token": sandbox["trafficAccessToken"],
-                   "X-Access-Token": sandbox["envdAccessToken"]}
-    return requests.request(method, f"{gw.url}/e2b{path}", headers=headers, timeout=180, **kw)
-
-
 def test_an_e2b_context_cell_is_in_its_sandboxs_ledger(gw):
-    r = _e2b(gw, "POST", "/sandboxes", json={"templateID": "base", "timeout": 120})
+    r = gw.e2b("POST", "/sandboxes", json={"templateID": "base", "timeout": 120})
     assert r.status_code == 201, r.text
     sb = r.json()
     try:
-        r = _e2b(gw, "POST", "/contexts", sb, json={})
+        r = gw.e2b("POST", "/contexts", sb, json={})
         assert r.status_code == 200, r.text
         ctx = r.json()["id"]
         code = "print('from a context')\n1/0"
-        r = _e2b(gw, "POST", "/execute", sb, json={"code": code, "context_id": ctx})
+        r = gw.e2b("POST", "/execute", sb, json={"code": code, "context_id": ctx})
         assert r.status_code == 200, r.text
         lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
         assert any(line["type"] == "error" for line in lines), lines
 
         # And one in the default context: the session's kernel, through the core's cell engine.
-        r = _e2b(gw, "POST", "/execute", sb, json={"code": "print(6 * 7)"})
+        r = gw.e2b("POST", "/execute", sb, json={"code": "print(6 * 7)"})
         assert r.status_code == 200 and '"42\\n"' in r.text, r.text
 
         records = executions(gw, sb["sandboxID"], 2, surface="e2b")
@@ -165,4 +155,4 @@ def test_an_e2b_context_cell_is_in_its_sandboxs_ledger(gw):
         assert e["stdout_bytes"] == len("from a context\n")
         assert e["cpu_s"] is not None and e["wall_ms"] >= 0, e
     finally:
-        assert _e2b(gw, "DELETE", f"/sandboxes/{sb['sandboxID']}").status_code == 204
+        assert gw.e2b("DELETE", f"/sandboxes/{sb['sandboxID']}").status_code == 204

@@ -82,6 +82,17 @@ class Gateway:
         headers.update(kw.pop("headers", {}))
         return requests.request(method, self.url + path, headers=headers, timeout=kw.pop("timeout", 120), **kw)
 
+    def e2b(self, method, path, sandbox=None, port=49999, **kw):
+        """A request to the E2B surface as the SDK sends it: the control plane
+        with X-API-KEY, or, given a sandbox (its create answer), that
+        sandbox's `port` with its access tokens."""
+        headers = {"X-API-KEY": self.token}
+        if sandbox:
+            headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "E2b-Sandbox-Port": str(port),
+                       "E2B-Traffic-Access-Token": sandbox["trafficAccessToken"],
+                       "X-Access-Token": sandbox["envdAccessToken"]}
+        return requests.request(method, f"{self.url}/e2b{path}", headers=headers, timeout=180, **kw)
+
     def start_kernel(self, name="python3", **body):
         r = self.api("POST", "/api/kernels", json={"name": name, **body})
         assert r.status_code == 201, r.text
