@@ -36,14 +36,17 @@ protected:
     std::string path(const char* name) const { return (dir_ / name).string(); }
 
     // As runc: `body` runs detached (its pid in exec.pid, also in child.pid
-    // for the test), and its parent exits, leaving it to the shim. (Its
-    // parent is a subshell that only starts it: a shell that waits for
-    // anything reaps its children, which the runtimes never do.)
+    // for the test), and its parent exits, leaving it to the shim. Its
+    // parent is `setsid --fork`'s, which exits without waiting for anything:
+    // a shell parent reaps a child that ends before the shell does (dash
+    // does on SIGCHLD), which the runtimes never do.
     shim_request like_runc(const std::string& body) const {
         shim_request r;
-        // (A shell gives a background job /dev/null for stdin unless told otherwise.)
-        r.command.start = {"/bin/sh", "-c", "exec 3<&0; ( (exec /bin/sh -c \"$0\" <&3 3<&-) & echo $! > " + path("exec.pid") +
-                                                "; echo $! > " + path("child.pid") + ")", body};
+        const auto record = "echo $$ > " + path("child.pid") + "; echo $$ > " + path("exec.pid") + "; exec /bin/sh -c \"$0\"";
+        r.command.start = {"/bin/sh", "-c",
+                           "rm -f " + path("exec.pid") + "; setsid --fork /bin/sh -c \"$0\" \"$1\"; while [ ! -s " +
+                               path("exec.pid") + " ]; do sleep 0.01; done",
+                           record, body};
         r.command.pid_file = path("exec.pid");
         r.command.log = path("runtime.log");
         r.start_timeout = std::chrono::seconds(10);
@@ -59,7 +62,7 @@ protected:
         const auto waiter = "/bin/sh -c \"$0\" & echo $! > " + path("exec.internal-pid") + "; echo $$ > " +
                             path("exec.pid") + "; wait $!";
         r.command.start = {"/bin/sh", "-c",
-                           "rm -f " + path("exec.pid") + "; ( (exec /bin/sh -c \"$0\" \"$1\") & ); while [ ! -s " + path("exec.pid") +
+                           "rm -f " + path("exec.pid") + "; setsid --fork /bin/sh -c \"$0\" \"$1\"; while [ ! -s " + path("exec.pid") +
                                " ]; do sleep 0.01; done",
                            waiter, body};
         r.command.pid_file = path("exec.pid");
