@@ -518,6 +518,11 @@ std::vector<option> command_line_options() {
          .help = "A larger message from a WebSocket client closes the socket with 1009.",
          .sample = "1048576",
          .set = [](auto& c, const auto& v) { c.server.max_ws_message_bytes = to_u64("max_ws_message_bytes", v); }},
+        {.name = "max_terminal_message_bytes", .section = heading::connections, .value = "BYTES", .fallback = "`1048576` (1 MiB)",
+         .help = "A larger message from a terminal's WebSocket client (terminado's `[\"stdin\", …]`, "
+                 "`[\"set_size\", …]`) closes the socket with 1009.",
+         .sample = "65536",
+         .set = [](auto& c, const auto& v) { c.server.max_socket_message_bytes = to_u64("max_terminal_message_bytes", v); }},
         {.name = "max_ws_queue_bytes", .section = heading::connections, .value = "BYTES", .fallback = "`67108864` (64 MiB)",
          .help = "Kernel messages that may wait behind the frame in flight to a slow WebSocket client. Past it "
                  "the connection is closed with 1013 (try again later) and the unsent messages go back into "

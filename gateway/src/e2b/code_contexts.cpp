@@ -1,11 +1,13 @@
 #include "e2b/code_contexts.hpp"
 
+#include "http/http_types.hpp"
 #include "kernels/cell_notices.hpp"
 #include "util/encoding.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <csignal>
 #include <deque>
 #include <random>
@@ -20,6 +22,7 @@ namespace {
 constexpr const char* context_program = "/opt/cellgate/cellgate-context";
 constexpr std::size_t max_code_bytes = 2u << 20;        // one request line, written in pieces the table accepts
 constexpr std::size_t max_message_bytes = 48u << 20;    // one line from the interpreter (a big plot, base64)
+constexpr std::size_t max_idle_message_bytes = 64u << 10;  // one line while no cell runs ("ready")
 constexpr std::size_t stderr_tail_bytes = 4096;         // kept to say why a start failed
 
 std::string make_context_id() {
@@ -37,6 +40,22 @@ json error_data(const std::string& name, const std::string& value) {
 }  // namespace
 
 using deferred = std::vector<std::function<void()>>;
+
+// What every context's partial line holds, against one gateway-wide cap.
+struct line_budget {
+    explicit line_budget(std::size_t cap) : cap(cap) {}
+    bool take(std::size_t n) {
+        auto now = used.load();
+        do {
+            if (n > cap - now) return false;
+        } while (!used.compare_exchange_weak(now, now + n));
+        return true;
+    }
+    void give(std::size_t n) { used -= n; }
+
+    const std::size_t cap;
+    std::atomic<std::size_t> used{0};
+};
 
 struct cell {
     cell_request request;
@@ -91,10 +110,14 @@ class context : public std::enable_shared_from_this<context> {
 public:
     enum class phase { starting, ready, dead };
 
-    context(asio::io_context& io, std::string kernel, context_info what, std::map<std::string, std::string> variables)
-        : io_(io), kernel_id(std::move(kernel)), info(std::move(what)), env(std::move(variables)) {}
+    context(asio::io_context& io, std::shared_ptr<line_budget> budget, std::string kernel, context_info what,
+            std::map<std::string, std::string> variables)
+        : io_(io), budget_(std::move(budget)), kernel_id(std::move(kernel)), info(std::move(what)), env(std::move(variables)) {}
+    ~context() { budget_->give(line_taken_); }
 
     asio::io_context& io_;
+    const std::shared_ptr<line_budget> budget_;
+    std::size_t line_taken_ = 0;  // of budget_, for `line`
     const std::string kernel_id;
     const context_info info;
     const std::map<std::string, std::string> env;
@@ -129,7 +152,7 @@ public:
             if (gen != generation) return;
             state = phase::dead;
             proc.reset();
-            line.clear();
+            drop_line();
             discarding = false;
             std::string why = e.signal ? "it was killed by signal " + std::to_string(e.signal)
                                        : "it exited with status " + std::to_string(e.code);
@@ -179,20 +202,33 @@ public:
         while (from < bytes.size()) {
             const auto nl = bytes.find('\n', from);
             const auto piece = std::string_view(bytes).substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+            const bool running = !queue.empty() && queue.front()->started;
             if (!discarding) {
-                if (line.size() + piece.size() > max_message_bytes) {
+                const auto limit = running ? max_message_bytes : max_idle_message_bytes;
+                if (line.size() + piece.size() > limit || !budget_->take(piece.size())) {
                     discarding = true;
-                    line.clear();
-                    if (!queue.empty() && queue.front()->started) queue.front()->result_dropped = true;
+                    drop_line();
+                    if (running) queue.front()->result_dropped = true;
                 } else {
+                    line_taken_ += piece.size();
                     line.append(piece);
                 }
             }
             if (nl == std::string::npos) break;
-            if (!discarding) message(std::exchange(line, {}), later);
+            if (!discarding) {
+                const auto text = std::exchange(line, {});
+                budget_->give(std::exchange(line_taken_, 0));
+                message(text, later);
+            }
             discarding = false;
             from = nl + 1;
         }
+    }
+
+    // The partial line and its share of the budget, memory included.
+    void drop_line() {
+        std::string().swap(line);
+        budget_->give(std::exchange(line_taken_, 0));
     }
 
     // As a /v1 execution cuts its text: what fits, then the notice, on the
@@ -212,6 +248,12 @@ public:
     }
 
     void message(const std::string& text, deferred& later) {
+        if (!protocol::json_nesting_within(text, http::max_body_json_depth)) {
+            spdlog::warn("e2b: context {} of {}: a message nested deeper than {} levels, dropped ({} bytes)", info.id,
+                         kernel_id, http::max_body_json_depth, text.size());
+            if (!queue.empty() && queue.front()->started) queue.front()->result_dropped = true;
+            return;
+        }
         const auto m = json::parse(text, nullptr, false);
         if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) {
             spdlog::warn("e2b: context {} of {}: a line that is not a message ({} bytes)", info.id, kernel_id, text.size());
@@ -341,7 +383,8 @@ private:
 
 }  // namespace
 
-code_contexts::code_contexts(processes::process_table& table, context_limits limits) : table_(table), limits_(limits) {}
+code_contexts::code_contexts(processes::process_table& table, context_limits limits)
+    : table_(table), limits_(limits), lines_(std::make_shared<line_budget>(limits.partial_line_bytes)) {}
 
 code_contexts::~code_contexts() {
     std::map<std::string, std::map<std::string, std::shared_ptr<context>>> all;
@@ -410,7 +453,7 @@ void code_contexts::create(const kernels::kernel_ptr& k, std::string cwd, std::m
         if (mine.size() >= limits_.per_sandbox)
             return done(nullptr, 429, "The sandbox has " + std::to_string(limits_.per_sandbox) +
                                           " code contexts already; remove one first");
-        ctx = std::make_shared<context>(table_.io(), k->id(), context_info{make_context_id(), "python", std::move(cwd)},
+        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), "python", std::move(cwd)},
                                         std::move(env));
         mine[ctx->info.id] = ctx;
     }

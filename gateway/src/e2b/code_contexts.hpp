@@ -14,7 +14,9 @@
 //
 // Bounds: contexts per sandbox (and the process table's own per-session
 // cap), queued cells per context, the size of one message from the
-// interpreter, each cell's time and output limits (the session's policy).
+// interpreter (48 MiB while a cell runs, 64 KiB otherwise) and its JSON
+// nesting, the partial lines of all contexts together (a gateway-wide
+// budget), each cell's time and output limits (the session's policy).
 
 #include "kernels/kernel.hpp"
 #include "processes/process_table.hpp"
@@ -36,6 +38,9 @@ struct context_limits {
     std::size_t per_sandbox = 8;
     std::size_t queued_cells = 16;  // per context, the running one included
     std::chrono::seconds start_timeout{60};
+    // Partial lines from every context's interpreter held at once, gateway-wide
+    // (one line may be up to 48 MiB while a cell runs, 64 KiB while none does).
+    std::size_t partial_line_bytes = 256u << 20;
 };
 
 struct context_info {
@@ -55,6 +60,7 @@ struct cell_request {
 
 class context;  // one interpreter (code_contexts.cpp)
 struct cell;
+struct line_budget;
 
 class code_contexts {
 public:
@@ -88,6 +94,7 @@ private:
 
     processes::process_table& table_;
     const context_limits limits_;
+    const std::shared_ptr<line_budget> lines_;
     mutable std::mutex mutex_;
     std::map<std::string, std::map<std::string, std::shared_ptr<context>>> by_sandbox_;
 };

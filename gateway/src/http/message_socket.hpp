@@ -6,7 +6,8 @@
 // connection's strand. The endpoint's peer gets each text message; what it
 // sends through the link waits in a queue bounded by max_ws_queue_bytes, past
 // which the client is closed with 1013 (it may reconnect: the endpoint decides
-// what a new connection is replayed). Binary frames are refused (1003).
+// what a new connection is replayed). Binary frames are refused (1003), and a
+// message over max_socket_message_bytes closes the socket (1009).
 
 #include "http/connection_limiter.hpp"
 #include "http/handoffs.hpp"
@@ -17,6 +18,7 @@
 #include <boost/beast/websocket.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 
@@ -37,7 +39,7 @@ public:
     void run(request req) {
         namespace websocket = boost::beast::websocket;
         ws_.set_option(websocket::stream_base::timeout{std::chrono::seconds(30), ctx_.options.ws_idle_timeout, true});
-        ws_.read_message_max(ctx_.options.max_ws_message_bytes);
+        ws_.read_message_max(std::min(ctx_.options.max_socket_message_bytes, ctx_.options.max_ws_message_bytes));
         ws_.set_option(websocket::stream_base::decorator(
             [](websocket::response_type& res) { res.set(boost::beast::http::field::server, "cellgate"); }));
         ws_.async_accept(req, boost::beast::bind_front_handler(&message_socket::on_accept, this->shared_from_this()));

@@ -25,6 +25,9 @@ struct server_options {
     std::size_t max_connections_per_address = 512;
     // WebSocket
     std::size_t max_ws_message_bytes = 64u << 20;  // larger: closed with 1009
+    // A message to an endpoint of small text messages (terminals): larger
+    // closes the socket with 1009.
+    std::size_t max_socket_message_bytes = 1u << 20;
     std::size_t max_ws_queue_bytes = 64u << 20;    // a client this far behind is closed with 1013
     std::chrono::seconds ws_idle_timeout{120};     // pings are sent at half of it
     // Server-Sent Events: a stream whose client falls this far behind is ended

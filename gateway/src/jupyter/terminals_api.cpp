@@ -163,6 +163,8 @@ public:
     }
 
     void received(std::string text) override {
+        // terminado's messages are flat arrays: anything deeper is not one.
+        if (!json_nesting_within(text, 4)) return;
         const auto m = json::parse(text, nullptr, false);
         if (!m.is_array() || m.empty() || !m[0].is_string()) return;  // terminado ignores what it cannot read too
         const auto kind = m[0].get<std::string>();

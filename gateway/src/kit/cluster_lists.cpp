@@ -41,7 +41,9 @@ peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& p
     for (const auto& [tag, address] : peers) {
         try {
             const auto r = call_peer(address, "GET", target, headers, "", std::chrono::seconds(3));
-            auto part = nlohmann::json::parse(r.body, nullptr, false);
+            auto part = http::json_nesting_within(r.body, http::max_body_json_depth)
+                            ? nlohmann::json::parse(r.body, nullptr, false)
+                            : nlohmann::json(nlohmann::json::value_t::discarded);
             if (r.status == 200 && !part.is_discarded()) {
                 auto& items = member.empty() ? part : part[member];
                 if (items.is_array()) {
@@ -65,6 +67,8 @@ void reply_from_peer(services& s, const request_ptr& req, const std::string& add
     headers.emplace_back("Content-Type", "application/json");
     try {
         const auto r = call_peer(address, std::string(req->req.method_string()), target, headers, body, timeout);
+        if (!http::json_nesting_within(r.body, http::max_body_json_depth))
+            throw util::http_failure("its answer nested too deeply");
         auto answer = nlohmann::json::parse(r.body, nullptr, false);
         if (answer.is_discarded()) throw util::http_failure("its answer was not JSON");
         reply(http::json_response(r.status, answer));

@@ -34,6 +34,7 @@ using contents::contents_store;
 namespace {
 
 constexpr std::uint64_t max_archive_entries = 100000;
+constexpr std::size_t max_session_field_bytes = 64u << 10;  // a session create's JSON, as a form field
 
 // An unnamed temporary file (gone with its last descriptor) under $TMPDIR.
 contents::beneath::unique_fd temp_archive() {
@@ -114,8 +115,13 @@ create_upload read_create_upload(const request_ptr& req, int fd) {
         } else if (p.name == "session") {
             if (have_session) problem = "Send one 'session' field";
             have_session = true;
-            out.session = json::parse(p.data, nullptr, false);
-            if (!out.session.is_object()) problem = "The 'session' field must hold a JSON object (the body of POST /v1/sessions)";
+            if (p.data.size() > max_session_field_bytes)
+                problem = "The 'session' field is over " + std::to_string(max_session_field_bytes >> 10) + " KiB";
+            else if (!json_nesting_within(p.data, max_body_json_depth))
+                problem = "The 'session' field nests deeper than " + std::to_string(max_body_json_depth) + " levels";
+            else out.session = json::parse(p.data, nullptr, false);
+            if (problem.empty() && !out.session.is_object())
+                problem = "The 'session' field must hold a JSON object (the body of POST /v1/sessions)";
         } else if (problem.empty()) {
             problem = "Unknown form field '" + p.name.substr(0, 64) + "' (a session create takes 'session' and 'workspace')";
         }
