@@ -8,8 +8,11 @@ at the peak and after, so the closing note's table comes from
 Needs root, runc, build/bin/cellgate and the kernel image; skipped without
 them unless CELLGATE_REQUIRE_SANDBOX=1.
 """
+import io
 import json
 import os
+import subprocess
+import tarfile
 import threading
 import time
 import uuid
@@ -35,13 +38,20 @@ def gw(tmp_path_factory):
     tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "alpha"}, {"token": TOKEN_B, "tenant": "beta"}]))
     config = d / "config.json"
     config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": "runc", "limits": LIMITS}}}))
-    g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", token=TOKEN_A)
-    g.start()
+    # The gateway's temporary files (archives) on a small file system of their own (H1).
+    tmp = d / "tmp"
+    tmp.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "tmpfs", str(tmp)], check=True)
+    g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", token=TOKEN_A,
+                env=dict(os.environ, TMPDIR=str(tmp)))
+    g.tmp = tmp
     try:
+        g.start()
         yield g
     finally:
         g.stop()
         g.cleanup()
+        subprocess.run(["umount", str(tmp)], check=False)
 
 
 def call(gw, method, path, token=TOKEN_A, **kw):
@@ -233,3 +243,83 @@ def test_h2_a_form_session_field_nested_deep_or_large_is_refused(gw):
                                                 "workspace": ("w.tar", archive)})
     assert r.status_code == 201, r.text
     call(gw, "DELETE", f"/v1/sessions/{r.json()['id']}")
+
+
+# --- H1: the workspace export's temporary file ---
+
+def run_cell(gw, sid, code):
+    r = call(gw, "POST", f"/v1/sessions/{sid}/execute", json={"code": code})
+    assert r.status_code == 200 and not r.json().get("error"), r.text
+    return r.json()
+
+
+def tmp_used(gw):
+    st = os.statvfs(gw.tmp)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_h1_an_export_of_sparse_files_and_hard_links_is_bounded_by_the_workspace_cap(gw):
+    r = call(gw, "POST", "/v1/sessions", json={"timeout_s": 300})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    made = [sid]
+    try:
+        # 30 MiB apparent, a few KiB on disk, and 40 more names for it: 1.2 GiB at full size each,
+        # in a 32 MiB workspace whose gateway's temporary files have 96 MiB.
+        run_cell(gw, sid, "import os\nos.makedirs('d')\nwith open('s', 'wb') as f:\n    f.truncate(30 << 20)\n"
+                          "    f.write(b'head')\nfor i in range(40):\n    os.link('s', f'd/l{i}')\n")
+        peak = [0]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], tmp_used(gw))
+                stop.wait(0.01)
+
+        base = tmp_used(gw)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            r = call(gw, "GET", f"/v1/sessions/{sid}/workspace")
+        finally:
+            stop.set()
+            t.join()
+        assert r.status_code == 200, r.text[:500]
+        assert r.headers["X-Cellgate-Links"] == "40", r.headers
+        archive = r.content
+        print(f"\nH1 export: archive {len(archive) / MiB:.1f} MiB, temp file system peak "
+              f"{(peak[0] - base) / MiB:.1f} MiB above its start, after {(tmp_used(gw) - base) / MiB:.1f}")
+        assert len(archive) < 32 * MiB, len(archive)
+        assert peak[0] - base <= 33 * MiB, peak[0] - base
+        with tarfile.open(fileobj=io.BytesIO(archive)) as t:
+            members = {m.name: m for m in t.getmembers()}
+        assert members["s"].isfile() and members["s"].size == 30 << 20
+        assert all(members[f"d/l{i}"].islnk() and members[f"d/l{i}"].linkname == "s" for i in range(40))
+
+        # Imported elsewhere: the links are copies, until the workspace is full.
+        r = call(gw, "POST", "/v1/sessions", json={"timeout_s": 300})
+        other = r.json()["id"]
+        made.append(other)
+        small = io.BytesIO()
+        with tarfile.open(fileobj=small, mode="w") as t:
+            data = b"x" * 1000
+            info = tarfile.TarInfo("f")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+            for i in range(3):
+                link = tarfile.TarInfo(f"g{i}")
+                link.type, link.linkname = tarfile.LNKTYPE, "f"
+                t.addfile(link)
+        r = call(gw, "PUT", f"/v1/sessions/{other}/workspace", data=small.getvalue())
+        assert r.status_code == 200 and r.json()["files"] == 4, r.text
+        out = run_cell(gw, other, "import os\nprint([(os.stat(n).st_size, os.stat(n).st_nlink) for n in ('f','g0','g2')])")
+        assert out["stdout"].strip() == "[(1000, 1), (1000, 1), (1000, 1)]", out
+
+        # Distinct sparse files past the cap: refused before their bytes, nothing kept.
+        run_cell(gw, sid, "for i in range(3):\n    open(f'z{i}', 'wb').truncate(30 << 20)\n")
+        r = call(gw, "GET", f"/v1/sessions/{sid}/workspace")
+        assert r.status_code == 413 and "sparse" in r.json()["message"], r.text[:500]
+        assert tmp_used(gw) - base < MiB
+    finally:
+        for x in made:
+            call(gw, "DELETE", f"/v1/sessions/{x}")

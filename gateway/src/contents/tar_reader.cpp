@@ -56,17 +56,19 @@ tar_header_info parse_tar_header(std::string_view b) {
         if (!prefix.empty()) path = std::string(prefix) + "/" + path;
     }
     h.path = std::move(path);
+    h.link_target = std::string(c_string(b.substr(157, 100)));
     switch (h.typeflag) {
         case '0': case '\0': case '7': h.kind = tar_kind::file; break;
         case '5': h.kind = tar_kind::directory; break;
         case 'x': h.kind = tar_kind::pax; break;
         case 'g': h.kind = tar_kind::pax_global; break;
         case 'L': h.kind = tar_kind::gnu_long_name; break;
+        case '1': h.kind = tar_kind::hard_link; break;
         default: h.kind = tar_kind::other; break;
     }
     // Old tars mark directories by a trailing '/' on a regular entry.
     if (h.kind == tar_kind::file && !h.path.empty() && h.path.back() == '/') h.kind = tar_kind::directory;
-    if (h.kind == tar_kind::directory) h.size = 0;  // a directory's "size" is never data
+    if (h.kind == tar_kind::directory) h.size = 0;  // a directory's "size" is never data (a link's data, if any, is skipped)
     h.what = tar_header_info::status::entry;
     return h;
 }
@@ -94,10 +96,10 @@ pax_overrides parse_pax(std::string_view data) {
         const auto eq = record.find('=');
         if (eq == std::string_view::npos) return fail("a pax record without '='");
         const auto key = record.substr(0, eq), value = record.substr(eq + 1);
-        if (key == "path") {
+        if (key == "path" || key == "linkpath") {
             if (value.size() > max_tar_path_bytes || value.find('\0') != std::string_view::npos)
                 return fail("a pax path is too long or holds a NUL");
-            o.path = std::string(value);
+            (key == "path" ? o.path : o.link_target) = std::string(value);
         } else if (key == "size") {
             std::uint64_t v = 0;
             if (value.empty() || value.size() > 19) return fail("a pax size is not a number");

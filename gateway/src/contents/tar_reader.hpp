@@ -2,7 +2,7 @@
 
 // Reads the headers of a tar archive a client sent (untrusted): ustar and
 // old-style headers with their checksum checked, pax extended headers
-// (path, size) and GNU long names. Pure and bounded: it looks at the bytes
+// (path, linkpath, size) and GNU long names. Pure and bounded: it looks at the bytes
 // given; the caller reads the data blocks. Used by the workspace import.
 
 #include <cstdint>
@@ -18,7 +18,8 @@ enum class tar_kind {
     pax,        // 'x': the next header's overrides follow as data
     pax_global, // 'g': global overrides (ignored)
     gnu_long_name,  // 'L': the next header's name follows as data
-    other,      // links, devices, FIFOs, anything else: its data is skipped
+    hard_link,  // '1': another name for an earlier entry (link_target)
+    other,      // symlinks, devices, FIFOs, anything else: its data is skipped
 };
 
 struct tar_header_info {
@@ -26,6 +27,7 @@ struct tar_header_info {
     tar_kind kind = tar_kind::other;
     char typeflag = 0;
     std::string path;       // as the header says (prefix/name joined)
+    std::string link_target;  // a link's: the header's linkname
     std::uint64_t size = 0; // bytes of data after the header
     std::string error;      // why malformed
 };
@@ -36,7 +38,7 @@ tar_header_info parse_tar_header(std::string_view block);
 // What a pax extended header (the data of an 'x' entry) sets for the next
 // entry. Malformed records make the whole header malformed.
 struct pax_overrides {
-    std::optional<std::string> path;
+    std::optional<std::string> path, link_target;
     std::optional<std::uint64_t> size;
     bool malformed = false;
     std::string error;

@@ -27,10 +27,11 @@ std::string pax_record(std::string_view key, std::string_view value) {
 }
 
 std::string ustar(std::string_view name, std::string_view prefix, char type, std::uint64_t size, std::int64_t mtime,
-                  std::uint32_t mode) {
+                  std::uint32_t mode, std::string_view link = {}) {
     std::string h(tar_block, '\0');
     char* b = h.data();
     copy_field(b, 100, name);
+    copy_field(b + 157, 100, link);
     octal(b + 100, 8, mode & 07777);
     octal(b + 108, 8, 1000);  // uid and gid: the sandbox's user
     octal(b + 116, 8, 1000);
@@ -75,14 +76,17 @@ bool split_ustar(std::string_view path, std::string_view& prefix, std::string_vi
 
 std::string tar_header(const tar_entry& e) {
     const std::string path = e.directory ? e.path + "/" : e.path;
-    const std::uint64_t size = e.directory ? 0 : e.size;
+    const bool link = !e.directory && !e.link_target.empty();
+    const std::uint64_t size = e.directory || link ? 0 : e.size;
     constexpr std::uint64_t max_ustar_size = 077777777777ULL;  // 11 octal digits: 8 GiB - 1
     std::string_view prefix, name;
     const bool fits = split_ustar(path, prefix, name);
     std::string out;
-    if (!fits || size > max_ustar_size) {
+    const bool long_link = link && e.link_target.size() > 100;
+    if (!fits || size > max_ustar_size || long_link) {
         std::string records;
         if (!fits) records += pax_record("path", path);
+        if (long_link) records += pax_record("linkpath", e.link_target);
         if (size > max_ustar_size) records += pax_record("size", std::to_string(size));
         out += ustar("PaxHeader", "", 'x', records.size(), e.mtime_s, 0644);
         out += records;
@@ -93,7 +97,9 @@ std::string tar_header(const tar_entry& e) {
             name = std::string_view(path).substr(path.size() > 100 ? path.size() - 100 : 0);
         }
     }
-    out += ustar(name, prefix, e.directory ? '5' : '0', size > max_ustar_size ? 0 : size, e.mtime_s, e.mode);
+    const std::string_view target = long_link ? std::string_view(e.link_target).substr(0, 100) : std::string_view(e.link_target);
+    out += ustar(name, prefix, e.directory ? '5' : link ? '1' : '0', size > max_ustar_size ? 0 : size, e.mtime_s, e.mode,
+                 link ? target : std::string_view());
     return out;
 }
 

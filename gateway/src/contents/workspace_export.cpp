@@ -3,12 +3,14 @@
 #include "contents/beneath.hpp"
 #include "contents/tar_writer.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <vector>
 
 namespace cellgate::contents {
@@ -37,13 +39,15 @@ std::string relative_to(std::string_view root, const std::string& path) {
 
 }  // namespace
 
-export_result export_tar(const contents_store& store, std::string_view root_in, int fd, std::uint64_t max_entries) {
+export_result export_tar(const contents_store& store, std::string_view root_in, int fd, std::uint64_t max_entries,
+                         std::uint64_t max_data_bytes) {
     const auto root = contents_store::check_path(root_in);
     if (store.stat(root).type != entry_type::directory)
         throw contents_error(error_kind::conflict, "'" + root + "' is not a directory");
     export_result r;
     std::deque<std::string> dirs{root};
     std::vector<char> buf(1 << 16);
+    std::map<std::pair<dev_t, ino_t>, std::string> named;  // files with more names: the first one written
     while (!dirs.empty()) {
         const auto dir = std::move(dirs.front());
         dirs.pop_front();
@@ -73,6 +77,31 @@ export_result export_tar(const contents_store& store, std::string_view root_in, 
                 continue;
             }
             beneath::unique_fd guard(in);
+            struct stat st {};
+            if (::fstat(in, &st) != 0) {
+                ++r.skipped;
+                continue;
+            }
+            if (st.st_nlink > 1) {
+                const auto [first, fresh] = named.try_emplace({st.st_dev, st.st_ino}, t.path);
+                if (!fresh) {
+                    t.link_target = first->second;
+                    write_all(fd, tar_header(t), r.bytes);
+                    ++r.entries;
+                    ++r.links;
+                    continue;
+                }
+            }
+            if (size > max_data_bytes - r.data_bytes) {
+                const auto on_disk = static_cast<std::uint64_t>(st.st_blocks) * 512;
+                throw contents_error(error_kind::too_large,
+                                     "the archive would hold more than " + std::to_string(max_data_bytes) +
+                                         " bytes of file data, the workspace's cap: '" + t.path + "' is " +
+                                         std::to_string(size) + " bytes" +
+                                         (on_disk < size ? " (" + std::to_string(on_disk) + " on disk: a sparse file)" : "") +
+                                         "; export one of its directories (?path=)");
+            }
+            r.data_bytes += size;
             t.size = size;
             write_all(fd, tar_header(t), r.bytes);
             // Exactly `size` bytes, as the header says: a file that grows

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <set>
 
 namespace cellgate::contents {
 
@@ -67,7 +68,8 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
         ++r.skipped_count;
         if (r.skipped.size() < 100) r.skipped.push_back({std::move(path), std::move(why)});
     };
-    std::optional<std::string> next_path;
+    std::optional<std::string> next_path, next_link;
+    std::set<std::string> imported;  // files this archive wrote: what its hard links may name
     std::uint64_t next_size = 0;  // a pax size for the next entry, when has_next_size
     bool has_next_size = false;
     std::uint64_t entries = 0;
@@ -93,6 +95,7 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
             const auto o = parse_pax(data);
             if (o.malformed) malformed(o.error);
             if (o.path) next_path = o.path;
+            if (o.link_target) next_link = o.link_target;
             if (o.size) {
                 next_size = *o.size;
                 has_next_size = true;
@@ -101,12 +104,14 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
         }
         if (h.kind == tar_kind::pax_global) continue;
         const auto named = next_path.value_or(h.path);
+        const auto link_target = next_link.value_or(h.link_target);
         next_path.reset();
+        next_link.reset();
         has_next_size = false;
         if (++entries > max_entries)
             throw contents_error(error_kind::too_large, "the archive holds more than " + std::to_string(max_entries) + " entries");
         if (h.kind == tar_kind::other) {
-            skip(named, "links, devices and FIFOs are not imported");
+            skip(named, "symbolic links, devices and FIFOs are not imported");
             continue;
         }
         const auto rel = tidy(named);
@@ -131,20 +136,45 @@ import_result import_tar(contents_store& store, std::string_view root_in, int fd
                 ++r.directories;
                 continue;
             }
+            // A hard link becomes a copy of the file it names, which this
+            // archive must have written before it: no link is ever made, and
+            // the copy counts against the workspace's cap like any file.
+            int from = fd;
+            std::uint64_t from_off = base + data_off, length = data_size;
+            beneath::unique_fd linked;
+            if (h.kind == tar_kind::hard_link) {
+                std::string target;
+                try {
+                    const auto t = tidy(link_target);
+                    target = contents_store::check_path(root.empty() ? t : root + "/" + t);
+                } catch (const contents_error&) {
+                }
+                if (target.empty() || !imported.count(target)) {
+                    skip(path, "a hard link to a file that is not earlier in the archive");
+                    continue;
+                }
+                linked = beneath::unique_fd(store.open_for_read(target, length));
+                from = linked.get();
+                from_off = 0;
+            }
             store.make_parents(path);
             bool created = false;
             beneath::unique_fd out(store.open_for_write(path, created));
-            for (std::uint64_t left = data_size, at = data_off; left > 0;) {
-                const auto n = ::pread(fd, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())),
-                                       static_cast<off_t>(base + at));
+            for (std::uint64_t left = length, at = from_off; left > 0;) {
+                const auto n = ::pread(from, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())),
+                                       static_cast<off_t>(at));
                 if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) malformed("it ends in the middle of '" + path + "'");
+                if (n <= 0) {
+                    if (from != fd) break;  // the linked file shrank meanwhile
+                    malformed("it ends in the middle of '" + path + "'");
+                }
                 write_all(out.get(), buf.data(), static_cast<std::size_t>(n));
                 left -= static_cast<std::uint64_t>(n);
                 at += static_cast<std::uint64_t>(n);
             }
+            if (imported.size() < max_entries) imported.insert(path);
             ++r.files;
-            r.bytes += data_size;
+            r.bytes += length;
         } catch (const contents_error& e) {
             // A link or special file the kernel put in the way, or a directory
             // where a file goes: that entry only. Anything else ends the import.

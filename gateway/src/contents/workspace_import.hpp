@@ -3,9 +3,11 @@
 // A tar archive a client sent, unpacked into a workspace (or one of its
 // directories) through the contents store: directories and regular files
 // only, every path checked as the files API checks it (no '..', no absolute
-// paths, never through a link the kernel planted). Links, devices and FIFOs
-// are skipped and reported, as are unsafe paths; a malformed or truncated
-// archive stops the import with bad_path (400).
+// paths, never through a link the kernel planted). A hard link becomes a
+// copy of the file it names when the archive wrote that file earlier (no
+// link is ever made; the copy counts against the workspace's cap); symbolic
+// links, devices and FIFOs are skipped and reported, as are unsafe paths; a
+// malformed or truncated archive stops the import with bad_path (400).
 
 #include "contents/contents_store.hpp"
 

@@ -135,7 +135,9 @@ create_upload read_create_upload(const request_ptr& req, int fd) {
 void register_export_import(router& r, services& s) {
     // The workspace (or ?path= one directory of it) as a tar archive, for
     // backups and for moving work between gateways. Built in an unnamed
-    // temporary file (at most the workspace's cap) and streamed from there.
+    // temporary file and streamed from there: its file data is at most the
+    // workspace's cap (hard links are link entries; a sparse file counts at
+    // its full length), so the temporary file is too.
     r.add(bhttp::verb::get, "/v1/sessions/{id}/workspace", [&s](const request_ptr& req, reply_fn reply) {
         run_file_work(s, req, std::move(reply), [&s, req](const reply_fn& rep) {
             const auto k = kernel_or_404(s, req, req->param("id"));
@@ -143,7 +145,9 @@ void register_export_import(router& r, services& s) {
             const auto root = guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
             k->touch();
             auto fd = temp_archive();
-            const auto done = guarded([&] { return contents::export_tar(*store, root, fd.get(), max_archive_entries); });
+            const auto* spec = s.kernels.specs().find(k->spec_name());
+            const auto cap = spec != nullptr ? spec->limits.workspace_bytes : std::uint64_t{1} << 30;
+            const auto done = guarded([&] { return contents::export_tar(*store, root, fd.get(), max_archive_entries, cap); });
             ::lseek(fd.get(), 0, SEEK_SET);
             response res;
             res.content_type = "application/x-tar";
@@ -153,6 +157,7 @@ void register_export_import(router& r, services& s) {
             res.headers.emplace_back("Content-Disposition", attachment_disposition(base + ".tar"));
             res.headers.emplace_back("X-Cellgate-Entries", std::to_string(done.entries));
             res.headers.emplace_back("X-Cellgate-Skipped", std::to_string(done.skipped));
+            res.headers.emplace_back("X-Cellgate-Links", std::to_string(done.links));
             rep(std::move(res));
         });
     });

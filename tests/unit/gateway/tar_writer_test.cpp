@@ -101,7 +101,7 @@ TEST(WorkspaceExport, EveryDirectoryAndRegularFileAndNothingElse) {
 
     const int fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0);
-    const auto r = export_tar(store, "", fd, 1000);
+    const auto r = export_tar(store, "", fd, 1000, 1 << 20);
     EXPECT_EQ(r.entries, 4u) << "a.txt, sub/, sub/deeper/, sub/deeper/b.bin";
     EXPECT_EQ(r.skipped, 2u) << "the symlink and the FIFO";
     std::string archive(r.bytes, '\0');
@@ -115,15 +115,15 @@ TEST(WorkspaceExport, EveryDirectoryAndRegularFileAndNothingElse) {
 
     // A directory alone, named relative to it; and the entry bound.
     const int fd2 = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    const auto sub = export_tar(store, "sub", fd2, 1000);
+    const auto sub = export_tar(store, "sub", fd2, 1000, 1 << 20);
     EXPECT_EQ(sub.entries, 2u);
     std::string part(sub.bytes, '\0');
     ASSERT_EQ(::pread(fd2, part.data(), part.size(), 0), static_cast<ssize_t>(part.size()));
     EXPECT_EQ(part.substr(0, 7), "deeper/");
     const int fd3 = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    EXPECT_THROW(export_tar(store, "", fd3, 2), contents_error);
-    EXPECT_THROW(export_tar(store, "a.txt", fd3, 10), contents_error) << "not a directory";
-    EXPECT_THROW(export_tar(store, "../x", fd3, 10), contents_error);
+    EXPECT_THROW(export_tar(store, "", fd3, 2, 1 << 20), contents_error);
+    EXPECT_THROW(export_tar(store, "a.txt", fd3, 10, 1 << 20), contents_error) << "not a directory";
+    EXPECT_THROW(export_tar(store, "../x", fd3, 10, 1 << 20), contents_error);
     ::close(fd2);
     ::close(fd3);
     fs::remove_all(root);
@@ -235,7 +235,7 @@ TEST(WorkspaceImport, AnExportImportsBackTheSame) {
     std::ofstream(root / "src" / (std::string(150, 'n') + ".txt")) << "long name";
     contents_store store(root.string(), ::getuid(), ::getgid());
     const int fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    const auto out = export_tar(store, "src", fd, 1000);
+    const auto out = export_tar(store, "src", fd, 1000, 1 << 20);
     const auto in = import_tar(store, "dst", fd, out.bytes, 1000);
     ::close(fd);
     EXPECT_EQ(in.files + in.directories, out.entries);
@@ -245,6 +245,84 @@ TEST(WorkspaceImport, AnExportImportsBackTheSame) {
     EXPECT_EQ(text, "round trip");
     EXPECT_TRUE(fs::exists(root / "dst" / (std::string(150, 'n') + ".txt")));
     fs::remove_all(root);
+}
+
+// Security review turn 3, H1: a file with many names is written once (its
+// other names are link entries), the file data is bounded, a sparse file
+// counts at its length and is refused past the bound before any of its
+// bytes; the import turns each link into a copy of the file it names.
+TEST(WorkspaceExport, HardLinksAreLinkEntriesAndSparseFilesCountAtTheirLength) {
+    char tmpl[] = "/tmp/cellgate-links-test-XXXXXX";
+    const fs::path root = ::mkdtemp(tmpl);
+    fs::create_directories(root / "src" / "d");
+    std::ofstream(root / "src" / "f.bin") << std::string(100000, 'f');
+    for (int i = 0; i < 50; ++i) fs::create_hard_link(root / "src" / "f.bin", root / "src" / "d" / ("l" + std::to_string(i)));
+    fs::create_hard_link(root / "src" / "f.bin", root / "src" / "d" / std::string(120, 'x'));  // a long name: pax path
+    contents_store store(root.string(), ::getuid(), ::getgid());
+    int fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    const auto out = export_tar(store, "src", fd, 1000, 200000);
+    EXPECT_EQ(out.links, 51u);
+    EXPECT_EQ(out.data_bytes, 100000u) << "one copy of the data";
+    EXPECT_LT(out.bytes, 100000u + 60 * 3 * tar_block) << "headers only for the links";
+    const auto in = import_tar(store, "dst", fd, out.bytes, 1000);
+    ::close(fd);
+    EXPECT_EQ(in.files, 52u);
+    EXPECT_EQ(in.skipped_count, 0u);
+    for (const auto& name : {std::string("l0"), std::string("l49"), std::string(120, 'x')}) {
+        const auto p = root / "dst" / "d" / name;
+        EXPECT_EQ(fs::file_size(p), 100000u) << name;
+        EXPECT_EQ(fs::hard_link_count(p), 1u) << "a copy, never a link";
+    }
+
+    // A sparse file of 64 MiB (a few blocks on disk) against a 1 MiB bound:
+    // refused, and nothing of it written.
+    {
+        const int sparse = ::open((root / "src" / "sparse").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        ASSERT_GE(sparse, 0);
+        ASSERT_EQ(::ftruncate(sparse, 64 << 20), 0);
+        ::close(sparse);
+    }
+    fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    try {
+        export_tar(store, "src", fd, 1000, 1 << 20);
+        ADD_FAILURE() << "a 64 MiB sparse file went into a 1 MiB archive";
+    } catch (const contents_error& e) {
+        EXPECT_EQ(e.kind(), error_kind::too_large);
+        EXPECT_NE(std::string(e.what()).find("sparse"), std::string::npos) << e.what();
+    }
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    EXPECT_LT(st.st_size, 1 << 20) << "the archive stopped before the sparse file's data";
+    ::close(fd);
+
+    // A link to a file the archive did not write is skipped, not made.
+    std::string bad = tar_header({"evil", false, 0, 0, 0644, "../../etc/passwd"}) +
+                      tar_header({"lonely", false, 0, 0, 0644, "never-written"}) + tar_end();
+    fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_EQ(::write(fd, bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
+    const auto r = import_tar(store, "bad", fd, bad.size(), 1000);
+    ::close(fd);
+    EXPECT_EQ(r.files, 0u);
+    EXPECT_EQ(r.skipped_count, 2u);
+    EXPECT_FALSE(fs::exists(root / "bad" / "evil"));
+    fs::remove_all(root);
+}
+
+TEST(TarReader, ReadsALinkEntryAndItsLongTarget) {
+    const std::string target = "dir/" + std::string(150, 't');
+    const auto headers = tar_header({"a/link", false, 0, 0, 0644, target});
+    ASSERT_EQ(headers.size(), 3 * tar_block) << "a pax header with linkpath, then the ustar header";
+    const auto x = parse_tar_header(std::string_view(headers).substr(0, tar_block));
+    ASSERT_EQ(x.kind, tar_kind::pax);
+    const auto pax = parse_pax(std::string_view(headers).substr(tar_block, x.size));
+    ASSERT_FALSE(pax.malformed) << pax.error;
+    EXPECT_EQ(pax.link_target.value_or(""), target);
+    const auto h = parse_tar_header(std::string_view(headers).substr(2 * tar_block));
+    EXPECT_EQ(h.kind, tar_kind::hard_link);
+    EXPECT_EQ(h.size, 0u);
+    const auto short_link = parse_tar_header(tar_header({"b", false, 0, 0, 0644, "a/file"}));
+    EXPECT_EQ(short_link.kind, tar_kind::hard_link);
+    EXPECT_EQ(short_link.link_target, "a/file");
 }
 
 }  // namespace
