@@ -209,3 +209,49 @@ def test_check_config_refuses_what_the_gateway_would_refuse():
     assert r.returncode == 2 and "--node-tag" in r.stderr
     r = subprocess.run([str(CELLGATE), "--no-such-option", "1", "--check-config"], capture_output=True, text=True)
     assert r.returncode == 2
+
+
+def _router_module():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("cellgate_router", str(ROUTER))
+    spec = importlib.util.spec_from_loader("cellgate_router", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_the_router_sync_sends_haproxy_nothing_from_etcd_it_has_not_validated():
+    """Security review turn 3, H4: the sync pasted etcd's tags and addresses
+    into HAProxy runtime-API commands, where ';' starts another command. A
+    record whose tag, key or address is not one is ignored; a record's
+    numbers that are not numbers do not stop the sync."""
+    router = _router_module()
+    sent = []
+
+    class Etcd:
+        def range_prefix(self, prefix):
+            if prefix.endswith("tags/"):
+                return {"0badcafe": {}, "x; shutdown sessions server any/node1": {}}
+            return {
+                "0badcafe": {"tag": "0badcafe", "address": "10.0.0.5:8888", "pool_ready": "lots", "max_kernels": 4},
+                "deadbeef": {"tag": "deadbeef", "address": "10.0.0.6:8888; set server any/node1 addr 6.6.6.6"},
+                "feedface": {"tag": "0badcafe", "address": "10.0.0.7:8888"},
+                "FEEDFACE": {"tag": "FEEDFACE", "address": "10.0.0.8:8888"},
+                "c0ffee00": {"tag": "c0ffee00", "address": "evil.example:8888\nshow info"},
+            }
+
+    sync = object.__new__(router.Sync)
+    sync.rt = lambda command: sent.append(command) or ""
+    sync.etcd = Etcd()
+    sync.prefix, sync.map, sync.slots = "/cellgate/", "/run/ids.map", 4
+    sync.owner, sync.address, sync.weights, sync.gone = {}, {}, {}, set()
+    sync.once()
+    assert sync.owner == {"0badcafe": 1}, sync.owner
+    assert sent and all(";" not in c and "\n" not in c and "6.6.6.6" not in c and "evil" not in c for c in sent), sent
+    assert "set server slot1/s addr 10.0.0.5 port 8888" in sent
+    assert "set server any/node1 weight 5" in sent, sent  # 1 + 4 free; "lots" ready counts as none
+    for ok in ("10.0.0.5:8888", "[fd00::2]:80", "node-a.svc.cluster.local:8888"):
+        assert router.valid_address(ok), ok
+    for bad in ("10.0.0.5", "a b:80", "a:0", "a:70000", "[fd00::2;x]:80", "-a:80", "a..b:80", 5):
+        assert not router.valid_address(bad), bad

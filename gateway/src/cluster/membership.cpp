@@ -11,6 +11,51 @@
 
 namespace cellgate::cluster {
 
+namespace {
+
+// A node's tag, as kernels/node_id makes it: 8 lowercase hex digits.
+bool valid_tag(std::string_view t) {
+    return t.size() == 8 && std::all_of(t.begin(), t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+}  // namespace
+
+bool valid_peer_address(std::string_view a) {
+    const auto colon = a.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    const auto host = a.substr(0, colon), port = a.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return false;
+    const auto p = std::stoul(std::string(port));
+    if (p == 0 || p > 65535) return false;
+    if (host.front() == '[') {
+        if (host.size() < 4 || host.back() != ']') return false;
+        const auto inner = host.substr(1, host.size() - 2);
+        return std::all_of(inner.begin(), inner.end(), [](char c) {
+            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+        });
+    }
+    if (host.size() > 253) return false;
+    // A DNS name or a dotted IPv4 address: labels of letters, digits and '-', not at a label's ends.
+    std::size_t label = 0;
+    for (std::size_t i = 0; i <= host.size(); ++i) {
+        const char c = i < host.size() ? host[i] : '.';
+        if (c == '.') {
+            if (label == 0 || label > 63 || host[i - 1] == '-') return false;
+            label = 0;
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c == '-' && label > 0)) {
+            ++label;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool valid_peer_record(std::string_view key_tag, const std::string& tag, const std::string& address) {
+    return key_tag == tag && valid_tag(tag) && valid_peer_address(address);
+}
+
 membership::membership(options opts, std::function<nlohmann::json()> figures)
     : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), quota_etcd_(opts_.etcd),
       index_etcd_(opts_.etcd),
@@ -62,14 +107,22 @@ bool membership::refresh() {
         }
         reconcile(lease_);
         std::vector<peer> others;
-        for (const auto& kv : etcd_.range_prefix(opts_.prefix + "nodes/")) {
+        const auto nodes_root = opts_.prefix + "nodes/";
+        for (const auto& kv : etcd_.range_prefix(nodes_root)) {
             const auto rec = nlohmann::json::parse(kv.value, nullptr, false);
-            if (!rec.is_object() || rec.value("tag", "") == opts_.tag) continue;
-            others.push_back({rec.value("tag", ""), rec.value("address", "")});
+            if (!rec.is_object() || !rec["tag"].is_string() || !rec["address"].is_string()) continue;
+            const auto tag = rec["tag"].get<std::string>(), address = rec["address"].get<std::string>();
+            if (tag == opts_.tag) continue;
+            if (!valid_peer_record(std::string_view(kv.key).substr(nodes_root.size()), tag, address)) {
+                spdlog::warn("cluster: ignoring a node record that is not one (key '{}')", kv.key.substr(0, 200));
+                continue;
+            }
+            others.push_back({tag, address});
         }
         std::vector<std::string> tags;
         const auto tags_root = opts_.prefix + "tags/";
-        for (const auto& kv : etcd_.range_prefix(tags_root)) tags.push_back(kv.key.substr(tags_root.size()));
+        for (const auto& kv : etcd_.range_prefix(tags_root))
+            if (valid_tag(kv.key.substr(tags_root.size()))) tags.push_back(kv.key.substr(tags_root.size()));
         std::sort(tags.begin(), tags.end());
         std::lock_guard lock(mutex_);
         peers_ = std::move(others);

@@ -55,6 +55,14 @@ namespace cellgate::cluster {
 // count, and a hung node delays only its own tenants' lists.
 //
 // The loop runs on a thread of its own (etcd calls block).
+// A node record read from etcd, before the node uses it: its key's tag is
+// the record's and 8 lowercase hex digits, and its address is host:port in
+// a strict grammar (a dotted IPv4 address, a bracketed IPv6 one or a DNS
+// name; a port 1-65535). Anything else is not a peer (security review turn
+// 3, H4): no request, header or token goes to it.
+bool valid_peer_address(std::string_view address);
+bool valid_peer_record(std::string_view key_tag, const std::string& tag, const std::string& address);
+
 class membership {
 public:
     struct options {
