@@ -90,6 +90,11 @@ class Upstream:
                     return self.reply(404, b"not here")
                 self.reply(200, f"upstream {self.path}".encode())
 
+            def do_TRACE(self):
+                # As RFC 9110 describes: the request comes back as the body.
+                seen.append({"path": self.path, "method": "TRACE", "headers": {k.lower(): v for k, v in self.headers.items()}})
+                self.reply(200, (self.requestline + "\r\n" + str(self.headers)).encode(), "message/http")
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 seen.append({"path": self.path, "host": self.headers.get("Host"), "body": body.decode(errors="replace"),
@@ -144,16 +149,22 @@ def gw(request, upstream, tmp_path_factory):
     config = d / "config.json"
     config.write_text(json.dumps({
         "kernelspecs": {"python3": {"runtime": runtime}},
-        "egress_secrets": [{"domain": "secret.test", "header": "X-Api-Key", "value": SECRET},
-                           {"domain": "secure.test", "header": "X-Api-Key", "value": SECRET_TLS},
-                           {"domain": "badcert.test", "header": "X-Api-Key", "value": SECRET_TLS},
-                           {"domain": "pypi.test", "bearer": PIP_TOKEN}],
+        "egress_secrets": [{"domain": "secret.test", "header": "X-Api-Key", "value": SECRET, "tenants": "*",
+                            "plain_http": True},
+                           {"domain": "secure.test", "header": "X-Api-Key", "value": SECRET_TLS, "tenants": "*"},
+                           {"domain": "badcert.test", "header": "X-Api-Key", "value": SECRET_TLS, "tenants": "*"},
+                           {"domain": "pypi.test", "bearer": PIP_TOKEN, "tenants": "*"},
+                           # Review turn 3, M6: plain HTTP not allowed; another tenant's.
+                           {"domain": "plain.test", "header": "X-Api-Key", "value": SECRET, "tenants": "*"},
+                           {"domain": "scoped.test", "header": "X-Api-Key", "value": SECRET, "tenants": ["someone-else"],
+                            "plain_http": True}],
     }))
     port = free_port()
     h, s = upstream.http.server_address[1], upstream.https.server_address[1]
     resolve = [f"allowed.test=127.0.0.1:{h}", f"denied.test=127.0.0.1:{h}", f"secret.test=127.0.0.1:{h}",
                f"other.test=127.0.0.1:{h}", f"tls.test=127.0.0.1:{s}", f"gw.test=127.0.0.1:{port}",
-               f"secure.test=127.0.0.1:{s}", f"badcert.test=127.0.0.1:{s}", f"pypi.test=127.0.0.1:{s}"]
+               f"secure.test=127.0.0.1:{s}", f"badcert.test=127.0.0.1:{s}", f"pypi.test=127.0.0.1:{s}",
+               f"plain.test=127.0.0.1:{h}", f"scoped.test=127.0.0.1:{h}"]
     # The operator's mirror: a private index (its CA trusted by the proxy, its
     # token added by it) behind the python-packages preset.
     args = ["--config", str(config), "--port", str(port), "--max-kernels", "8",
@@ -355,6 +366,29 @@ result['pages'] = [result['error_page'].get('body', ''), result['error_page_2'].
     log = gw.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
     assert [c["credential_injected"] for c in log if c["host"] == "secret.test" and c["port"] == 80] == [True]
     assert SECRET not in json.dumps(log)
+
+
+@pytest.mark.gateway_logic
+def test_m6_a_secret_goes_only_to_its_tenants_over_tls_or_allowed_http_and_never_with_trace(gw, upstream):
+    """Security review turn 3, M6: an operator secret is bound to tenants (or
+    explicitly all); over plain HTTP only where the operator allows it; never
+    with TRACE, whose answer would carry it back to the code."""
+    sid = session(gw, {"allow": ["secret.test", "plain.test", "scoped.test"]})
+    before = len(upstream.seen)
+    res = probe(gw, sid, FETCH + """
+def trace(url):
+    req = urllib.request.Request(url, method='TRACE')
+    with urllib.request.urlopen(req, timeout=20) as r:
+        return {'status': r.status, 'body': r.read().decode()}
+result = {'plain': fetch('http://plain.test/m6-plain'), 'scoped': fetch('http://scoped.test/m6-scoped'),
+          'trace': trace('http://secret.test/m6-trace'), 'allowed': fetch('http://secret.test/m6-allowed')}
+""")
+    seen = {x["path"]: x for x in upstream.seen[before:]}
+    assert "x-api-key" not in seen["/m6-plain"]["headers"], "a secret went over plain HTTP unasked"
+    assert "x-api-key" not in seen["/m6-scoped"]["headers"], "another tenant's secret was sent"
+    assert seen["/m6-trace"]["method"] == "TRACE" and "x-api-key" not in seen["/m6-trace"]["headers"]
+    assert res["trace"]["status"] == 200 and SECRET not in res["trace"]["body"], res
+    assert seen["/m6-allowed"]["headers"].get("x-api-key") == SECRET, "the operator's plain-HTTP secret"
 
 
 @pytest.mark.gateway_logic

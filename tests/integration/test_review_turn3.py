@@ -42,7 +42,8 @@ def gw(tmp_path_factory):
     tmp = d / "tmp"
     tmp.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "tmpfs", str(tmp)], check=True)
-    g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", token=TOKEN_A,
+    g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", "--max-lifetime", "900",
+                token=TOKEN_A,
                 env=dict(os.environ, TMPDIR=str(tmp)))
     g.tmp = tmp
     try:
@@ -323,3 +324,33 @@ def test_h1_an_export_of_sparse_files_and_hard_links_is_bounded_by_the_workspace
     finally:
         for x in made:
             call(gw, "DELETE", f"/v1/sessions/{x}")
+
+
+# --- L2: E2B's connect and setTimeout keep within the maximum lifetime ---
+
+def test_l2_connect_and_set_timeout_never_take_a_sandbox_past_the_maximum_lifetime(gw):
+    from datetime import datetime
+    r = gw.e2b("POST", "/sandboxes", json={"templateID": "base", "timeout": 600})
+    assert r.status_code == 201, r.text
+    sid = r.json()["sandboxID"]
+
+    def life():
+        d = gw.e2b("GET", f"/sandboxes/{sid}").json()
+        at = lambda k: datetime.fromisoformat(d[k].replace("Z", "+00:00"))
+        return (at("endAt") - at("startedAt")).total_seconds()
+
+    try:
+        assert 595 <= life() <= 601
+        time.sleep(2)
+        # The maximum (900 s) from now would end 2 s past the maximum from the start.
+        assert gw.e2b("POST", f"/sandboxes/{sid}/timeout", json={"timeout": 900}).status_code == 204
+        assert 895 <= life() <= 900.5, life()
+        r = gw.e2b("POST", f"/sandboxes/{sid}/connect", json={"timeout": 900})
+        assert r.status_code == 200, r.text
+        assert life() <= 900.5, life()
+        # Shortening still works.
+        assert gw.e2b("POST", f"/sandboxes/{sid}/timeout", json={"timeout": 30}).status_code == 204
+        assert life() <= 40, life()
+        assert gw.e2b("POST", f"/sandboxes/{sid}/timeout", json={"timeout": 901}).status_code == 400
+    finally:
+        gw.e2b("DELETE", f"/sandboxes/{sid}")

@@ -2,6 +2,7 @@
 
 #include "config/options.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -39,7 +40,7 @@ egress::policy network_layer(const json& j, const std::string& where) {
     }
 }
 
-std::vector<egress::injected_header> injected_headers(const json& j, const std::string& where) {
+std::vector<egress::injected_header> injected_headers(const json& j, const std::string& where, bool operator_wide) {
     if (!j.is_array()) throw config_error(where + " must be an array");
     std::vector<egress::injected_header> out;
     for (const auto& e : j) {
@@ -71,6 +72,38 @@ std::vector<egress::injected_header> injected_headers(const json& j, const std::
         if (h.header.empty() || h.value.empty() ||
             h.header.find_first_of(":\r\n ") != std::string::npos || h.value.find_first_of("\r\n") != std::string::npos)
             throw config_error(where + ": each entry needs a \"header\" and a \"value\" (or a \"bearer\"), without line breaks");
+        if (const auto v = e.find("plain_http"); v != e.end()) {
+            if (!v->is_boolean()) throw config_error(where + ": \"plain_http\" must be true or false");
+            h.plain_http = v->get<bool>();
+        }
+        if (const auto v = e.find("methods"); v != e.end()) {
+            if (!v->is_array() || v->empty()) throw config_error(where + ": \"methods\" must be a non-empty array of HTTP methods");
+            for (const auto& m : *v) {
+                const auto name = m.is_string() ? m.get<std::string>() : std::string();
+                if (name.empty() || name.size() > 16 ||
+                    !std::all_of(name.begin(), name.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
+                    throw config_error(where + ": \"methods\" holds an HTTP method in upper case each, e.g. \"GET\"");
+                if (name == "TRACE" || name == "TRACK" || name == "CONNECT")
+                    throw config_error(where + ": a secret is never sent with " + name + " (it would come back to the code)");
+                h.methods.push_back(name);
+            }
+        }
+        if (operator_wide) {
+            // Bound to tenants, or explicitly to all: never to everyone by default.
+            const auto t = e.find("tenants");
+            if (t == e.end())
+                throw config_error(where + ": each entry needs \"tenants\": the tenants it is for, or \"*\" for all");
+            if (t->is_string() && t->get<std::string>() == "*") {
+                h.all_tenants = true;
+            } else if (t->is_array() && !t->empty() &&
+                       std::all_of(t->begin(), t->end(), [](const json& x) { return x.is_string() && !x.get<std::string>().empty(); })) {
+                h.tenants = t->get<std::vector<std::string>>();
+            } else {
+                throw config_error(where + ": \"tenants\" must be a non-empty array of tenant names, or \"*\"");
+            }
+        } else if (e.contains("tenants")) {
+            throw config_error(where + ": a tenant's own secret is its own; \"tenants\" belongs in egress_secrets");
+        }
         out.push_back(std::move(h));
     }
     return out;
@@ -80,7 +113,7 @@ void tenant_network(gateway_config& c, const std::string& tenant, const json& en
     if (const auto n = entry.find("network"); n != entry.end())
         c.network.tenant_max[tenant] = network_layer(*n, where + ": tokens[" + tenant + "].network");
     if (const auto s = entry.find("secrets"); s != entry.end()) {
-        auto h = injected_headers(*s, where + ": tokens[" + tenant + "].secrets");
+        auto h = injected_headers(*s, where + ": tokens[" + tenant + "].secrets", false);
         auto& into = c.network.tenant_headers[tenant];
         into.insert(into.end(), h.begin(), h.end());
     }
@@ -169,16 +202,19 @@ std::vector<option> file_only_options() {
 )json"},
         {.name = "egress_secrets", .section = heading::file_only, .kind = file_only, .value = "[{…}, …]",
          .fallback = "none",
-         .help = "Credentials the proxy adds to requests for a domain, for every tenant's sessions, over HTTP "
-                 "and over the HTTPS it terminates (`--egress-tls-intercept`), replacing a header of that name "
-                 "the code sent; the value lives only in the gateway's memory, never in the sandbox. Each "
-                 "entry: `domain`, a host name or `*.` wildcard; then `header` with `value`, or `bearer` (sent "
-                 "as `Authorization: Bearer …`); `value_env` and `bearer_env` name a variable of the gateway's "
-                 "environment instead, which must be set.",
+         .help = "Credentials the proxy adds to requests for a domain, for the sessions of the tenants each "
+                 "names, inside the HTTPS it terminates for that domain, replacing a header of that name the "
+                 "code sent; the value lives only in the gateway's memory, never in the sandbox. Each entry: "
+                 "`domain`, a host name or `*.` wildcard; then `header` with `value`, or `bearer` (sent as "
+                 "`Authorization: Bearer …`); `value_env` and `bearer_env` name a variable of the gateway's "
+                 "environment instead, which must be set; `tenants`, the tenants it is for, or `\"*\"` for "
+                 "all (required). `plain_http: true` also sends it over plain HTTP (in the clear); `methods` "
+                 "names the methods that get it (default: all but `TRACE`, `TRACK` and `CONNECT`, which never "
+                 "do). An upstream that echoes request headers back shows the value to the code.",
          .sample = R"json({
   "egress_secrets": [
-    {"domain": "api.example.com", "header": "X-Api-Key", "value_env": "EXAMPLE_KEY"},
-    {"domain": "*.internal.example", "bearer": "CHANGE-ME"}
+    {"domain": "api.example.com", "header": "X-Api-Key", "value_env": "EXAMPLE_KEY", "tenants": ["alpha"]},
+    {"domain": "*.internal.example", "bearer": "CHANGE-ME", "tenants": "*", "methods": ["GET", "POST"]}
   ]
 }
 )json"},

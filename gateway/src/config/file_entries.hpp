@@ -26,7 +26,8 @@ egress::policy network_layer(const nlohmann::json& j, const std::string& where);
 // [{"domain": "api.example.com", "header": "X-Api-Key", "value": "…"} |
 //  {"domain": …, "bearer": "…"}, with "value_env"/"bearer_env" naming an
 // environment variable of the gateway instead of the value itself].
-std::vector<egress::injected_header> injected_headers(const nlohmann::json& j, const std::string& where);
+// `operator_wide`: an egress_secrets entry, which must name its "tenants" (or "*").
+std::vector<egress::injected_header> injected_headers(const nlohmann::json& j, const std::string& where, bool operator_wide);
 
 // A tokens entry's "network" (the tenant's maximum) and "secrets".
 void tenant_network(gateway_config& c, const std::string& tenant, const nlohmann::json& entry, const std::string& where);

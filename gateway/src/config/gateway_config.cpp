@@ -88,7 +88,7 @@ void apply_file(gateway_config& c, const std::string& path) {
             continue;
         }
         if (key == "egress_secrets") {
-            auto h = injected_headers(value, path + ": egress_secrets");
+            auto h = injected_headers(value, path + ": egress_secrets", true);
             c.network.headers.insert(c.network.headers.end(), h.begin(), h.end());
             continue;
         }

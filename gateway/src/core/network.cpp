@@ -118,7 +118,9 @@ egress::session_rules rules_for(const json& network, const kernels::kernel& k, c
         r.layers.push_back(it->second);
     if (const auto it = settings.tenant_max.find(k.tenant()); it != settings.tenant_max.end())
         r.layers.push_back(it->second);
-    r.headers = settings.headers;
+    // The operator's secrets reach only the tenants each names (or all, when it says so).
+    for (const auto& h : settings.headers)
+        if (h.for_tenant(k.tenant())) r.headers.push_back(h);
     if (const auto it = settings.tenant_headers.find(k.tenant()); it != settings.tenant_headers.end())
         r.headers.insert(r.headers.end(), it->second.begin(), it->second.end());
     return r;

@@ -47,6 +47,13 @@ std::optional<std::chrono::seconds> timeout_of(const json& body, const agent::ag
     return std::chrono::seconds(t);
 }
 
+// A sandbox lives at most the agent surface's maximum lifetime from its
+// start (or its last resume): connect and setTimeout move its end within
+// that, never past it (security review turn 3, L2).
+sys_clock::time_point latest_end(const surface& e, const sandbox_record& r) {
+    return r.started + e.agents.limits().maxima.lifetime;
+}
+
 // E2B's templates: the code interpreter's and the base one are the default
 // kernelspec; a kernelspec may also be named directly.
 std::string spec_for_template(const surface& e, const std::string& template_id) {
@@ -434,8 +441,14 @@ void connect(surface& e, const request_ptr& req, reply_fn reply) {
     auto t = body.is_object() ? timeout_of(body, e.agents.limits()) : std::nullopt;
     if (paused && !t) t = e.options.default_timeout;
     if (t) {
-        // Connecting never shortens a sandbox's life; resuming starts its clock again.
-        r.end_at = paused ? sys_clock::now() + *t : std::max(r.end_at, sys_clock::now() + *t);
+        // Connecting never shortens a sandbox's life, nor takes it past the
+        // maximum from its start; resuming starts its clock again.
+        if (paused) {
+            r.started = sys_clock::now();
+            r.end_at = r.started + *t;
+        } else {
+            r.end_at = std::min(std::max(r.end_at, sys_clock::now() + *t), latest_end(e, r));
+        }
         core::sessions::end_at(k, r.end_at);
         e.book.put(r);
     }
@@ -459,7 +472,8 @@ void set_timeout(surface& e, const request_ptr& req, reply_fn reply) {
     const auto body = req->json_body(false);
     const auto t = body.is_object() ? timeout_of(body, e.agents.limits()) : std::nullopt;
     if (!t) throw api_exception(400, "'timeout' (seconds) is required");
-    r.end_at = sys_clock::now() + *t;  // from now, as E2B: may shorten it too
+    // From now, as E2B: may shorten it too; never past the maximum from its start.
+    r.end_at = std::min(sys_clock::now() + *t, latest_end(e, r));
     core::sessions::end_at(k, r.end_at);
     e.book.put(r);
     reply(empty_response(204));

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -49,11 +50,30 @@ struct resolve_entry {
 // Parses "name=1.2.3.4:8443", "name=[::1]:443" or "name=1.2.3.4".
 std::pair<std::string, resolve_entry> parse_resolve_entry(std::string_view text);
 
-// A header the proxy adds to requests for one domain (credential injection).
+// A header the proxy adds to requests for one domain (credential injection):
+// only inside TLS the proxy terminates unless `plain_http`, and only for the
+// methods it names (none named: every method but TRACE, TRACK and CONNECT,
+// which are never given one).
 struct injected_header {
     rule domain;         // the host (or *. wildcard) it is for
     std::string header;  // e.g. "Authorization"
     std::string value;   // secret: never logged, never echoed
+    bool plain_http = false;           // the operator allows it over plain HTTP too
+    std::vector<std::string> methods;  // upper case; empty: the default set
+    // An operator-wide secret's tenants (a tenant's own secrets are its own).
+    std::vector<std::string> tenants;
+    bool all_tenants = false;
+
+    bool for_tenant(const std::string& tenant) const {
+        return all_tenants || std::find(tenants.begin(), tenants.end(), tenant) != tenants.end();
+    }
+    // Whether a request of `method` over TLS (or not) to host:port gets it.
+    bool applies(const std::string& host, std::uint16_t port, std::string_view method, bool over_tls) const {
+        if (!over_tls && !plain_http) return false;
+        if (!domain.matches(host, std::nullopt, port)) return false;
+        if (methods.empty()) return method != "TRACE" && method != "TRACK" && method != "CONNECT";
+        return std::find(methods.begin(), methods.end(), method) != methods.end();
+    }
 };
 
 struct proxy_options {

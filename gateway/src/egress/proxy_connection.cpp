@@ -232,7 +232,7 @@ awaitable<void> proxy::impl::handle(std::shared_ptr<impl> selfp, std::shared_ptr
     }
     // A plain request, forwarded once with Connection: close.
     co_await forward_one(self, c, *c.client, c.upstream, rules, rec, req, std::string_view(buf).substr(0, req.head_bytes),
-                         std::move(rest));
+                         std::move(rest), false);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

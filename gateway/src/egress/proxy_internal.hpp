@@ -206,15 +206,15 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
     template <class Client, class Upstream>
     static awaitable<void> forward_one(impl& self, connection& c, Client& client, Upstream& upstream,
                                        const session_rules& rules, connection_record& rec, const proxy_request& req,
-                                       std::string_view head, std::string rest) {
+                                       std::string_view head, std::string rest, bool over_tls) {
         const auto headers = header_lines(head);
         std::uint64_t body = 0;
         std::string out = req.method + " " + req.target + " HTTP/1.1\r\n";
-        const auto& inject = rules.headers;
+        std::vector<const injected_header*> inject;
+        for (const auto& h : rules.headers)
+            if (h.applies(req.host, req.port, req.method, over_tls)) inject.push_back(&h);
         auto injected_for = [&](std::string_view name) {
-            for (const auto& h : inject)
-                if (lower(h.header) == lower(name) && h.domain.matches(req.host, std::nullopt, req.port)) return true;
-            return false;
+            return std::any_of(inject.begin(), inject.end(), [&](const auto* h) { return lower(h->header) == lower(name); });
         };
         for (const auto& [name, value] : headers) {
             const auto n = lower(name);
@@ -234,11 +234,10 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
                 continue;
             out += name + ": " + value + "\r\n";
         }
-        for (const auto& h : inject)
-            if (h.domain.matches(req.host, std::nullopt, req.port)) {
-                out += h.header + ": " + h.value + "\r\n";
-                rec.injected = true;
-            }
+        for (const auto* h : inject) {
+            out += h->header + ": " + h->value + "\r\n";
+            rec.injected = true;
+        }
         out += "Connection: close\r\n\r\n";
         const auto first = std::min<std::uint64_t>(body, rest.size());
         out.append(rest, 0, first);

@@ -97,7 +97,7 @@ awaitable<void> proxy::impl::serve_terminated(impl& self, connection& c,
     }
     rec.method = "CONNECT " + inner.method;
     co_await forward_one(self, c, client_tls, upstream_tls, rules, rec, inner,
-                         std::string_view(buf).substr(0, inner.head_bytes), buf.substr(inner.head_bytes));
+                         std::string_view(buf).substr(0, inner.head_bytes), buf.substr(inner.head_bytes), true);
 }
 
 std::string proxy::ca_certificate_pem() const {

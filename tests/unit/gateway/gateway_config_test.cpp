@@ -149,3 +149,35 @@ TEST(gateway_config, the_pool_may_grow_to_its_max_and_a_node_tag_is_checked) {
     EXPECT_THROW(parse({"--node-tag", "node1"}), config::config_error);
     EXPECT_THROW(parse({"--node-tag", "0A1B2C3D"}), config::config_error);
 }
+
+// Security review turn 3, M6: an operator's secret names its tenants (or "*"),
+// and says whether plain HTTP and which methods; TRACE, TRACK and CONNECT never.
+TEST(gateway_config, an_operator_secret_is_bound_to_its_tenants_tls_and_methods) {
+    const auto file = std::filesystem::temp_directory_path() / ("cg-secrets-" + std::to_string(::getpid()) + ".json");
+    auto with = [&](const std::string& entry) {
+        std::ofstream(file) << R"({"egress_secrets": [)" + entry + "]}";
+        return parse({"--config", file.string()});
+    };
+    const auto c = with(R"({"domain": "a.example", "bearer": "x", "tenants": ["alpha"]},
+                           {"domain": "b.example", "header": "K", "value": "y", "tenants": "*", "plain_http": true,
+                            "methods": ["GET", "POST"]})");
+    ASSERT_EQ(c.network.headers.size(), 2u);
+    const auto& a = c.network.headers[0];
+    EXPECT_TRUE(a.for_tenant("alpha"));
+    EXPECT_FALSE(a.for_tenant("beta"));
+    EXPECT_TRUE(a.applies("a.example", 443, "GET", true));
+    EXPECT_FALSE(a.applies("a.example", 80, "GET", false)) << "plain HTTP unless the entry allows it";
+    for (const auto* m : {"TRACE", "TRACK", "CONNECT"}) EXPECT_FALSE(a.applies("a.example", 443, m, true)) << m;
+    const auto& b = c.network.headers[1];
+    EXPECT_TRUE(b.for_tenant("anyone"));
+    EXPECT_TRUE(b.applies("b.example", 80, "POST", false));
+    EXPECT_FALSE(b.applies("b.example", 80, "DELETE", false)) << "only the methods it names";
+    for (const auto* bad : {R"({"domain": "a.example", "bearer": "x"})",
+                            R"({"domain": "a.example", "bearer": "x", "tenants": []})",
+                            R"({"domain": "a.example", "bearer": "x", "tenants": "alpha"})",
+                            R"({"domain": "a.example", "bearer": "x", "tenants": "*", "methods": ["TRACE"]})",
+                            R"({"domain": "a.example", "bearer": "x", "tenants": "*", "methods": ["get"]})",
+                            R"({"domain": "a.example", "bearer": "x", "tenants": "*", "plain_http": "yes"})"})
+        EXPECT_THROW(with(bad), config::config_error) << bad;
+    std::filesystem::remove(file);
+}
