@@ -35,7 +35,8 @@ def gw(tmp_path_factory):
     require("review turn 3 findings", runtime_missing("runc"))
     d = tmp_path_factory.mktemp("review3")
     tokens = d / "tokens.json"
-    tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "alpha"}, {"token": TOKEN_B, "tenant": "beta"}]))
+    tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "alpha", "operator": True},
+                                  {"token": TOKEN_B, "tenant": "beta"}]))
     config = d / "config.json"
     config.write_text(json.dumps({"kernelspecs": {"python3": {"runtime": "runc", "limits": LIMITS}}}))
     # The gateway's temporary files (archives) on a small file system of their own (H1).
@@ -43,6 +44,7 @@ def gw(tmp_path_factory):
     tmp.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "tmpfs", str(tmp)], check=True)
     g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", "--max-lifetime", "900",
+                "--max-watches-per-tenant", "4",
                 token=TOKEN_A,
                 env=dict(os.environ, TMPDIR=str(tmp)))
     g.tmp = tmp
@@ -354,3 +356,62 @@ def test_l2_connect_and_set_timeout_never_take_a_sandbox_past_the_maximum_lifeti
         assert gw.e2b("POST", f"/sandboxes/{sid}/timeout", json={"timeout": 901}).status_code == 400
     finally:
         gw.e2b("DELETE", f"/sandboxes/{sid}")
+
+
+# --- H3: directory watches: walks off the io threads, and a cap per tenant ---
+
+def envd(gw, sb, method, body):
+    import requests
+    headers = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983", "X-Access-Token": sb["envdAccessToken"]}
+    return requests.post(f"{gw.url}/e2b/filesystem.Filesystem/{method}", json=body, headers=headers, timeout=60)
+
+
+def test_h3_a_rename_storm_under_recursive_watches_stalls_no_one_and_a_tenant_has_its_own_cap(gw):
+    import requests
+    made = []
+
+    def sandbox(key):
+        r = requests.post(f"{gw.url}/e2b/sandboxes", json={"templateID": "base", "timeout": 300},
+                          headers={"X-API-KEY": key}, timeout=180)
+        assert r.status_code == 201, r.text
+        made.append((r.json(), key))
+        return r.json()
+
+    try:
+        a = sandbox(TOKEN_A)
+        # A tree of 100 directories of 300 names each, to be renamed in a loop.
+        r = gw.e2b("POST", "/execute", a, json={"code": (
+            "import os\nos.makedirs('/home/user/t')\nopen('/home/user/f', 'w').close()\n"
+            "for d in range(100):\n    os.mkdir(f'/home/user/t/d{d}')\n"
+            "    for i in range(300):\n        os.link('/home/user/f', f'/home/user/t/d{d}/n{i}')\nprint('tree')")})
+        assert r.status_code == 200 and "tree" in r.text, r.text[-1000:]
+        # As many recursive watches as the gateway has io threads, and more: the tenant's cap is 4.
+        for _ in range(4):
+            r = envd(gw, a, "CreateWatcher", {"path": "/home/user", "recursive": True})
+            assert r.status_code == 200, r.text
+        r = envd(gw, a, "CreateWatcher", {"path": "/home/user"})
+        assert r.status_code == 429 and "tenant" in r.json()["message"], r.text
+
+        def attack():
+            r = gw.e2b("POST", "/execute", a, json={"code": (
+                "import os, time\nend, n = time.monotonic() + 8, 0\nwhile time.monotonic() < end:\n"
+                "    os.rename('/home/user/t', '/home/user/u'); os.rename('/home/user/u', '/home/user/t'); n += 2\n"
+                "print('renames', n)")})
+            assert r.status_code == 200 and "renames" in r.text, r.text[-1000:]
+            print("\nH3", [x for x in r.text.splitlines() if "renames" in x][:1])
+
+        before, peak, after = report("H3 rename storm under 4 recursive watches", gw, None, attack)
+        # Another tenant was served throughout (the walks ran on the pool, under tenant A).
+        assert peak["ms"] < 10_000, peak
+        # Another tenant still gets a watch of its own.
+        b = sandbox(TOKEN_B)
+        r = envd(gw, b, "CreateWatcher", {"path": "/home/user"})
+        assert r.status_code == 200, r.text
+        # The watches followed the tree's last name.
+        r = gw.e2b("POST", "/execute", a, json={"code": "print(sorted(os.listdir('/home/user')))"})
+        assert "'t'" in r.text, r.text[-500:]
+        metrics = requests.get(f"{gw.url}/metrics", headers={"Authorization": f"token {TOKEN_A}"}, timeout=30).text
+        assert "cellgate_e2b_watch_tenants_at_cap 1" in metrics, [m for m in metrics.splitlines() if "watch" in m]
+    finally:
+        for sb, key in made:
+            requests.delete(f"{gw.url}/e2b/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": key}, timeout=60)

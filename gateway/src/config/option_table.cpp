@@ -576,6 +576,15 @@ std::vector<option> command_line_options() {
                  "`E2B_SANDBOX_URL` ([e2b.md](e2b.md)).",
          .sample = "sandbox.example.com",
          .set = [](auto& c, const auto& v) { c.e2b.domain = v; }},
+        {.name = "max_watches_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`16`",
+         .help = "Directory watches (E2B `WatchDir`, `CreateWatcher`) one tenant's sandboxes may hold at once, "
+                 "besides 8 per sandbox and 64 in all; past it `429`. `/metrics`: `cellgate_e2b_watches`, "
+                 "`cellgate_e2b_watch_tenants_at_cap`.",
+         .sample = "4",
+         .set = [](auto& c, const auto& v) {
+             c.e2b.max_watches_per_tenant = to_u64("max_watches_per_tenant", v);
+             if (c.e2b.max_watches_per_tenant == 0) throw config_error("max_watches_per_tenant must be 1 or more");
+         }},
         {.name = "static_dir", .section = heading::surfaces, .value = "DIR", .fallback = "none (the copies compiled in)",
          .help = "Serve the chat page and the JavaScript client from this directory's `web/` and `js/` (the "
                  "repository's `clients/`) instead of the copies compiled into the binary; for development.",

@@ -33,6 +33,7 @@ struct e2b_options {
     // https://<port>-<id>.<domain> without E2B_SANDBOX_URL).
     std::string domain;
     std::size_t max_page = 100;  // sandboxes per list page
+    std::size_t max_watches_per_tenant = 16;  // --max-watches-per-tenant (WatchDir, CreateWatcher)
 };
 
 // Adds the routes; the handlers refer to what the returned handle holds,

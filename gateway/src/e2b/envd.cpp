@@ -88,7 +88,7 @@ void watch(surface& e, const request_ptr& req, const json& m, reply_fn reply, bo
     const bool recursive = it != m.end() && it->is_boolean() && it->get<bool>();
     unsigned status = 0;
     std::string why;
-    if (!e.watches->admit(k->id(), status, why)) throw api_exception(status, why);
+    if (!e.watches->admit(k->id(), k->tenant(), status, why)) throw api_exception(status, why);
     // Given back unless the watch is set up (then the book's entry holds it).
     struct admission {
         admission(watch_book& b, std::string id) : book(b), kernel_id(std::move(id)) {}
@@ -104,7 +104,16 @@ void watch(surface& e, const request_ptr& req, const json& m, reply_fn reply, bo
     auto admitted = std::make_shared<admission>(*e.watches, k->id());
     on_pool(e, req, std::move(reply), [&e, k, dir, recursive, stream, admitted](const reply_fn& rep) mutable {
         std::shared_ptr<contents_store> store = sandbox_store(k);
-        auto w = std::make_shared<dir_watch>(e.agents.io(), std::move(store), dir, recursive, e.watches->limits());
+        // Later walks (directories created or moved in) go to the pool too, under the tenant.
+        auto walk = [&e, tenant = k->tenant()](std::function<void()> job) {
+            if (e.services.file_io == nullptr) {
+                job();
+                return true;
+            }
+            return e.services.file_io->submit(tenant, std::move(job)) == util::file_io_pool::admission::accepted;
+        };
+        auto w = std::make_shared<dir_watch>(e.agents.io(), std::move(store), dir, recursive, e.watches->limits(),
+                                             std::move(walk));
         w->set_owner(k->id());
         e.watches->add(w);
         admitted->held = false;

@@ -237,7 +237,10 @@ std::shared_ptr<void> register_e2b_api(router& r, kit::services& s, agent::agent
                                        processes::process_table& processes, sandbox_book& book,
                                        const e2b_options& options) {
     auto e = std::make_shared<surface>(surface{s, agents, *s.cells, book, &processes, options, std::make_shared<code_contexts>(processes),
-                                               std::make_shared<watch_book>()});
+                                               std::make_shared<watch_book>(watch_limits{.per_tenant = options.max_watches_per_tenant})});
+    s.metrics.add_gauge_source([watches = std::weak_ptr(e->watches)](std::string& out) {
+        if (auto w = watches.lock()) w->render(out);
+    });
     s.kernels.on_removed([contexts = std::weak_ptr(e->contexts), watches = std::weak_ptr(e->watches)](const std::string& kernel_id) {
         if (auto c = contexts.lock()) c->remove_session(kernel_id);
         if (auto w = watches.lock()) w->remove_session(kernel_id);

@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -161,7 +164,13 @@ TEST(E2bDirWatch, ReportsChangesBeneathItAndNeverFollowsALinkOut) {
     fs::create_directory_symlink(base / "outside", base / "ws" / "watched" / "link");
     auto store = std::make_shared<contents::contents_store>((base / "ws").string(), ::getuid(), ::getgid());
     boost::asio::io_context io;
-    auto w = std::make_shared<dir_watch>(io, store, "watched", true, watch_limits{});
+    // Walks of directories made later run off the io thread, as on the file pool.
+    std::vector<std::thread> walks;
+    auto walk = [&walks](std::function<void()> job) {
+        walks.emplace_back(std::move(job));
+        return true;
+    };
+    auto w = std::make_shared<dir_watch>(io, store, "watched", true, watch_limits{}, walk);
     std::vector<nlohmann::json> events;
     std::string ended;
     w->start([&events](const std::vector<nlohmann::json>& got) { events.insert(events.end(), got.begin(), got.end()); },
@@ -175,6 +184,8 @@ TEST(E2bDirWatch, ReportsChangesBeneathItAndNeverFollowsALinkOut) {
     { std::ofstream(base / "ws" / "watched" / "a.txt") << "one"; }
     fs::create_directory(base / "ws" / "watched" / "sub");
     pump();
+    for (auto& t : walks) t.join();
+    walks.clear();
     { std::ofstream(base / "ws" / "watched" / "sub" / "b.txt") << "two"; }  // followed: sub was created after the start
     fs::rename(base / "ws" / "watched" / "a.txt", base / "ws" / "watched" / "c.txt");
     pump();
@@ -198,25 +209,85 @@ TEST(E2bDirWatch, ReportsChangesBeneathItAndNeverFollowsALinkOut) {
     { std::ofstream(base / "ws" / "file.txt") << "x"; }
     fs::create_directory_symlink(base / "outside", base / "ws" / "ln");
     for (const auto* bad : {"file.txt", "missing", "ln"})
-        EXPECT_ANY_THROW(dir_watch(io, store, bad, false, watch_limits{})) << bad;
+        EXPECT_ANY_THROW(dir_watch(io, store, bad, false, watch_limits{}, walk)) << bad;
+    for (auto& t : walks) t.join();
     fs::remove_all(base);
 }
 
-TEST(E2bDirWatch, TheBookBoundsWatchesPerSandboxAndInAll) {
-    watch_book book(watch_limits{2, 3, 16, 10});
+// Security review turn 3, H3: a subtree renamed back and forth is not walked
+// again (its watches stay; only their names change), and the walks that do
+// happen run where the caller says (the file pool), never on the strand.
+TEST(E2bDirWatch, ARenamedSubtreeKeepsItsWatchesUnderItsNewName) {
+    namespace fs = std::filesystem;
+    const auto base = fs::temp_directory_path() / ("cellgate-watch-rename-" + std::to_string(::getpid()));
+    fs::remove_all(base);
+    fs::create_directories(base / "ws" / "w" / "t" / "d1" / "deep");
+    auto store = std::make_shared<contents::contents_store>((base / "ws").string(), ::getuid(), ::getgid());
+    boost::asio::io_context io;
+    std::vector<std::thread> walks;
+    const auto io_thread = std::this_thread::get_id();
+    std::atomic<int> walked_on_io{0};
+    auto walk = [&](std::function<void()> job) {
+        walks.emplace_back([&walked_on_io, io_thread, job = std::move(job)] {
+            if (std::this_thread::get_id() == io_thread) ++walked_on_io;
+            job();
+        });
+        return true;
+    };
+    auto w = std::make_shared<dir_watch>(io, store, "w", true, watch_limits{}, walk);
+    std::vector<nlohmann::json> events;
+    w->start([&events](const std::vector<nlohmann::json>& got) { events.insert(events.end(), got.begin(), got.end()); },
+             [](const std::string&) {});
+    auto pump = [&] {
+        io.restart();
+        io.run_for(std::chrono::milliseconds(150));
+        for (auto& t : walks) t.join();
+        walks.clear();
+        io.restart();
+        io.run_for(std::chrono::milliseconds(50));
+    };
+    pump();
+    for (int i = 0; i < 50; ++i) {
+        fs::rename(base / "ws" / "w" / "t", base / "ws" / "w" / "u");
+        fs::rename(base / "ws" / "w" / "u", base / "ws" / "w" / "t");
+    }
+    fs::rename(base / "ws" / "w" / "t", base / "ws" / "w" / "v");
+    pump();
+    events.clear();
+    { std::ofstream(base / "ws" / "w" / "v" / "d1" / "deep" / "x.txt") << "x"; }
+    pump();
+    bool seen = false;
+    for (const auto& e : events) seen = seen || (e["name"] == "v/d1/deep/x.txt" && e["type"] == "EVENT_TYPE_CREATE");
+    EXPECT_TRUE(seen) << nlohmann::json(events).dump();
+    EXPECT_EQ(walked_on_io.load(), 0);
+    w->stop();
+    pump();
+    fs::remove_all(base);
+}
+
+TEST(E2bDirWatch, TheBookBoundsWatchesPerSandboxPerTenantAndInAll) {
+    watch_book book(watch_limits{.per_sandbox = 2, .per_tenant = 3, .total = 4, .directories = 16, .queued_events = 10});
     unsigned status = 0;
     std::string why;
-    EXPECT_TRUE(book.admit("k1", status, why));
-    EXPECT_TRUE(book.admit("k1", status, why));
-    EXPECT_FALSE(book.admit("k1", status, why));
+    EXPECT_TRUE(book.admit("k1", "a", status, why));
+    EXPECT_TRUE(book.admit("k1", "a", status, why));
+    EXPECT_FALSE(book.admit("k1", "a", status, why));
     EXPECT_EQ(status, 429u);
-    EXPECT_TRUE(book.admit("k2", status, why));
-    EXPECT_FALSE(book.admit("k3", status, why));
+    EXPECT_TRUE(book.admit("k2", "a", status, why));
+    EXPECT_FALSE(book.admit("k3", "a", status, why)) << "tenant a has 3";
+    EXPECT_EQ(status, 429u);
+    EXPECT_NE(why.find("tenant"), std::string::npos) << why;
+    EXPECT_TRUE(book.admit("k4", "b", status, why)) << "another tenant still gets one";
+    EXPECT_FALSE(book.admit("k5", "c", status, why));
     EXPECT_EQ(status, 503u);
     book.cancel_admission("k1");
-    EXPECT_TRUE(book.admit("k3", status, why));
+    EXPECT_TRUE(book.admit("k3", "a", status, why));
     book.remove_session("k9");  // unknown: nothing changes
-    EXPECT_FALSE(book.admit("k4", status, why));
+    EXPECT_FALSE(book.admit("k5", "c", status, why));
+    std::string metrics;
+    book.render(metrics);
+    EXPECT_NE(metrics.find("cellgate_e2b_watches 4"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("cellgate_e2b_watch_tenants_at_cap 1"), std::string::npos) << metrics;
 }
 
 }  // namespace
