@@ -393,7 +393,8 @@ int main(int argc, char** argv) {
         ctx.channels = &channels;
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
         // Commands and terminals inside the sandboxes; a session's end takes them.
-        processes::process_table processes(ioc, launch);
+        processes::process_table processes(ioc, launch, cfg.processes);
+        metrics.add_gauge_source([&processes](std::string& out) { processes.render(out); });
         manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
         const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), cfg);

@@ -415,3 +415,47 @@ def test_h3_a_rename_storm_under_recursive_watches_stalls_no_one_and_a_tenant_ha
     finally:
         for sb, key in made:
             requests.delete(f"{gw.url}/e2b/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": key}, timeout=60)
+
+
+# --- M4: process starts are fair between tenants ---
+
+def test_m4_one_tenants_burst_of_process_starts_is_bounded_and_another_tenant_still_starts(gw):
+    from concurrent.futures import ThreadPoolExecutor
+    sessions = []
+    try:
+        for _ in range(5):
+            r = call(gw, "POST", "/v1/sessions", json={"timeout_s": 300})
+            assert r.status_code == 201, r.text
+            sessions.append(r.json()["id"])
+        r = call(gw, "POST", "/v1/sessions", token=TOKEN_B, json={"timeout_s": 300})
+        assert r.status_code == 201, r.text
+        b = r.json()["id"]
+        statuses, b_ms = [], []
+
+        def one(sid):
+            r = call(gw, "POST", f"/v1/sessions/{sid}/commands", json={"cmd": "sleep 600", "background": True})
+            return r.status_code, r.text
+
+        def attack():
+            with ThreadPoolExecutor(80) as pool:
+                futures = [pool.submit(one, sid) for sid in sessions for _ in range(16)]
+                time.sleep(0.3)  # A's starts are queued: B's goes in among them
+                t = time.monotonic()
+                r = call(gw, "POST", f"/v1/sessions/{b}/commands", token=TOKEN_B, json={"cmd": "true"})
+                b_ms.append((time.monotonic() - t) * 1000)
+                assert r.status_code in (200, 201), r.text
+                statuses.extend(f.result() for f in futures)
+
+        report("M4 80 process starts from one tenant", gw, None, attack)
+        codes = sorted({c for c, _ in statuses})
+        refused = [t for c, t in statuses if c == 429]
+        print(f"M4: tenant A's starts {len(statuses)}: statuses {codes}, refused {len(refused)}; "
+              f"tenant B's start {b_ms[0]:.0f} ms")
+        assert set(codes) <= {200, 201, 429}, statuses[:3]
+        assert refused and all("process starts waiting" in t for t in refused), statuses[:3]
+        metrics = call(gw, "GET", "/metrics").text
+        assert "cellgate_process_starts_refused_total{why=\"tenant\"}" in metrics
+    finally:
+        for sid in sessions:
+            call(gw, "DELETE", f"/v1/sessions/{sid}")
+        call(gw, "DELETE", f"/v1/sessions/{b}", token=TOKEN_B)

@@ -5,6 +5,7 @@
 #include "egress/proxy.hpp"
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
+#include "processes/process_table.hpp"
 #include "util/file_io_pool.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
 #include "http/auth.hpp"
@@ -45,6 +46,7 @@ struct gateway_config {
     std::string log_level = "info";
     int io_threads = 0;  // 0: one per core, at least 2
     util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share
+    processes::process_limits processes;  // commands, terminals, E2B processes and contexts
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     // How far misses may raise that pool for a while (unset: 4 × pool_size).
     std::optional<std::size_t> pool_max;

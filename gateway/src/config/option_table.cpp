@@ -563,6 +563,15 @@ std::vector<option> command_line_options() {
                  "pool is full). At least 1.",
          .sample = "1",
          .set = [](auto& c, const auto& v) { c.file_io.per_tenant_running = at_least_1("file_io_per_tenant", v); }},
+        {.name = "max_process_starts_per_tenant", .section = heading::threads, .value = "N", .fallback = "`2`",
+         .help = "Process starts (commands, terminals, E2B processes and code contexts) one tenant may have "
+                 "running at once, on 4 threads of their own; 32 more wait per tenant, and past that a start "
+                 "gets `429` (`503` when 1,024 wait in all). `/metrics`: `cellgate_process_starts_waiting`, "
+                 "`cellgate_process_starts_refused_total{why}`. At least 1.",
+         .sample = "1",
+         .set = [](auto& c, const auto& v) {
+             c.processes.starts_per_tenant = at_least_1("max_process_starts_per_tenant", v);
+         }},
         {.name = "log_level", .section = heading::threads, .value = "LEVEL", .fallback = "`info`",
          .help = "How much the gateway logs: `trace`, `debug`, `info`, `warning` (or `warn`), `error` (or "
                  "`err`), `critical` or `off`. Any other name turns logging off.",

@@ -240,7 +240,11 @@ void process::kill() {
 }
 
 process_table::process_table(asio::io_context& ioc, launcher::sandbox_launcher& launcher, process_limits limits)
-    : ioc_(ioc), launcher_(launcher), limits_(limits) {}
+    : ioc_(ioc), launcher_(launcher), limits_(limits),
+      exec_pool_(util::file_io_pool::options{.threads = limits.start_threads,
+                                             .per_tenant_running = limits.starts_per_tenant,
+                                             .per_tenant_queued = limits.queued_starts_per_tenant,
+                                             .max_queued = limits.total}) {}
 
 process_table::~process_table() { stop(); }
 
@@ -292,7 +296,7 @@ void process_table::start(const kernels::kernel_ptr& k, command c, started_fn do
         pid = ++next_pid_[k->id()];
     }
     auto p = std::make_shared<process>(ioc_, pid, k->id(), k->tenant(), std::move(c), limits_);
-    asio::post(exec_pool_, [this, p, sandbox_id = sandbox->id, done = std::move(done)] {
+    auto start = [this, p, sandbox_id = sandbox->id, done] {
         unsigned status = 0;
         std::string why;
         try {
@@ -321,7 +325,33 @@ void process_table::start(const kernels::kernel_ptr& k, command c, started_fn do
             return done(nullptr, status, why);
         }
         done(p, 0, {});
-    });
+    };
+    const auto admitted = exec_pool_.submit(k->tenant(), std::move(start));
+    if (admitted == util::file_io_pool::admission::accepted) return;
+    {
+        std::lock_guard lock(mutex_);
+        --starting_;
+    }
+    if (admitted == util::file_io_pool::admission::tenant_busy) {
+        ++refused_tenant_;
+        return done(nullptr, 429, "Your sessions have " + std::to_string(limits_.queued_starts_per_tenant) +
+                                      " process starts waiting already; try again shortly");
+    }
+    ++refused_all_;
+    done(nullptr, 503, "The gateway has too many process starts waiting; try again shortly");
+}
+
+void process_table::render(std::string& out) const {
+    out += "# HELP cellgate_process_starts_waiting Process starts (commands, terminals, E2B processes and contexts) "
+           "queued or running.\n# TYPE cellgate_process_starts_waiting gauge\ncellgate_process_starts_waiting " +
+           std::to_string(exec_pool_.queued()) + "\n";
+    out += "# HELP cellgate_process_starts_refused_total Process starts refused: the tenant's queue was full, or "
+           "everyone's.\n# TYPE cellgate_process_starts_refused_total counter\n"
+           "cellgate_process_starts_refused_total{why=\"tenant\"} " + std::to_string(refused_tenant_.load()) +
+           "\ncellgate_process_starts_refused_total{why=\"all\"} " + std::to_string(refused_all_.load()) + "\n";
+    out += "# HELP cellgate_process_starts_per_tenant_limit --max-process-starts-per-tenant.\n"
+           "# TYPE cellgate_process_starts_per_tenant_limit gauge\ncellgate_process_starts_per_tenant_limit " +
+           std::to_string(limits_.starts_per_tenant) + "\n";
 }
 
 void process_table::forget_exited_locked(const std::string& kernel_id) {
@@ -379,7 +409,7 @@ void process_table::stop() {
     }
     for (auto& [id, list] : all)
         for (auto& p : list) p->kill();
-    exec_pool_.join();
+    exec_pool_.stop();
 }
 
 }  // namespace cellgate::processes

@@ -18,12 +18,15 @@
 #include "cellgate/launcher/exec_spec.hpp"
 #include "cellgate/launcher/sandbox_launcher.hpp"
 
+#include "util/file_io_pool.hpp"
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -43,6 +46,13 @@ struct process_limits {
     std::size_t backlog_bytes = 1u << 20;     // output kept for replay, per process
     std::size_t max_stdin_bytes = 1u << 20;   // one write
     std::chrono::milliseconds output_grace{300};  // after the exit, for output still in the pipes
+    // Starts (the launcher's exec, up to ~30 s each under a slow runtime) run
+    // on their own threads, fair between tenants (security review turn 3,
+    // M4): one tenant has at most `starts_per_tenant` running and
+    // `queued_starts_per_tenant` waiting; past that 429 (503 when all wait).
+    std::size_t start_threads = 4;
+    std::size_t starts_per_tenant = 2;         // --max-process-starts-per-tenant
+    std::size_t queued_starts_per_tenant = 32;
 };
 
 enum class stream { stdout_, stderr_, pty };
@@ -156,6 +166,8 @@ public:
     void stop();  // every process ends (the gateway is shutting down)
 
     const process_limits& limits() const noexcept { return limits_; }
+    // Prometheus: cellgate_process_starts_waiting, cellgate_process_starts_refused_total{why}.
+    void render(std::string& out) const;
     boost::asio::io_context& io() noexcept { return ioc_; }
 
 private:
@@ -164,7 +176,8 @@ private:
     boost::asio::io_context& ioc_;
     launcher::sandbox_launcher& launcher_;
     const process_limits limits_;
-    boost::asio::thread_pool exec_pool_{2};
+    util::file_io_pool exec_pool_;  // the launcher's execs, fair between tenants
+    std::atomic<std::uint64_t> refused_tenant_{0}, refused_all_{0};
     mutable std::mutex mutex_;
     std::map<std::string, std::vector<process_ptr>> by_session_;
     std::map<std::string, std::uint32_t> next_pid_;
