@@ -44,7 +44,7 @@ def gw(tmp_path_factory):
     tmp.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "tmpfs", str(tmp)], check=True)
     g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", "--max-lifetime", "900",
-                "--max-watches-per-tenant", "4",
+                "--max-watches-per-tenant", "4", "--max-websockets-per-tenant", "10",
                 token=TOKEN_A,
                 env=dict(os.environ, TMPDIR=str(tmp)))
     g.tmp = tmp
@@ -459,3 +459,92 @@ def test_m4_one_tenants_burst_of_process_starts_is_bounded_and_another_tenant_st
         for sid in sessions:
             call(gw, "DELETE", f"/v1/sessions/{sid}")
         call(gw, "DELETE", f"/v1/sessions/{b}", token=TOKEN_B)
+
+
+# --- M3: long-lived connections are capped per tenant, not per router address ---
+
+def test_m3_a_tenants_websockets_are_capped_for_it_alone_and_a_terminals_clients_too(gw):
+    sockets = []
+    sessions = {}
+    try:
+        for token in (TOKEN_A, TOKEN_B):
+            r = call(gw, "POST", "/v1/sessions", token=token, json={"timeout_s": 300})
+            assert r.status_code == 201, r.text
+            sessions[token] = r.json()["id"]
+            for name in ("m3", "m3b"):
+                r = call(gw, "POST", "/api/terminals", token=token, json={"kernel_id": sessions[token], "name": name})
+                assert r.status_code == 200, r.text
+
+        def open_ws(token, name="m3"):
+            ws = websocket.create_connection(f"{gw.ws_url}/terminals/websocket/{name}?token={token}", timeout=30)
+            sockets.append(ws)
+            assert json.loads(ws.recv()) == ["setup", {}]
+
+        def refused(token, name, words):
+            # The upgrade as a browser sends it; the refusal is a JSON 429 saying which cap.
+            import base64
+            import socket as sk
+            with sk.create_connection(("127.0.0.1", gw.port), timeout=30) as c:
+                key = base64.b64encode(os.urandom(16)).decode()
+                c.sendall((f"GET /terminals/websocket/{name}?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+                answer = b""
+                while b"}" not in answer:
+                    chunk = c.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 429") and words in answer, answer
+
+        # 8 clients on one terminal at most; 10 WebSockets for the tenant in all.
+        for _ in range(8):
+            open_ws(TOKEN_A)
+        refused(TOKEN_A, "m3", b"clients already")
+        for _ in range(2):
+            open_ws(TOKEN_A, "m3b")
+        refused(TOKEN_A, "m3b", b"tenant")
+        # Another tenant, from the same address, is not touched by A's cap.
+        open_ws(TOKEN_B)
+        # A closed socket makes room again.
+        sockets.pop(0).close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                open_ws(TOKEN_A)
+                break
+            except websocket.WebSocketBadStatusException:
+                assert time.monotonic() < deadline, "a closed WebSocket still counted"
+                time.sleep(0.2)
+        metrics = call(gw, "GET", "/metrics").text
+        refusals = [int(m.split()[1]) for m in metrics.splitlines() if m.startswith("cellgate_ws_tenant_refusals_total ")]
+        assert refusals and refusals[0] >= 1, metrics
+    finally:
+        for ws in sockets:
+            ws.close()
+        for token, sid in sessions.items():
+            call(gw, "DELETE", f"/v1/sessions/{sid}", token=token)
+
+
+def test_m3_a_trusted_proxys_connections_count_only_against_the_total():
+    import socket as sk
+    for trusted, expect_refused in ((False, True), (True, False)):
+        args = ["--max-connections-per-address", "4"] + (["--trusted-proxy", "127.0.0.1"] if trusted else [])
+        g = Gateway(*args).start()
+        held = []
+        try:
+            for _ in range(4):
+                held.append(sk.create_connection(("127.0.0.1", g.port), timeout=10))
+            time.sleep(0.3)  # accepted, each holding its slot
+            r = g.api("GET", "/healthz", timeout=10) if not expect_refused else None
+            if expect_refused:
+                import requests
+                r = requests.get(f"{g.url}/healthz", timeout=10)
+                assert r.status_code == 503, r.text
+            else:
+                assert r.status_code == 200, r.text
+        finally:
+            for c in held:
+                c.close()
+            g.stop()
+            g.cleanup()

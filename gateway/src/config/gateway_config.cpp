@@ -97,7 +97,8 @@ void apply_file(gateway_config& c, const std::string& path) {
             for (const auto& [name, list] : value.items()) c.network.presets[name] = list.get<std::vector<std::string>>();
             continue;
         }
-        if ((key == "egress_upstream_ca" || key == "egress_resolve" || key == "egress_allow_internal") &&
+        if ((key == "egress_upstream_ca" || key == "egress_resolve" || key == "egress_allow_internal" ||
+             key == "trusted_proxy") &&
             value.is_array()) {
             for (const auto& v : value) {
                 if (!v.is_string()) throw config_error(key + " must be an array of strings");

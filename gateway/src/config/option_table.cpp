@@ -514,6 +514,18 @@ std::vector<option> command_line_options() {
                  "64 KiB.",
          .sample = "1048576",
          .set = [](auto& c, const auto& v) { c.server.max_body_bytes = to_u64("max_body_bytes", v); }},
+        {.name = "max_websockets_per_tenant", .section = heading::connections, .value = "N", .fallback = "`256`",
+         .help = "WebSockets (kernel channels, terminals) one tenant may have open at once; past it an upgrade "
+                 "gets `429`. `/metrics`: `cellgate_ws_tenant_refusals_total`.",
+         .sample = "64",
+         .set = [](auto& c, const auto& v) { c.server.max_websockets_per_tenant = to_u64("max_websockets_per_tenant", v); }},
+        {.name = "trusted_proxy", .section = heading::connections, .value = "ADDRESS", .fallback = "none",
+         .help = "An address (exactly as the socket reports it, e.g. `10.0.0.5`) of a router or peer node whose "
+                 "connections count only against `max_connections`, not the 512 per address, since they carry "
+                 "many clients. Repeatable. Each tenant's WebSockets are capped instead "
+                 "(`max_websockets_per_tenant`).",
+         .sample = "10.0.0.5",
+         .set = [](auto& c, const auto& v) { c.server.trusted_proxies.push_back(v); }},
         {.name = "max_ws_message_bytes", .section = heading::connections, .value = "BYTES", .fallback = "`67108864` (64 MiB)",
          .help = "A larger message from a WebSocket client closes the socket with 1009.",
          .sample = "1048576",

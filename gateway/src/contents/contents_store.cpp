@@ -123,13 +123,18 @@ listing contents_store::list(std::string_view dir, std::size_t max_entries) cons
         }
         const std::string_view name = entry->d_name;
         if (name == "." || name == "..") continue;
-        // Such a name cannot be put in a JSON model; hiding it beats failing
-        // the whole listing.
-        if (!is_valid_utf8(name)) continue;
-        // One more name is enough to know the budget is short: it is not stat'ed.
-        if (out.entries.size() >= max_entries) {
+        // One more name is enough to know the budget is short: it is not
+        // stat'ed. Hidden names count too, so no listing reads a directory
+        // past its budget (security review turn 3, L1).
+        if (out.entries.size() + out.hidden >= max_entries) {
             out.truncated = true;
             break;
+        }
+        // Such a name cannot be put in a JSON model; hiding it beats failing
+        // the whole listing.
+        if (!is_valid_utf8(name)) {
+            ++out.hidden;
+            continue;
         }
         struct stat st {};
         if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {

@@ -56,6 +56,7 @@ struct entry_info {
 struct listing {
     std::vector<entry_info> entries;
     bool truncated = false;  // the directory held more than the budget
+    std::size_t hidden = 0;  // names read but not listed (not UTF-8), within the budget
 };
 
 class contents_store {

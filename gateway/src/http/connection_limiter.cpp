@@ -8,11 +8,11 @@ connection_limiter::connection_limiter(std::size_t max_total, std::size_t max_pe
     counters_->max_per_address = max_per_address;
 }
 
-connection_limiter::slot connection_limiter::acquire(const std::string& address) {
+connection_limiter::slot connection_limiter::acquire(const std::string& address, bool per_address) {
     {
         std::lock_guard lock(counters_->mutex);
         auto& mine = counters_->per_address[address];
-        if (counters_->total >= counters_->max_total || mine >= counters_->max_per_address) {
+        if (counters_->total >= counters_->max_total || (per_address && mine >= counters_->max_per_address)) {
             if (mine == 0) counters_->per_address.erase(address);
             return nullptr;
         }
@@ -23,6 +23,11 @@ connection_limiter::slot connection_limiter::acquire(const std::string& address)
     // tag nobody reads.
     return slot(static_cast<const void*>(counters_.get()),
                 [c = counters_, address](const void*) { c->release(address); });
+}
+
+connection_limiter::slot connection_limiter::both(slot a, slot b) {
+    auto pair = std::make_shared<std::pair<slot, slot>>(std::move(a), std::move(b));
+    return slot(pair, pair.get());
 }
 
 void connection_limiter::counters::release(const std::string& address) {

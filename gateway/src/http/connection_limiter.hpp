@@ -19,8 +19,11 @@ public:
     // A slot, released when the last copy goes. Slots keep the counters alive,
     // so one released after the limiter is gone (at exit) is harmless.
     using slot = std::shared_ptr<const void>;
-    // Null when the address or the total is at its cap.
-    slot acquire(const std::string& address);
+    // Null when the address or the total is at its cap. `per_address`
+    // false: only the total counts (a trusted proxy's address).
+    slot acquire(const std::string& address, bool per_address = true);
+    // Both slots held as one (a connection's and its tenant's).
+    static slot both(slot a, slot b);
 
     std::size_t open() const;
     std::size_t open_from(const std::string& address) const;

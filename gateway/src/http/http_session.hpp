@@ -181,6 +181,7 @@ private:
         if (!origin_allowed(ctx->req, ctx_.options.allow_origins))
             return send(error_response(403, "Origin not allowed"), false, ctx);
         if (ctx_.channels == nullptr) return send(error_response(404, "No such kernel"), false, ctx);
+        if (!hold_tenant_socket(ctx)) return;
         std::shared_ptr<void> accepted;
         if (auto refusal = ctx_.channels->admit(ctx, accepted)) return send(std::move(*refusal), false, ctx);
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
@@ -206,6 +207,21 @@ private:
                           a.forward_tag, head.version());
     }
 
+    // A WebSocket counts against its tenant's cap for as long as the
+    // connection lives; at the cap, 429 (security review turn 3, M3).
+    bool hold_tenant_socket(const request_ptr& ctx) {
+        auto t = ctx_.tenant_sockets.acquire(ctx->who.tenant);
+        if (!t) {
+            ++ctx_.metrics.ws_tenant_refusals;
+            send(error_response(429, "Your tenant has " + std::to_string(ctx_.options.max_websockets_per_tenant) +
+                                         " WebSockets open, the most it may; close one first"),
+                 false, ctx);
+            return false;
+        }
+        slot_ = connection_limiter::both(std::move(slot_), std::move(t));
+        return true;
+    }
+
     void open_socket(const socket_handler& handler, const request_ptr& ctx) {
         if (!origin_allowed(ctx->req, ctx_.options.allow_origins))
             return send(error_response(403, "Origin not allowed"), false, ctx);
@@ -216,6 +232,7 @@ private:
             return send(error_response(e.status(), e.what()), false, ctx);
         }
         if (accepted.refusal) return send(std::move(*accepted.refusal), false, ctx);
+        if (!hold_tenant_socket(ctx)) return;
         ctx_.metrics.observe_request("GET", ctx->route, 101, std::chrono::duration<double>(clock::now() - started_).count());
         boost::beast::get_lowest_layer(stream_).expires_never();
         start_message_socket(std::move(stream_), ctx_, std::move(slot_), ctx->route, std::move(accepted.open),

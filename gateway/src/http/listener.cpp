@@ -65,7 +65,8 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
         if (ec) return back_off(ec);
         std::string remote;
         if (auto ep = socket.remote_endpoint(ec); !ec) remote = ep.address().to_string();
-        auto slot = ctx.connections.acquire(remote);
+        const auto& trusted = ctx.options.trusted_proxies;
+        auto slot = ctx.connections.acquire(remote, std::find(trusted.begin(), trusted.end(), remote) == trusted.end());
         if (!slot) {
             refuse(std::move(socket), remote);
         } else {

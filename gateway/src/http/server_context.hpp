@@ -34,7 +34,8 @@ struct server_context {
         : options(std::move(o)),
           auth(std::move(a)),
           metrics(m),
-          connections(options.max_connections, options.max_connections_per_address) {}
+          connections(options.max_connections, options.max_connections_per_address),
+          tenant_sockets(options.max_connections, options.max_websockets_per_tenant) {}
 
     server_options options;
     authenticator auth;
@@ -42,6 +43,7 @@ struct server_context {
     const channel_upgrade* channels = nullptr;  // null: the kernel channels answer 404
     metrics::registry& metrics;
     connection_limiter connections;
+    connection_limiter tenant_sockets;  // WebSockets per tenant (keyed by tenant, not address)
     hop_rules hops;  // a cluster node's (its tag, who holds a tag); empty otherwise
 
     void track(const std::shared_ptr<closable>& c);

@@ -23,6 +23,11 @@ struct server_options {
     // 503 and closed at once, so idle sockets cannot use up the gateway's fds.
     std::size_t max_connections = 4096;
     std::size_t max_connections_per_address = 512;
+    // Addresses whose connections count only against the total, not per
+    // address: the cluster's routers and peer nodes, which carry many
+    // clients (--trusted-proxy). Each tenant's WebSockets are capped instead.
+    std::vector<std::string> trusted_proxies;
+    std::size_t max_websockets_per_tenant = 256;  // kernel channels and terminals, open at once
     // WebSocket
     std::size_t max_ws_message_bytes = 64u << 20;  // larger: closed with 1009
     // A message to an endpoint of small text messages (terminals): larger

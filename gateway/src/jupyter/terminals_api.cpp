@@ -29,6 +29,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <map>
 #include <optional>
 #include <set>
@@ -45,10 +46,12 @@ namespace {
 
 constexpr std::size_t max_terminals_per_tenant = 64;
 constexpr std::size_t max_name_bytes = 64;
+constexpr std::size_t max_clients_per_terminal = 8;  // WebSockets on one terminal at once
 
 struct terminal {
     std::string name, tenant, kernel_id;
     process_ptr process;
+    std::atomic<std::size_t> clients{0};
     mutable std::mutex mutex;
     std::chrono::system_clock::time_point last_activity = std::chrono::system_clock::now();
 
@@ -139,8 +142,8 @@ private:
 // One WebSocket client of a terminal: terminado's messages both ways.
 class terminal_client : public socket_peer, public processes::watcher, public std::enable_shared_from_this<terminal_client> {
 public:
-    terminal_client(terminal_ptr t, kernels::kernel_ptr k, std::shared_ptr<socket_link> link)
-        : t_(std::move(t)), kernel_(std::move(k)), link_(std::move(link)) {}
+    terminal_client(terminal_ptr t, kernels::kernel_ptr k, std::shared_ptr<socket_link> link, std::shared_ptr<void> counted)
+        : t_(std::move(t)), kernel_(std::move(k)), link_(std::move(link)), counted_(std::move(counted)) {}
 
     void start() {
         link_->send(R"(["setup",{}])");
@@ -188,6 +191,7 @@ private:
     terminal_ptr t_;
     kernels::kernel_ptr kernel_;
     std::shared_ptr<socket_link> link_;
+    std::shared_ptr<void> counted_;  // this client, in its terminal's count
     std::uint64_t watch_ = 0;
     std::string pending_;
 };
@@ -351,8 +355,16 @@ std::shared_ptr<void> register_terminals_api(router& r, services& s, processes::
             return socket_accept{error_response(404, "No terminal named '" + req->param("name").substr(0, 64) + "'"), {}};
         auto k = s.kernels.find(req->who.tenant, t->kernel_id);
         if (!k) return socket_accept{error_response(404, "The terminal's session has ended"), {}};
-        return socket_accept{std::nullopt, [t, k](std::shared_ptr<socket_link> link) -> std::shared_ptr<socket_peer> {
-                                 auto client = std::make_shared<terminal_client>(t, k, std::move(link));
+        // One more client of this terminal, counted until its socket (or a failed upgrade) is gone.
+        if (++t->clients > max_clients_per_terminal) {
+            --t->clients;
+            return socket_accept{error_response(429, "The terminal has " + std::to_string(max_clients_per_terminal) +
+                                                         " clients already; close one first"),
+                                 {}};
+        }
+        auto counted = std::shared_ptr<void>(nullptr, [t](void*) { --t->clients; });
+        return socket_accept{std::nullopt, [t, k, counted](std::shared_ptr<socket_link> link) -> std::shared_ptr<socket_peer> {
+                                 auto client = std::make_shared<terminal_client>(t, k, std::move(link), counted);
                                  client->start();
                                  return client;
                              }};

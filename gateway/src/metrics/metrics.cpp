@@ -101,6 +101,8 @@ std::string registry::render() const {
             cell_output_withheld);
     counter(out, "cellgate_cell_time_limits_total", "WebSocket cells interrupted at the session's exec_timeout",
             cell_time_limits);
+    counter(out, "cellgate_ws_tenant_refusals_total",
+            "WebSocket upgrades refused because the tenant had --max-websockets-per-tenant open", ws_tenant_refusals);
     counter(out, "cellgate_ws_slow_client_closes_total",
             "WebSocket connections closed because the client fell behind", ws_slow_client_closes);
     counter(out, "cellgate_connections_refused_total",

@@ -45,6 +45,7 @@ public:
     std::atomic<std::uint64_t> cell_output_withheld{0};  // past a cell's output_limit or result_limit (Jupyter surface)
     std::atomic<std::uint64_t> cell_time_limits{0};      // cells interrupted for their exec_timeout (Jupyter surface)
     std::atomic<std::uint64_t> ws_slow_client_closes{0};
+    std::atomic<std::uint64_t> ws_tenant_refusals{0};  // a tenant at --max-websockets-per-tenant
     std::atomic<std::int64_t> ws_connections{0};
     std::atomic<std::uint64_t> connections_refused{0};   // over the connection caps
     std::atomic<std::uint64_t> sse_slow_client_closes{0};

@@ -224,6 +224,21 @@ TEST_F(contents_store_test, list_skips_non_utf8_names_but_keeps_odd_valid_ones) 
     EXPECT_EQ(entries[1].name, "line\nbreak");
 }
 
+// Security review turn 3, L1: hidden names count against the budget, so a
+// directory of millions of them is never read past it.
+TEST_F(contents_store_test, hidden_names_count_against_the_listing_budget) {
+    for (int i = 0; i < 50; ++i) put_host(root_ / ("\xff" + std::to_string(i)), "x");
+    put_host(root_ / "visible", "x");
+    const auto small = store_->list("", 10);
+    EXPECT_TRUE(small.truncated) << "50 hidden names are more than a budget of 10";
+    EXPECT_LE(small.entries.size() + small.hidden, 10u);
+    const auto all = store_->list("", 1000);
+    EXPECT_FALSE(all.truncated);
+    EXPECT_EQ(all.hidden, 50u);
+    ASSERT_EQ(all.entries.size(), 1u);
+    EXPECT_EQ(all.entries[0].name, "visible");
+}
+
 TEST_F(contents_store_test, make_dir_creates_and_conflicts) {
     const auto info = store_->make_dir("new");
     EXPECT_EQ(info.type, entry_type::directory);
