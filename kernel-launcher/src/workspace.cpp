@@ -5,12 +5,14 @@
 #include "host_fs.hpp"
 
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
+#include <string_view>
 
 namespace cellgate::launcher {
 namespace fs = std::filesystem;
@@ -62,25 +64,59 @@ image_copy copy_image_file(const fs::path& from, const fs::path& to) {
 }
 
 // Moves every owner in [from, from + 65536) to the same offset from `to`,
-// without following a link: a seeded workspace's files become its own slot's.
-thread_local std::uint32_t remap_from, remap_to;  // nftw passes no context
-int remap_one(const char* path, const struct stat* st, int, struct FTW*) {
-    const auto move = [](std::uint32_t id) {
-        return id - remap_from < 65536u ? remap_to + (id - remap_from) : id;
-    };
-    const auto uid = move(st->st_uid), gid = move(st->st_gid);
-    if (uid == st->st_uid && gid == st->st_gid) return 0;
-    return ::lchown(path, uid, gid) == 0 ? 0 : -1;
+// without following a link: a seeded workspace's files become its own
+// slot's. Every change is made relative to a directory descriptor opened
+// without following a link (fchownat, openat O_NOFOLLOW), never by path, so
+// a directory swapped for a symlink meanwhile cannot redirect a change
+// outside the tree (security review turn 3, L5). Other file systems mounted
+// inside are not entered.
+constexpr int max_remap_depth = 512;
+
+std::uint32_t remapped(std::uint32_t id, std::uint32_t from, std::uint32_t to) {
+    return id - from < 65536u ? to + (id - from) : id;
+}
+
+void remap_dir(int dir_fd, dev_t dev, std::uint32_t from, std::uint32_t to, int depth) {
+    if (depth > max_remap_depth) throw launch_error(step, "a tree nested more than 512 directories deep", ELOOP);
+    const int listing = ::dup(dir_fd);
+    if (listing < 0) throw launch_error(step, "dup", errno);
+    DIR* d = ::fdopendir(listing);
+    if (d == nullptr) {
+        const int e = errno;
+        ::close(listing);
+        throw launch_error(step, "fdopendir", e);
+    }
+    const std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
+    for (errno = 0; const dirent* entry = ::readdir(d); errno = 0) {
+        const std::string_view name = entry->d_name;
+        if (name == "." || name == "..") continue;
+        struct stat st {};
+        if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+        const auto uid = remapped(st.st_uid, from, to), gid = remapped(st.st_gid, from, to);
+        if ((uid != st.st_uid || gid != st.st_gid) &&
+            ::fchownat(dir_fd, entry->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT)
+            throw launch_error(step, "changing the owner of " + std::string(name), errno);
+        if (!S_ISDIR(st.st_mode) || st.st_dev != dev) continue;
+        const unique_fd sub(::openat(dir_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub) continue;  // replaced by a link or a file meanwhile: not followed
+        remap_dir(sub.get(), dev, from, to, depth + 1);
+    }
+    if (errno != 0) throw launch_error(step, "reading a directory", errno);
 }
 
 }  // namespace
 
 void remap_owners(const fs::path& dir, std::uint32_t from, std::uint32_t to) {
     if (from == to) return;
-    remap_from = from;
-    remap_to = to;
-    if (::nftw(dir.c_str(), remap_one, 64, FTW_PHYS | FTW_MOUNT) != 0)
-        throw launch_error(step, "moving the files of " + dir.string() + " to their new owners", errno);
+    const unique_fd owned(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!owned) throw launch_error(step, "opening " + dir.string() + " to move its files to their new owners", errno);
+    const int fd = owned.get();
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw launch_error(step, "stat " + dir.string(), errno);
+    const auto uid = remapped(st.st_uid, from, to), gid = remapped(st.st_gid, from, to);
+    if ((uid != st.st_uid || gid != st.st_gid) && ::fchown(fd, uid, gid) != 0)
+        throw launch_error(step, "changing the owner of " + dir.string(), errno);
+    remap_dir(fd, st.st_dev, from, to, 0);
 }
 
 void make_ext4_image(const fs::path& image, std::uint64_t bytes, std::uint32_t owner_uid, std::uint32_t owner_gid,

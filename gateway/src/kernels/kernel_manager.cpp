@@ -364,16 +364,21 @@ void kernel_manager::shutdown(const kernel_ptr& k, done callback, const std::str
     k->close(reason);
     asio::post(launch_pool_, [this, k, reason, callback = std::move(callback)] {
         wait_for_copies(k->id());  // a snapshot being copied from its workspace
+        bool removed = true;
         try {
             launcher_.remove(k->id());
         } catch (const std::exception& e) {
-            spdlog::error("kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+            removed = false;
+            spdlog::error("kernel {}: removing its sandbox failed: {}; its volumes stay claimed (a writer that may "
+                          "still run keeps its claim)", k->id(), e.what());
         }
         std::vector<std::function<void(const std::string&)>> listeners;
         {
             std::lock_guard lock(mutex_);
             admission_.release(k->tenant());
-            release_volumes_locked(k->id());
+            // A writer's claim goes only with its sandbox: the next writer's
+            // owner remapping must never race a live one (review turn 3, L5).
+            if (removed) release_volumes_locked(k->id());
             listeners = removal_listeners_;
         }
         metrics_.forget_kernel(k->id());
