@@ -392,6 +392,11 @@ int main(int argc, char** argv) {
         http::server_context ctx(cfg.server, http::authenticator(cfg.tokens), metrics);
         ctx.channels = &channels;
         metrics.open_connections = [&ctx] { return ctx.connections.open(); };
+        metrics.add_gauge_source([&ctx](std::string& out) {
+            out += "# HELP cellgate_auth_throttled_total Requests refused (429) because their address failed to "
+                   "authenticate --max-auth-failures times in a row.\n# TYPE cellgate_auth_throttled_total counter\n"
+                   "cellgate_auth_throttled_total " + std::to_string(ctx.auth_failures.refusals()) + "\n";
+        });
         // Commands and terminals inside the sandboxes; a session's end takes them.
         processes::process_table processes(ioc, launch, cfg.processes);
         metrics.add_gauge_source([&processes](std::string& out) { processes.render(out); });

@@ -548,3 +548,39 @@ def test_m3_a_trusted_proxys_connections_count_only_against_the_total():
                 c.close()
             g.stop()
             g.cleanup()
+
+
+# --- L6 (December review, still open): failed authentication is throttled per address ---
+
+def raw_get(port, path, token, source="127.0.0.1"):
+    import socket as sk
+    with sk.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as c:
+        c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: token {token}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode()
+    return int(head.split()[1]), head
+
+
+def test_l6_wrong_tokens_from_one_address_are_throttled_and_others_are_not():
+    g = Gateway("--max-auth-failures", "10").start()
+    try:
+        codes = [raw_get(g.port, "/api/kernels", "wrong-token-xyz")[0] for _ in range(200)]
+        print(f"\nL6: 200 wrong tokens from one address: {codes.count(403)} answered 403, {codes.count(429)} refused 429")
+        assert codes[:10] == [403] * 10, codes[:12]
+        assert codes.count(429) >= 180, codes
+        status, head = raw_get(g.port, "/api/kernels", g.token)
+        assert status == 429 and "Retry-After:" in head, head  # the address waits, whatever it sends now
+        # Another address is not touched; a public route is never throttled.
+        assert raw_get(g.port, "/api/kernels", g.token, source="127.0.0.2")[0] == 200
+        assert raw_get(g.port, "/healthz", "wrong-token-xyz")[0] == 200
+        wait = int(head.split("Retry-After:")[1].split()[0])
+        time.sleep(wait + 0.2)
+        assert raw_get(g.port, "/api/kernels", g.token)[0] == 200
+        metrics = g.api("GET", "/metrics").text
+        assert any(line.startswith("cellgate_auth_throttled_total ") and int(line.split()[1]) >= 180
+                   for line in metrics.splitlines()), metrics[-2000:]
+    finally:
+        g.stop()
+        g.cleanup()

@@ -526,6 +526,13 @@ std::vector<option> command_line_options() {
                  "(`max_websockets_per_tenant`).",
          .sample = "10.0.0.5",
          .set = [](auto& c, const auto& v) { c.server.trusted_proxies.push_back(v); }},
+        {.name = "max_auth_failures", .section = heading::connections, .value = "N", .fallback = "`20`",
+         .help = "Failed authentications (a wrong or missing token) one client address may make in a row; "
+                 "one more is forgiven each second, and past them its requests get `429` with `Retry-After` "
+                 "before any token is looked at. Behind a `trusted_proxy`, the address its "
+                 "`X-Forwarded-For` names last. At least 1. `/metrics`: `cellgate_auth_throttled_total`.",
+         .sample = "10",
+         .set = [](auto& c, const auto& v) { c.server.max_auth_failures = at_least_1("max_auth_failures", v); }},
         {.name = "max_ws_message_bytes", .section = heading::connections, .value = "BYTES", .fallback = "`67108864` (64 MiB)",
          .help = "A larger message from a WebSocket client closes the socket with 1009.",
          .sample = "1048576",

@@ -67,6 +67,20 @@ response body_too_large(std::size_t limit) {
     return error_response(413, "The request body is larger than " + std::to_string(limit) + " bytes");
 }
 
+// Whom a failed authentication is charged to: the address, or behind a
+// trusted proxy the client its X-Forwarded-For names last.
+std::string throttle_key(const dispatch_rules& rules, const bhttp::request_header<>& h, const std::string& remote) {
+    const auto& trusted = rules.options.trusted_proxies;
+    if (std::find(trusted.begin(), trusted.end(), remote) == trusted.end()) return remote;
+    const auto it = h.find("X-Forwarded-For");
+    if (it == h.end()) return remote;
+    auto v = std::string_view(it->value().data(), it->value().size());
+    if (const auto comma = v.rfind(','); comma != std::string_view::npos) v.remove_prefix(comma + 1);
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+    return v.empty() || v.size() > 64 ? remote : std::string(v);
+}
+
 admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, const std::string& remote) {
     admission a;
     a.ctx = std::make_shared<request_context>();
@@ -98,14 +112,27 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
     ctx.path = std::string(raw_path);
 
     const bool is_public = public_route(m.pattern) && m.upload == nullptr;
+    // An address that keeps failing to authenticate waits before any token
+    // of its is looked at again.
+    const auto client = throttle_key(rules, h, remote);
+    if (!is_public && rules.throttle != nullptr)
+        if (const auto wait = rules.throttle->refused_for(client); wait > 0) {
+            auto r = error_response(429, "Too many failed authentications from this address; try again in " +
+                                             std::to_string(wait) + " s");
+            r.headers.emplace_back("Retry-After", std::to_string(wait));
+            return respond(std::move(a), std::move(r), body);
+        }
+    auto refuse_auth = [&](response r) {
+        if (rules.throttle != nullptr) rules.throttle->failed(client);
+        return respond(std::move(a), std::move(r), body);
+    };
     // A token route's token is checked before anything else; a guarded
     // route's credentials (the E2B sandbox plane's) only the id's owner knows.
     if (m.guard == nullptr && !is_public) {
         const auto who = rules.auth.check(ctx.req, ctx.query);
         if (who.status == authenticator::outcome::missing)
-            return respond(std::move(a), error_response(401, "Authentication required: send 'Authorization: token <token>'"), body);
-        if (who.status == authenticator::outcome::wrong)
-            return respond(std::move(a), error_response(403, "Invalid token"), body);
+            return refuse_auth(error_response(401, "Authentication required: send 'Authorization: token <token>'"));
+        if (who.status == authenticator::outcome::wrong) return refuse_auth(error_response(403, "Invalid token"));
         ctx.who = who.who;
     }
     if (rules.hops != nullptr && rules.hops->locate && h.find(hop_header) == h.end()) {
@@ -125,7 +152,10 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
         }
     }
     if (m.guard != nullptr)
-        if (auto refusal = (*m.guard)(ctx, rules.auth)) return respond(std::move(a), std::move(*refusal), body);
+        if (auto refusal = (*m.guard)(ctx, rules.auth)) {
+            if (refusal->status == 401 || refusal->status == 403) return refuse_auth(std::move(*refusal));
+            return respond(std::move(a), std::move(*refusal), body);
+        }
 
     if (boost::beast::websocket::is_upgrade(h)) {
         if (m.socket != nullptr) {

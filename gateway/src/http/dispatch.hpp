@@ -12,6 +12,7 @@
 // then the declared body size is checked against the limit for that kind of
 // route; only then is "Expect: 100-continue" answered and the body read.
 
+#include "http/auth_throttle.hpp"
 #include "http/auth.hpp"
 #include "http/hop.hpp"
 #include "http/http_types.hpp"
@@ -55,6 +56,7 @@ struct dispatch_rules {
     const authenticator& auth;
     const server_options& options;
     const hop_rules* hops = nullptr;  // a cluster node's; null: every id is answered here
+    auth_throttle* throttle = nullptr;  // failed authentication per client address; null: none
 };
 
 admission admit(const dispatch_rules& rules, const bhttp::request_header<>& header, const std::string& remote);

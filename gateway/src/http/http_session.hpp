@@ -65,7 +65,7 @@ private:
         if (ec == bhttp::error::header_limit) return send(error_response(431, "Request headers too large"), false, {});
         if (ec) return;  // timeout, reset, malformed: nothing to answer
         started_ = clock::now();
-        admission_ = admit({ctx_.routes, ctx_.auth, ctx_.options, ctx_.hops.locate ? &ctx_.hops : nullptr},
+        admission_ = admit({ctx_.routes, ctx_.auth, ctx_.options, ctx_.hops.locate ? &ctx_.hops : nullptr, &ctx_.auth_failures},
                            header_parser_->get(), remote_);
         auto& a = admission_;
         switch (a.what) {

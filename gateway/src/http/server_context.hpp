@@ -6,6 +6,7 @@
 // channels over. The transport knows no kernel: that is the surface's.
 
 #include "http/auth.hpp"
+#include "http/auth_throttle.hpp"
 #include "http/connection_limiter.hpp"
 #include "http/hop.hpp"
 #include "http/router.hpp"
@@ -35,7 +36,8 @@ struct server_context {
           auth(std::move(a)),
           metrics(m),
           connections(options.max_connections, options.max_connections_per_address),
-          tenant_sockets(options.max_connections, options.max_websockets_per_tenant) {}
+          tenant_sockets(options.max_connections, options.max_websockets_per_tenant),
+          auth_failures(auth_throttle::options{.burst = static_cast<double>(options.max_auth_failures)}) {}
 
     server_options options;
     authenticator auth;
@@ -44,6 +46,7 @@ struct server_context {
     metrics::registry& metrics;
     connection_limiter connections;
     connection_limiter tenant_sockets;  // WebSockets per tenant (keyed by tenant, not address)
+    auth_throttle auth_failures;        // failed authentication per client address
     hop_rules hops;  // a cluster node's (its tag, who holds a tag); empty otherwise
 
     void track(const std::shared_ptr<closable>& c);

@@ -28,6 +28,7 @@ struct server_options {
     // clients (--trusted-proxy). Each tenant's WebSockets are capped instead.
     std::vector<std::string> trusted_proxies;
     std::size_t max_websockets_per_tenant = 256;  // kernel channels and terminals, open at once
+    std::size_t max_auth_failures = 20;  // in a row from one address; one more forgiven each second
     // WebSocket
     std::size_t max_ws_message_bytes = 64u << 20;  // larger: closed with 1009
     // A message to an endpoint of small text messages (terminals): larger
