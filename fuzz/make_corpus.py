@@ -380,6 +380,72 @@ def tar_seeds():
     }
 
 
+def connect_seeds():
+    def env(obj, flags=0, length=None):
+        payload = obj if isinstance(obj, bytes) else compact(obj)
+        return bytes([flags]) + struct.pack(">I", len(payload) if length is None else length) + payload
+    return {
+        "start_process": env({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "ls"], "envs": {"A": "1"}},
+                               "stdin": False}),
+        "watch_dir": env({"path": "/home/user", "recursive": True}),
+        "connect": env({"process": {"pid": 7}}),
+        "compressed": env({"path": "/"}, flags=1),
+        "short_length": env({"path": "/home/user"}, length=3),
+        "not_object": env([1, 2, 3]),
+        "deep": env(b"[" * 600 + b"]" * 600),
+        "empty": b"",
+    }
+
+
+def mcp_rpc_seeds():
+    def rpc(method, params=None, id_=1):
+        m = {"jsonrpc": "2.0", "method": method}
+        if id_ is not None:
+            m["id"] = id_
+        if params is not None:
+            m["params"] = params
+        return compact(m)
+    return {
+        "initialize": rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                         "clientInfo": {"name": "c", "version": "1"}}),
+        "tools_list": rpc("tools/list"),
+        "execute_code": rpc("tools/call", {"name": "execute_code",
+                                           "arguments": {"code": "print(1)", "timeout_s": 30, "session_id": "x"}}),
+        "write_file": rpc("tools/call", {"name": "write_file",
+                                         "arguments": {"session_id": "s", "path": "a/b.txt", "content": "hi"}}),
+        "read_resource": rpc("resources/read", {"uri": "cellgate://sessions/abc/files/data/x.csv"}),
+        "notification": rpc("notifications/initialized", id_=None),
+        "response": b'{"jsonrpc":"2.0","id":"r1","result":{}}',
+        "batch": b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]',
+        "bad_id": b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+        "deep": b"[" * 600 + b"]" * 600,
+    }
+
+
+def terminado_seeds():
+    return {
+        "stdin": b'["stdin","ls -la\r"]',
+        "set_size": b'["set_size",40,120,800,600]',
+        "too_big": b'["set_size",100000,2]',
+        "unknown": b'["disconnect",1]',
+        "deep": b"[" * 10 + b"]" * 10,
+        "not_array": b'{"stdin":"x"}',
+    }
+
+
+def multipart_seeds():
+    ct = b"multipart/form-data; boundary=XyZ\n"
+    body = (b"--XyZ\r\nContent-Disposition: form-data; name=\"session\"\r\n\r\n{\"timeout_s\":30}\r\n"
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"workspace\"; filename=\"w.tar\"\r\n"
+            b"Content-Type: application/x-tar\r\n\r\n" + b"\0" * 64 + b"\r\n--XyZ--\r\n")
+    return {
+        "session_and_archive": ct + body,
+        "quoted_boundary": b'multipart/form-data; boundary="a b"\n--a b\r\nContent-Disposition: form-data; name="f"\r\n\r\nx\r\n--a b--\r\n',
+        "no_close": ct + body[:-8],
+        "no_boundary": b"multipart/form-data\n--x\r\n",
+    }
+
+
 def main():
     targets = {
         "tar_fuzzer": tar_seeds(),
@@ -388,6 +454,10 @@ def main():
         "ws_v1_fuzzer": ws_v1_seeds(),
         "zmq_wire_fuzzer": zmq_seeds(),
         "http_request_fuzzer": http_seeds(),
+        "connect_fuzzer": connect_seeds(),
+        "mcp_rpc_fuzzer": mcp_rpc_seeds(),
+        "terminado_fuzzer": terminado_seeds(),
+        "multipart_fuzzer": multipart_seeds(),
     }
     for target, seeds in targets.items():
         folder = CORPUS / target

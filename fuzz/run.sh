@@ -7,9 +7,10 @@
 #
 #   seconds-per-target   default 600; 0 only replays the committed corpus
 #                        (a quick regression check, no fuzzing)
-#   target               default: all six (http_request_fuzzer,
+#   target               default: all ten (http_request_fuzzer,
 #                        ws_json_fuzzer, ws_v1_fuzzer, zmq_wire_fuzzer,
-#                        egress_fuzzer, tar_fuzzer)
+#                        egress_fuzzer, tar_fuzzer, connect_fuzzer,
+#                        mcp_rpc_fuzzer, terminado_fuzzer, multipart_fuzzer)
 #   --update-corpus      after a clean run, minimise what the fuzzer found
 #                        into fuzz/corpus/<target>/ (libFuzzer's set-cover
 #                        merge over the named seeds of fuzz/make_corpus.py,
@@ -24,7 +25,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 build=${CELLGATE_FUZZ_BUILD_DIR:-$root/build-fuzz}
-all_targets=(http_request_fuzzer ws_json_fuzzer ws_v1_fuzzer zmq_wire_fuzzer egress_fuzzer tar_fuzzer)
+all_targets=(http_request_fuzzer ws_json_fuzzer ws_v1_fuzzer zmq_wire_fuzzer egress_fuzzer tar_fuzzer
+             connect_fuzzer mcp_rpc_fuzzer terminado_fuzzer multipart_fuzzer)
 
 update_corpus=0
 seconds=600
@@ -46,7 +48,7 @@ done
 
 dict_for() {
     case $1 in
-    http_request_fuzzer | egress_fuzzer) echo "$here/http.dict" ;;
+    http_request_fuzzer | egress_fuzzer | multipart_fuzzer) echo "$here/http.dict" ;;
     *) echo "$here/jupyter.dict" ;;
     esac
 }

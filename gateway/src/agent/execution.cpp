@@ -49,20 +49,6 @@ json parse_value(std::string_view raw, json fallback = nullptr) {
 
 }  // namespace
 
-std::string strip_ansi(std::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    for (std::size_t i = 0; i < text.size(); ++i) {
-        if (text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '[') {
-            i += 2;
-            while (i < text.size() && !(text[i] >= '@' && text[i] <= '~')) ++i;  // parameters, then the final byte
-            continue;
-        }
-        out.push_back(text[i]);
-    }
-    return out;
-}
-
 // A rich result's kept parts, copied out of its message (raw JSON).
 struct execution::kept_result {
     std::array<std::string, kept_mime_types.size()> data;

@@ -169,7 +169,4 @@ private:
     bool finished_ = false, cancelled_ = false, files_truncated_ = false;
 };
 
-// Removes ANSI colour and cursor sequences (for traceback_text).
-std::string strip_ansi(std::string_view text);
-
 }  // namespace cellgate::agent

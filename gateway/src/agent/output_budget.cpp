@@ -8,6 +8,20 @@
 
 namespace cellgate::agent {
 
+std::string strip_ansi(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '[') {
+            i += 2;
+            while (i < text.size() && !(text[i] >= '@' && text[i] <= '~')) ++i;  // parameters, then the final byte
+            continue;
+        }
+        out.push_back(text[i]);
+    }
+    return out;
+}
+
 using nlohmann::json;
 
 namespace {

@@ -70,4 +70,7 @@ std::string table_summary(const nlohmann::json& table);
 
 inline constexpr std::string_view table_mime_type = "application/vnd.cellgate.table+json";
 
+// Removes ANSI colour and cursor sequences (for traceback_text).
+std::string strip_ansi(std::string_view text);
+
 }  // namespace cellgate::agent

@@ -19,6 +19,7 @@
 // node (the kernel it names, or the caller's most recently active one across
 // the cluster).
 #include "jupyter/jupyter_api.hpp"
+#include "jupyter/terminado.hpp"
 #include "kit/request_models.hpp"
 
 #include "contents/contents_store.hpp"
@@ -166,21 +167,15 @@ public:
     }
 
     void received(std::string text) override {
-        // terminado's messages are flat arrays: anything deeper is not one.
-        if (!json_nesting_within(text, 4)) return;
-        const auto m = json::parse(text, nullptr, false);
-        if (!m.is_array() || m.empty() || !m[0].is_string()) return;  // terminado ignores what it cannot read too
-        const auto kind = m[0].get<std::string>();
-        if (kind == "stdin" && m.size() >= 2 && m[1].is_string()) {
+        const auto m = read_terminado(text);  // terminado ignores what it cannot read too
+        if (!m) return;
+        if (m->what == terminado_message::kind::stdin_) {
             std::string why;
-            if (!t_->process->write_stdin(m[1].get<std::string>(), why))
-                spdlog::debug("terminal {}: input refused: {}", t_->name, why);
+            if (!t_->process->write_stdin(m->text, why)) spdlog::debug("terminal {}: input refused: {}", t_->name, why);
             t_->touch();
             kernel_->touch();  // typing in a terminal is using the session
-        } else if (kind == "set_size" && m.size() >= 3 && m[1].is_number_integer() && m[2].is_number_integer()) {
-            const auto rows = m[1].get<long>(), cols = m[2].get<long>();
-            if (rows >= 1 && rows <= 1000 && cols >= 1 && cols <= 1000)
-                t_->process->resize(static_cast<std::uint16_t>(rows), static_cast<std::uint16_t>(cols));
+        } else {
+            t_->process->resize(m->rows, m->cols);
         }
     }
     void closed() override {

@@ -10,6 +10,7 @@
 #include "contents/contents_store.hpp"
 #include "http/auth.hpp"
 #include "mcp/mcp_sessions.hpp"
+#include "mcp/rpc_read.hpp"
 #include "mcp/tools.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
@@ -106,23 +107,10 @@ void server::post(const request_ptr& req, const reply_fn& reply) {
         return reply(rpc_error(415, nullptr, invalid_request, "Content-Type must be application/json"));
     if (!accepts(req->req, "application/json"))
         return reply(rpc_error(406, nullptr, invalid_request, "Accept must include application/json and text/event-stream"));
-    const auto& body = req->req.body();
-    if (!json_nesting_within(body, max_body_json_depth))
-        return reply(rpc_error(400, nullptr, parse_error, "Parse error: the body is nested too deeply"));
-    const auto msg = json::parse(body, nullptr, false);
-    if (msg.is_discarded()) return reply(rpc_error(400, nullptr, parse_error, "Parse error: the body is not JSON"));
-    if (msg.is_array())
-        return reply(rpc_error(400, nullptr, invalid_request,
-                               "Batches are not supported: send one JSON-RPC message per POST (MCP 2025-06-18 and later)"));
-    if (!msg.is_object() || msg.value("jsonrpc", json()) != "2.0")
-        return reply(rpc_error(400, nullptr, invalid_request, "Not a JSON-RPC 2.0 message"));
-    const bool has_method = msg.contains("method") && msg["method"].is_string();
-    const bool has_id = msg.contains("id") && (msg["id"].is_string() || msg["id"].is_number_integer());
-    if (msg.contains("id") && !has_id)
-        return reply(rpc_error(400, nullptr, invalid_request, "A request id must be a string or an integer"));
-    if (!has_method && !(has_id && (msg.contains("result") || msg.contains("error"))))
-        return reply(rpc_error(400, has_id ? msg["id"] : json(nullptr), invalid_request, "A request needs a 'method'"));
-
+    const auto read = read_rpc(req->req.body());
+    if (read.status != 0) return reply(rpc_error(read.status, read.id, read.code, read.error));
+    const auto& msg = read.message;
+    const bool has_method = read.has_method, has_id = read.has_id;
     if (has_method && has_id && msg["method"] == "initialize") return initialize(req, msg, reply);
 
     const auto version = header_value(req->req, "MCP-Protocol-Version");
