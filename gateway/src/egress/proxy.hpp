@@ -24,6 +24,7 @@
 
 #include "egress/certificate_authority.hpp"
 #include "egress/policy.hpp"
+#include "egress/resolver_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
@@ -83,6 +84,14 @@ struct proxy_options {
     std::size_t max_connections_per_session = 64;
     std::size_t max_connections = 4096;
     std::size_t max_log_per_session = 1000;
+    // Connections a session may open per second (a burst of twice that);
+    // past it, one is answered 429 at once and the session's socket is not
+    // read again until it may have another (its sandbox waits in the backlog).
+    double accept_rate = 50;
+    // Name lookups (resolver_pool.hpp): threads, timeout, in flight per session and tenant.
+    resolver_limits dns;
+    // The host's own addresses are followed (host_addresses.hpp); off in unit tests.
+    bool watch_host_addresses = true;
     std::chrono::milliseconds head_timeout{30000};
     std::chrono::milliseconds connect_timeout{10000};
     std::chrono::milliseconds idle_timeout{300000};
@@ -115,6 +124,7 @@ nlohmann::json to_json(const connection_record& r);
 // What one session may reach: its own policy under the kernelspec's and the
 // tenant's maximum (every layer must allow), plus the headers to inject.
 struct session_rules {
+    std::string tenant;  // whose lookups it counts against (resolver_pool.hpp)
     std::vector<policy> layers;
     std::vector<injected_header> headers;
 };
@@ -143,6 +153,7 @@ public:
 
     struct counters {
         std::atomic<std::uint64_t> allowed{0}, refused{0}, bytes_up{0}, bytes_down{0}, open{0};
+        std::atomic<std::uint64_t> rate_limited{0};  // connections refused past accept_rate (not in the log)
     };
     const counters& stats() const noexcept;
     void render_metrics(std::string& out) const;
@@ -150,7 +161,7 @@ public:
     // The CA certificate sandboxes trust (PEM), or "" without TLS interception.
     std::string ca_certificate_pem() const;
 
-    // Adds a port never dialled on an internal address (the gateway's own, once bound).
+    // Adds a port never dialled, on any address (the gateway's own, once bound).
     void forbid_port(std::uint16_t port);
 
     // Stops every listener and connection (shutdown).
