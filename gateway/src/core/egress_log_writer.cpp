@@ -91,6 +91,15 @@ void egress_log_writer::render_metrics(std::string& out) const {
     out += "# HELP cellgate_egress_log_batches_total Transactions that wrote egress audit records.\n"
            "# TYPE cellgate_egress_log_batches_total counter\n";
     out += "cellgate_egress_log_batches_total " + std::to_string(batches_.load()) + "\n";
+    std::size_t queued = 0;
+    {
+        std::lock_guard lock(mutex_);
+        queued = queue_.size();
+    }
+    out += "# HELP cellgate_egress_log_queue Egress audit records waiting for the writer, and the most that may.\n"
+           "# TYPE cellgate_egress_log_queue gauge\n";
+    out += "cellgate_egress_log_queue{state=\"queued\"} " + std::to_string(queued) + "\n";
+    out += "cellgate_egress_log_queue{state=\"limit\"} " + std::to_string(max_queued_) + "\n";
 }
 
 }  // namespace cellgate::core

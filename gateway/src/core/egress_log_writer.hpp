@@ -45,7 +45,7 @@ private:
     void run();
     kernels::state_store& store_;
     const std::size_t keep_, max_queued_;
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::condition_variable wake_, drained_;
     std::deque<std::pair<std::string, egress::connection_record>> queue_;
     bool stopping_ = false, busy_ = false;

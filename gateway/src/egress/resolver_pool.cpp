@@ -49,9 +49,11 @@ struct resolver_pool::state : std::enable_shared_from_this<resolver_pool::state>
         drop(by_tenant, j.tenant);
         --stats.in_flight;
     }
-    // Under the mutex: a worker for the queue's head, if none is idle.
+    // Under the mutex: one more worker when the queue holds more jobs than
+    // workers wait (one woken but not yet running counts as waiting still,
+    // so two jobs behind one idle worker get a second one).
     void staff() {
-        if (queue.empty() || idle > 0 || active >= limits.threads || stuck >= limits.max_stuck) return;
+        if (queue.size() <= idle || active >= limits.threads || stuck >= limits.max_stuck) return;
         ++active;
         ++stats.threads;
         std::thread([self = shared_from_this()] { self->work(); }).detach();
@@ -174,8 +176,8 @@ asio::awaitable<resolver_pool::answer> resolver_pool::resolve(std::string host, 
         ++st.stats.in_flight;
         ++st.stats.lookups;
         st.queue.push_back(j);
-        if (st.idle > 0) st.cv.notify_one();
-        else st.staff();
+        st.cv.notify_one();
+        st.staff();
     }
     boost::system::error_code ec;
     co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));

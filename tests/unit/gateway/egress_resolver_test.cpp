@@ -141,6 +141,28 @@ TEST(EgressResolver, M1ALookupPastItsTimeoutIsAbandonedAndItsThreadReplaced) {
     EXPECT_FALSE(f.start(pool, "fast.a", "a", "ta").get().refused);
 }
 
+TEST(EgressResolver, M1AnotherSessionsLookupDoesNotQueueBehindASlowOne) {
+    gate g;
+    resolver_limits l;
+    l.threads = 2;
+    l.timeout = 10s;
+    resolver_pool pool(l, [&g](const std::string& h) { return g.lookup(h); });
+    fixture f;
+    EXPECT_TRUE(f.start(pool, "fast.first", "b", "tb").get().error.empty());  // one worker, idle now
+    // Both submitted while that one worker is idle: the second must not wait for the first.
+    std::future<resolver_pool::answer> slow, fast;
+    std::promise<void> submitted;
+    asio::post(f.ioc, [&] {
+        slow = f.start(pool, "slow.example", "a", "ta");
+        fast = f.start(pool, "fast.example", "b", "tb");
+        submitted.set_value();
+    });
+    submitted.get_future().wait();
+    EXPECT_EQ(fast.wait_for(3s), std::future_status::ready) << "B's lookup waited behind A's";
+    g.release("*");
+    EXPECT_TRUE(slow.get().error.empty());
+}
+
 TEST(EgressResolver, M1TheRealResolverAnswersFromTheHostsFile) {
     resolver_pool pool(resolver_limits{});
     fixture f;
