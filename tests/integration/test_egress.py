@@ -688,7 +688,9 @@ def ns_gw(tmp_path_factory):
             if libc.mount(str(resolv).encode(), b"/etc/resolv.conf", None, 4096, None) != 0:  # MS_BIND
                 os._exit(93)
 
+        # 192.88.99.9, when the test adds it, is the host's own but opened by the operator.
         g = Gateway("--config", str(config), "--max-kernels", "6", "--egress-dns-timeout", "2",
+                    "--egress-allow-internal", "192.88.99.9/32",
                     "--egress-dns-per-session", "4", "--egress-accept-rate", "50")
         g.args[g.args.index("--ip") + 1] = ns.addr
         g.host = ns.addr
@@ -789,7 +791,7 @@ result = dict(flood)
 
 def test_m2_the_hosts_own_address_is_refused(ns_gw):
     g = ns_gw
-    sid = ns_session(g, {"allow": [PUBLIC_LOOKING, "0.0.0.0/0", "192.88.99.8"]})
+    sid = ns_session(g, {"allow": [PUBLIC_LOOKING, "0.0.0.0/0", "192.88.99.8", "192.88.99.9"]})
     res = probe(g, sid, RAW + f"result = {{'connect': connect('{PUBLIC_LOOKING}:18080'), "
                               f"'get': raw('GET http://{PUBLIC_LOOKING}:18080/ HTTP/1.1\\r\\nHost: {PUBLIC_LOOKING}:18080\\r\\n\\r\\n')}}")
     for key in ("connect", "get"):
@@ -801,6 +803,15 @@ def test_m2_the_hosts_own_address_is_refused(ns_gw):
     finally:
         subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.8/32", "dev", g.ns.ns_if], check=True)
     assert res["status"] == 403 and "own address" in res["body"], res
+    # One the operator opened: reached, but never on the gateway's own port.
+    subprocess.run(["ip", "-n", g.ns.name, "addr", "add", "192.88.99.9/32", "dev", g.ns.ns_if], check=True)
+    try:
+        get = "GET http://192.88.99.9:{0}/ HTTP/1.1\\r\\nHost: 192.88.99.9:{0}\\r\\n\\r\\n"
+        res = probe(g, sid, RAW + f"result = {{'web': raw('{get.format(18080)}'), 'gateway': raw('{get.format(g.port)}')}}")
+    finally:
+        subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.9/32", "dev", g.ns.ns_if], check=True)
+    assert res["web"]["status"] == 200, res
+    assert res["gateway"]["status"] == 403 and "gateway's own port" in res["gateway"]["body"], res
     metrics = g.api("GET", "/metrics").text
     assert "cellgate_egress_host_addresses " in metrics
 
