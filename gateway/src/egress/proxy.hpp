@@ -9,18 +9,22 @@
 // session made it, so nothing the sandbox sends can claim another's policy.
 //
 // Per connection: the request head (CONNECT host:port, or an absolute-form
-// request), the target resolved (the operator's resolve map first, then the
-// system resolver), every policy layer must allow (host, address, port), and
-// the address must not be internal (loopback, private, link-local, the
-// host's own, …) unless the operator mapped that name or allowed that
-// network. Then the proxy dials, and either tunnels (CONNECT, where a TLS
+// request, read strictly), the name judged by every policy layer before it
+// is looked up, the target resolved (the operator's resolve map first, then
+// the proxy's own bounded resolver, resolver_pool.hpp), every policy layer
+// must allow (host, address, port), and the address must not be internal
+// (loopback, private, link-local, the host's own, host_addresses.hpp, …)
+// unless the operator mapped that name or allowed that network; the
+// gateway's own port is never dialled. Then the proxy dials, and either tunnels (CONNECT, where a TLS
 // ClientHello's SNI is checked against the policy as well) or forwards one
 // plain request with Connection: close (so a second request on the same
 // connection can never name another host). Every attempt, allowed or not,
 // is recorded: time, host, port, address, bytes each way, verdict, rule.
 //
-// Bounds: connections per session and in all, a 16 KiB request head, 64 KiB
-// buffers per direction, timeouts for the head, the connect and idleness.
+// Bounds: connections per session and in all, new connections per session
+// per second, name lookups in flight per session and tenant, a 16 KiB
+// request head, 16 KiB buffers per direction, timeouts for the lookup, the
+// head, the connect and idleness.
 
 #include "egress/certificate_authority.hpp"
 #include "egress/policy.hpp"

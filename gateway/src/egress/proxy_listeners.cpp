@@ -1,7 +1,8 @@
 // The listener registry: the sessions the proxy serves, each with its unix
 // socket, its acceptor and the rules new connections get (attach, set_rules,
 // detach, stop), and the accept loop that admits a connection within the
-// per-session and total limits or refuses it as busy. It owns proxy::impl::
+// session's accept rate and the per-session and total limits, or refuses it
+// (429 past the rate, 503 as busy). It owns proxy::impl::
 // sessions and the open-connection counts.
 
 #include "egress/proxy_internal.hpp"
