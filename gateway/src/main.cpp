@@ -350,7 +350,10 @@ int main(int argc, char** argv) {
             egress_proxy.emplace(ioc, std::move(options));
             network.ca_pem = egress_proxy->ca_certificate_pem();
             network.proxy = &*egress_proxy;
-            metrics.add_gauge_source([&egress_proxy](std::string& out) { egress_proxy->render_metrics(out); });
+            metrics.add_gauge_source([&egress_proxy, &network](std::string& out) {
+                egress_proxy->render_metrics(out);
+                if (network.log_writer) network.log_writer->render_metrics(out);
+            });
             manager.on_egress([&network](const kernels::kernel& k, const std::filesystem::path& dir) {
                 core::attach_egress(k, dir, network);
             });
@@ -468,6 +471,7 @@ int main(int argc, char** argv) {
         serve(ioc, server, manager, cfg.io_threads);
         if (member) member->stop();  // the lease is revoked: the node's record goes now
         file_io.stop();  // its jobs use the services and the manager below
+        if (network.log_writer) network.log_writer->stop();  // what is queued is written while the store is there
         reactor.stop();
         cell_ledger.store(nullptr);  // the service goes first
         spdlog::info("cellgate stopped");

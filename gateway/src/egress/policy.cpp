@@ -178,7 +178,54 @@ policy::verdict policy::check(std::string_view host, const std::optional<address
     return {false, ""};
 }
 
+bool policy::may_allow_by_address(std::uint16_t port) const {
+    return std::any_of(allow.begin(), allow.end(),
+                       [&](const rule& r) { return r.what == rule::kind::network && (r.port == 0 || r.port == port); });
+}
+
+name_verdict judge_name(const std::vector<policy>& layers, std::string_view host, std::uint16_t port) {
+    if (layers.empty()) return {false, "not allowed by the session's network policy"};
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+        const auto v = layers[i].check(host, std::nullopt, port);
+        if (v.allowed) continue;
+        const std::string whose = i == 0 ? "" : " (tenant)";
+        // A deny entry that names it: no address can save it.
+        if (!v.rule.empty()) return {false, "denied by " + v.rule + whose};
+        if (!layers[i].may_allow_by_address(port))
+            return {false, i == 0 ? "not allowed by the session's network policy"
+                                  : "not allowed by the session's network policy (beyond the tenant's maximum)"};
+    }
+    return {true, ""};
+}
+
+std::optional<address> embedded_ipv4(const address& a) noexcept {
+    if (a.v4) return std::nullopt;
+    const auto& b = a.bytes;
+    auto v4 = [](const std::uint8_t* p) {
+        address out;
+        out.v4 = true;
+        out.bytes[10] = out.bytes[11] = 0xff;
+        std::copy_n(p, 4, out.bytes.begin() + 12);
+        return out;
+    };
+    auto zeros = [&](std::size_t from, std::size_t to) {
+        return std::all_of(b.begin() + from, b.begin() + to, [](std::uint8_t x) { return x == 0; });
+    };
+    // ::a.b.c.d (IPv4-compatible; "::" and "::1" are themselves, below).
+    if (zeros(0, 12) && !zeros(12, 15)) return v4(b.data() + 12);
+    // ::ffff:0:a.b.c.d (SIIT, RFC 6052's predecessor RFC 2765).
+    if (zeros(0, 8) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0) return v4(b.data() + 12);
+    // 64:ff9b::a.b.c.d (well-known NAT64 prefix).
+    if (b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zeros(4, 12)) return v4(b.data() + 12);
+    // (64:ff9b:1::/48, local-use NAT64, puts it where its operator chose:
+    // is_internal takes the whole /48 as internal.)
+    // 2002:a.b.c.d::/48 (6to4).
+    if (b[0] == 0x20 && b[1] == 0x02) return v4(b.data() + 2);
+    return std::nullopt;
+}
+
 bool is_internal(const address& a) noexcept {
+    if (const auto inner = embedded_ipv4(a); inner && is_internal(*inner)) return true;
     if (a.v4) {
         for (const auto& [net, prefix] : std::initializer_list<std::pair<std::string_view, unsigned>>{
                  {"0.0.0.0", 8}, {"10.0.0.0", 8}, {"100.64.0.0", 10}, {"127.0.0.0", 8}, {"169.254.0.0", 16},
@@ -189,7 +236,7 @@ bool is_internal(const address& a) noexcept {
     }
     for (const auto& [net, prefix] : std::initializer_list<std::pair<std::string_view, unsigned>>{
              {"::", 128}, {"::1", 128}, {"fc00::", 7}, {"fe80::", 10}, {"ff00::", 8}, {"2001:db8::", 32},
-             {"64:ff9b::", 96}, {"100::", 64}})
+             {"100::", 64}, {"64:ff9b:1::", 48}})
         if (in(a, net, prefix)) return true;
     return false;
 }

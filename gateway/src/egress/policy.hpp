@@ -69,7 +69,21 @@ public:
     // an address, or after resolving), so that CIDR rules apply to names too.
     verdict check(std::string_view host, const std::optional<address>& addr, std::uint16_t port) const;
     bool empty() const noexcept { return allow.empty() && deny.empty(); }
+    // Whether some allow entry is a network that could take this port (so
+    // that a name no entry allows could still be allowed by its address).
+    bool may_allow_by_address(std::uint16_t port) const;
 };
+
+// Before any lookup of a name: every layer must allow it by name, or (when
+// no deny entry names it) hold a network entry for the port that its
+// addresses could match. A name outside any layer is never looked up, so a
+// session's own CIDR entries cannot send a name past its tenant's maximum
+// to the resolver. `refusal` says why when `look_up` is false.
+struct name_verdict {
+    bool look_up = false;
+    std::string refusal;
+};
+name_verdict judge_name(const std::vector<policy>& layers, std::string_view host, std::uint16_t port);
 
 // Normalizes a host name (lower case, no trailing dot); nullopt if it is not
 // a valid ASCII host name (labels of letters, digits, '-' and '_', ≤ 253 bytes).
@@ -78,7 +92,13 @@ std::optional<std::string> normalize_host(std::string_view host);
 // Loopback, link-local, private (RFC 1918, ULA, CGNAT), unspecified,
 // multicast, broadcast, documentation and the IPv4-mapped forms of them:
 // addresses a name must not resolve to unless the operator allowed that
-// exact network (the DNS-rebinding defence).
+// exact network (the DNS-rebinding defence). The IPv6 transition forms
+// (IPv4-compatible ::/96, SIIT ::ffff:0:0:0/96, NAT64 64:ff9b::/96 and
+// 64:ff9b:1::/48, 6to4 2002::/16) are judged by the IPv4 address they embed
+// (a host with sit, 6to4 or a local NAT64 would turn them into it).
 bool is_internal(const address& a) noexcept;
+
+// The IPv4 address an IPv6 transition address embeds (see is_internal), or nothing.
+std::optional<address> embedded_ipv4(const address& a) noexcept;
 
 }  // namespace cellgate::egress

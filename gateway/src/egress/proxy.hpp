@@ -9,21 +9,26 @@
 // session made it, so nothing the sandbox sends can claim another's policy.
 //
 // Per connection: the request head (CONNECT host:port, or an absolute-form
-// request), the target resolved (the operator's resolve map first, then the
-// system resolver), every policy layer must allow (host, address, port), and
-// the address must not be internal (loopback, private, link-local, the
-// host's own, …) unless the operator mapped that name or allowed that
-// network. Then the proxy dials, and either tunnels (CONNECT, where a TLS
+// request, read strictly), the name judged by every policy layer before it
+// is looked up, the target resolved (the operator's resolve map first, then
+// the proxy's own bounded resolver, resolver_pool.hpp), every policy layer
+// must allow (host, address, port), and the address must not be internal
+// (loopback, private, link-local, the host's own, host_addresses.hpp, …)
+// unless the operator mapped that name or allowed that network; the
+// gateway's own port is never dialled. Then the proxy dials, and either tunnels (CONNECT, where a TLS
 // ClientHello's SNI is checked against the policy as well) or forwards one
 // plain request with Connection: close (so a second request on the same
 // connection can never name another host). Every attempt, allowed or not,
 // is recorded: time, host, port, address, bytes each way, verdict, rule.
 //
-// Bounds: connections per session and in all, a 16 KiB request head, 64 KiB
-// buffers per direction, timeouts for the head, the connect and idleness.
+// Bounds: connections per session and in all, new connections per session
+// per second, name lookups in flight per session and tenant, a 16 KiB
+// request head, 16 KiB buffers per direction, timeouts for the lookup, the
+// head, the connect and idleness.
 
 #include "egress/certificate_authority.hpp"
 #include "egress/policy.hpp"
+#include "egress/resolver_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
@@ -83,6 +88,14 @@ struct proxy_options {
     std::size_t max_connections_per_session = 64;
     std::size_t max_connections = 4096;
     std::size_t max_log_per_session = 1000;
+    // Connections a session may open per second (a burst of twice that);
+    // past it, one is answered 429 at once and the session's socket is not
+    // read again until it may have another (its sandbox waits in the backlog).
+    double accept_rate = 50;
+    // Name lookups (resolver_pool.hpp): threads, timeout, in flight per session and tenant.
+    resolver_limits dns;
+    // The host's own addresses are followed (host_addresses.hpp); off in unit tests.
+    bool watch_host_addresses = true;
     std::chrono::milliseconds head_timeout{30000};
     std::chrono::milliseconds connect_timeout{10000};
     std::chrono::milliseconds idle_timeout{300000};
@@ -115,6 +128,7 @@ nlohmann::json to_json(const connection_record& r);
 // What one session may reach: its own policy under the kernelspec's and the
 // tenant's maximum (every layer must allow), plus the headers to inject.
 struct session_rules {
+    std::string tenant;  // whose lookups it counts against (resolver_pool.hpp)
     std::vector<policy> layers;
     std::vector<injected_header> headers;
 };
@@ -143,6 +157,7 @@ public:
 
     struct counters {
         std::atomic<std::uint64_t> allowed{0}, refused{0}, bytes_up{0}, bytes_down{0}, open{0};
+        std::atomic<std::uint64_t> rate_limited{0};  // connections refused past accept_rate (not in the log)
     };
     const counters& stats() const noexcept;
     void render_metrics(std::string& out) const;
@@ -150,7 +165,7 @@ public:
     // The CA certificate sandboxes trust (PEM), or "" without TLS interception.
     std::string ca_certificate_pem() const;
 
-    // Adds a port never dialled on an internal address (the gateway's own, once bound).
+    // Adds a port never dialled, on any address (the gateway's own, once bound).
     void forbid_port(std::uint16_t port);
 
     // Stops every listener and connection (shutdown).

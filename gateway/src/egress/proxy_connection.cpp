@@ -94,8 +94,8 @@ awaitable<void> proxy::impl::refuse(connection& c, connection_record& rec, int s
     co_await refuse_on(*c.client, rec, status, reason, std::move(why));
 }
 
-awaitable<proxy::impl::target> proxy::impl::choose(impl& self, const session_rules& rules, const std::string& host,
-                                                   std::uint16_t port) {
+awaitable<proxy::impl::target> proxy::impl::choose(impl& self, const session_rules& rules, const std::string& session,
+                                                   const std::string& host, std::uint16_t port) {
     target t;
     std::vector<address> candidates;
     std::uint16_t dial_port = port;
@@ -105,27 +105,27 @@ awaitable<proxy::impl::target> proxy::impl::choose(impl& self, const session_rul
         if (it->second.port) dial_port = it->second.port;
         operator_named = true;
     } else if (const auto literal = address::parse(host)) {
-        candidates.push_back(*literal);
+        candidates.push_back(*literal);  // never to the resolver
     } else {
-        // Judge the name before resolving: a name no rule can allow is
-        // never looked up (only network rules could still allow it).
-        const auto by_name = judge(rules, host, std::nullopt, port);
-        const bool by_address = std::any_of(rules.layers.front().allow.begin(), rules.layers.front().allow.end(),
-                                            [](const rule& r) { return r.what == rule::kind::network; });
-        if (!by_name.allowed && (!by_name.rule.empty() || !by_address)) {
-            t.refusal = by_name.rule.empty() ? "not allowed by the session's network policy" : "denied by " + by_name.rule;
+        // Every layer judges the name before it is looked up: a name that
+        // some layer can allow neither by name nor by an address never
+        // leaves the host (review turn 3, M1).
+        const auto by_name = judge_name(rules.layers, host, port);
+        if (!by_name.look_up) {
+            t.refusal = by_name.refusal;
             co_return t;
         }
-        tcp::resolver resolver(co_await asio::this_coro::executor);
-        boost::system::error_code ec;
-        const auto results =
-            co_await resolver.async_resolve(host, std::to_string(port), asio::redirect_error(use_awaitable, ec));
-        if (ec) {
-            t.refusal = "cannot resolve the name (" + ec.message() + ")";
+        auto answer = co_await self.resolver->resolve(host, session, rules.tenant);
+        if (answer.refused) {
+            t.refusal = answer.error;
+            t.busy = true;
             co_return t;
         }
-        for (const auto& r : results)
-            if (const auto a = from_endpoint(r.endpoint())) candidates.push_back(*a);
+        if (!answer.error.empty()) {
+            t.refusal = "cannot resolve the name (" + answer.error + ")";
+            co_return t;
+        }
+        candidates = std::move(answer.addresses);
     }
     for (const auto& a : candidates) {
         t.address = a.to_string();
@@ -134,11 +134,13 @@ awaitable<proxy::impl::target> proxy::impl::choose(impl& self, const session_rul
             t.refusal = v.rule.empty() ? "not allowed by the session's network policy" : "denied by " + v.rule;
             continue;
         }
-        if (!operator_named && is_internal(a) && !self.internal_allowed(a)) {
-            t.refusal = "the name resolves to an internal address (" + a.to_string() + ")";
+        if (!operator_named && self.internal(a) && !self.internal_allowed(a)) {
+            t.refusal = is_internal(a) ? "the name resolves to an internal address (" + a.to_string() + ")"
+                                       : "the host's own address (" + a.to_string() + ")";
             continue;
         }
-        if ((is_internal(a) || operator_named) && is_local_port(self, dial_port)) {
+        // The gateway's own port, on any address (review turn 3, M2).
+        if (is_local_port(self, dial_port)) {
             t.refusal = "the gateway's own port";
             continue;
         }
@@ -171,10 +173,11 @@ awaitable<void> proxy::impl::handle(std::shared_ptr<impl> selfp, std::shared_ptr
     rec.method = req.method;
     rec.host = req.host;
     rec.port = req.port;
-    const auto t = co_await choose(self, rules, req.host, req.port);
+    const auto t = co_await choose(self, rules, c.session, req.host, req.port);
     rec.address = t.address;
     if (!t.endpoint) {
-        co_await refuse(c, rec, 403, "Forbidden", t.refusal);
+        if (t.busy) co_await refuse(c, rec, 503, "Service Unavailable", t.refusal);
+        else co_await refuse(c, rec, 403, "Forbidden", t.refusal);
         co_return;
     }
     rec.rule = t.rule;

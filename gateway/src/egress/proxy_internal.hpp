@@ -14,6 +14,7 @@
 
 #include "egress/proxy.hpp"
 
+#include "egress/host_addresses.hpp"
 #include "egress/sniff.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -65,6 +66,7 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         tcp::socket upstream;
         asio::steady_timer timer;
         steady::time_point deadline;
+        std::string session;  // whose socket it came in on
         bool finished = false;
         std::uint64_t up = 0, down = 0;
         void close() {
@@ -83,6 +85,9 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
         std::deque<connection_record> log;
         std::uint64_t next_seq = 1;
         std::size_t open = 0;
+        // The accept rate's bucket (proxy_options::accept_rate; only its accept loop touches it).
+        double tokens = 0;
+        steady::time_point refilled{};
         std::set<std::shared_ptr<connection>> connections;
         bool detached = false;
     };
@@ -94,8 +99,12 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
     std::function<void(const std::string&, const connection_record&)> on_record;
     counters stats;
     std::size_t open_total = 0;
+    std::unique_ptr<resolver_pool> resolver;
+    std::unique_ptr<host_addresses> own;  // the host's addresses: internal, whatever their kind
 
-    impl(asio::io_context& io, proxy_options o) : ioc(io), opt(std::move(o)) {}
+    impl(asio::io_context& io, proxy_options o)
+        : ioc(io), opt(std::move(o)), resolver(std::make_unique<resolver_pool>(opt.dns)),
+          own(std::make_unique<host_addresses>(opt.watch_host_addresses)) {}
 
     void finish(const std::shared_ptr<session_state>& s, connection_record rec,
                 const std::shared_ptr<connection>& c);
@@ -145,10 +154,18 @@ struct proxy::impl : std::enable_shared_from_this<proxy::impl> {
     struct target {
         std::optional<tcp::endpoint> endpoint;
         std::string rule, refusal, address;
+        bool busy = false;  // refused past a bound on lookups (503), not by the policy
     };
 
-    static awaitable<target> choose(impl& self, const session_rules& rules, const std::string& host,
-                                    std::uint16_t port);
+    static awaitable<target> choose(impl& self, const session_rules& rules, const std::string& session,
+                                    const std::string& host, std::uint16_t port);
+
+    // Whether `a` counts as internal: its kind (is_internal) or one of the host's own.
+    bool internal(const address& a) const { return is_internal(a) || own->contains(a); }
+
+    // The accept rate: whether the session may have one more connection now
+    // (takes a token); `wait` is how long until it may.
+    bool admit(session_state& s, steady::duration& wait);
 
     // Reads a request head (at most max_head bytes) into `buf` until `parse`
     // says it is complete; answers 400/431 on the same stream otherwise.

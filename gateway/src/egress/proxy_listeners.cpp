@@ -1,7 +1,8 @@
 // The listener registry: the sessions the proxy serves, each with its unix
 // socket, its acceptor and the rules new connections get (attach, set_rules,
 // detach, stop), and the accept loop that admits a connection within the
-// per-session and total limits or refuses it as busy. It owns proxy::impl::
+// session's accept rate and the per-session and total limits, or refuses it
+// (429 past the rate, 503 as busy). It owns proxy::impl::
 // sessions and the open-connection counts.
 
 #include "egress/proxy_internal.hpp"
@@ -20,6 +21,30 @@
 
 namespace cellgate::egress {
 
+namespace {
+
+const std::string& rate_limited_reply() {
+    static const std::string r = response(429, "Too Many Requests", "cellgate egress: too many connections per second");
+    return r;
+}
+
+}  // namespace
+
+bool proxy::impl::admit(session_state& s, steady::duration& wait) {
+    const double rate = std::max(opt.accept_rate, 0.001);
+    const double burst = std::max(2 * rate, 1.0);
+    const auto now = steady::now();
+    if (s.refilled == steady::time_point{}) s.tokens = burst;
+    else s.tokens = std::min(burst, s.tokens + std::chrono::duration<double>(now - s.refilled).count() * rate);
+    s.refilled = now;
+    if (s.tokens >= 1) {
+        s.tokens -= 1;
+        return true;
+    }
+    wait = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>((1 - s.tokens) / rate));
+    return false;
+}
+
 void proxy::impl::start_accepting(const std::shared_ptr<session_state>& s) {
     asio::co_spawn(ioc, accept_loop(shared_from_this(), s), asio::detached);
 }
@@ -36,7 +61,21 @@ awaitable<void> proxy::impl::accept_loop(std::shared_ptr<impl> self, std::shared
             co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
             continue;
         }
+        // The accept rate: past it, one quick 429 (no record, a count), then
+        // this socket waits until the session may have another.
+        steady::duration wait{};
+        if (!self->admit(*s, wait)) {
+            ++self->stats.rate_limited;
+            sock.non_blocking(true, ec);
+            sock.send(asio::buffer(rate_limited_reply()), 0, ec);
+            sock.close(ec);
+            asio::steady_timer t(self->ioc, wait);
+            co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+            if (s->detached) co_return;
+            continue;
+        }
         auto c = std::make_shared<connection>(strand);
+        c->session = s->id;
         c->client.emplace(std::move(sock));
         std::shared_ptr<const session_rules> rules;
         bool over = false;
@@ -152,6 +191,7 @@ void proxy::stop() {
         for (const auto& [id, s] : impl_->sessions) ids.push_back(id);
     }
     for (const auto& id : ids) detach(id);
+    impl_->resolver->stop();
 }
 
 }  // namespace cellgate::egress

@@ -94,6 +94,16 @@ void proxy::render_metrics(std::string& out) const {
     out += "# HELP cellgate_egress_open_connections Egress proxy connections open now.\n"
            "# TYPE cellgate_egress_open_connections gauge\n";
     out += "cellgate_egress_open_connections " + std::to_string(s.open.load()) + "\n";
+    out += "# HELP cellgate_egress_rate_limited_total Egress connections refused past the per-session accept rate.\n"
+           "# TYPE cellgate_egress_rate_limited_total counter\n";
+    out += "cellgate_egress_rate_limited_total " + std::to_string(s.rate_limited.load()) + "\n";
+    out += "# HELP cellgate_egress_accept_rate Egress connections a session may open per second.\n"
+           "# TYPE cellgate_egress_accept_rate gauge\n";
+    out += "cellgate_egress_accept_rate " + std::to_string(impl_->opt.accept_rate) + "\n";
+    out += "# HELP cellgate_egress_host_addresses The host's own addresses the proxy treats as internal.\n"
+           "# TYPE cellgate_egress_host_addresses gauge\n";
+    out += "cellgate_egress_host_addresses " + std::to_string(impl_->own->list().size()) + "\n";
+    impl_->resolver->render_metrics(out);
 }
 
 }  // namespace cellgate::egress

@@ -109,6 +109,10 @@ server_name tls_server_name(std::string_view b) {
 
 namespace {
 
+// A token (RFC 9110 5.6.2): methods and header names.
+constexpr std::string_view token_chars =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~";
+
 // Both forms share the head's checks; `origin_port` 0 means the proxy form.
 proxy_request parse_request(std::string_view bytes, std::size_t max_head, std::uint16_t origin_port) {
     proxy_request r;
@@ -140,23 +144,40 @@ proxy_request parse_request(std::string_view bytes, std::size_t max_head, std::u
         return fail("not an HTTP/1.x request line");
     r.method = std::string(line.substr(0, sp1));
     // A method is a token (RFC 9110): letters, digits and !#$%&'*+-.^_`|~.
-    if (r.method.empty() || r.method.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~") != std::string::npos)
+    if (r.method.empty() || r.method.find_first_not_of(token_chars) != std::string::npos)
         return fail("the method is not a token");
     const auto target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-    // The Host header, if any (one only).
-    std::string host_header;
-    std::size_t hosts = 0;
+    // The header fields, strictly (RFC 9112 5.1, 5.2, 6.3): a name is a token
+    // right before its colon (no "Host :", which one server takes for Host
+    // and another for something else), no obs-fold (a line continued on the
+    // next), and at most one Content-Length, of digits only.
+    std::string host_header, content_length;
+    std::size_t hosts = 0, lengths = 0;
     for (std::size_t at = line_end; at != std::string_view::npos && at < head.size();) {
         const auto next = head.find("\r\n", at + 2);
         const auto field = head.substr(at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
-        if (const auto colon = field.find(':'); colon != std::string_view::npos && lower(field.substr(0, colon)) == "host") {
-            auto v = field.substr(colon + 1);
-            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-            while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+        at = next;
+        if (field.empty()) continue;
+        if (field.front() == ' ' || field.front() == '\t') return fail("a header line continued on the next (obs-fold)");
+        const auto colon = field.find(':');
+        if (colon == std::string_view::npos) return fail("a header line without ':'");
+        const auto name = field.substr(0, colon);
+        if (name.empty() || name.find_first_not_of(token_chars) != std::string_view::npos)
+            return fail("a header name that is not a token (whitespace before ':'?)");
+        auto v = field.substr(colon + 1);
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+        const auto n = lower(name);
+        if (n == "host") {
             host_header = lower(v);
             ++hosts;
+        } else if (n == "content-length") {
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos || v.size() > 18)
+                return fail("a bad Content-Length");
+            if (lengths++ > 0)
+                return fail(std::string(content_length == v ? "a repeated" : "conflicting") + " Content-Length");
+            content_length = std::string(v);
         }
-        at = next;
     }
     if (hosts > 1) return fail("more than one Host header");
     if (origin_port != 0) {

@@ -132,6 +132,8 @@ state_store::state_store(const std::filesystem::path& file) : file_(file) {
     exec("CREATE TABLE IF NOT EXISTS surface_records ("
          " kind TEXT NOT NULL, id TEXT NOT NULL, kernel_id TEXT NOT NULL, body TEXT NOT NULL,"
          " PRIMARY KEY (kind, id))");
+    // A session's records without reading every kernel's (its egress log at each start).
+    exec("CREATE INDEX IF NOT EXISTS surface_records_by_kernel ON surface_records (kind, kernel_id)");
 }
 
 state_store::~state_store() { sqlite3_close(db_); }
@@ -289,6 +291,61 @@ std::vector<state_store::surface_record> state_store::records(const std::string&
         }
     });
     return out;
+}
+
+std::vector<state_store::surface_record> state_store::records_of(const std::string& kind, const std::string& kernel_id) {
+    std::lock_guard lock(mutex_);
+    std::vector<surface_record> out;
+    logged("reading a kernel's surface records", [&] {
+        statement s(db_, "SELECT id, body FROM surface_records WHERE kind = ?1 AND kernel_id = ?2");
+        s.bind(1, kind).bind(2, kernel_id);
+        while (s.step()) {
+            auto body = nlohmann::json::parse(s.text(1), nullptr, false);
+            if (!body.is_discarded()) out.push_back({kind, s.text(0), kernel_id, std::move(body)});
+        }
+    });
+    return out;
+}
+
+std::optional<state_store::surface_record> state_store::record(const std::string& kind, const std::string& id) {
+    std::lock_guard lock(mutex_);
+    std::optional<surface_record> out;
+    logged("reading a surface record", [&] {
+        statement s(db_, "SELECT kernel_id, body FROM surface_records WHERE kind = ?1 AND id = ?2");
+        s.bind(1, kind).bind(2, id);
+        if (s.step()) {
+            auto body = nlohmann::json::parse(s.text(1), nullptr, false);
+            if (!body.is_discarded()) out = surface_record{kind, id, s.text(0), std::move(body)};
+        }
+    });
+    return out;
+}
+
+void state_store::write_records(const std::vector<surface_record>& puts,
+                                const std::vector<std::pair<std::string, std::string>>& removals) {
+    if (puts.empty() && removals.empty()) return;
+    std::lock_guard lock(mutex_);
+    logged("saving surface records", [&] {
+        exec("BEGIN");
+        try {
+            statement put(db_, "INSERT OR REPLACE INTO surface_records (kind, id, kernel_id, body) VALUES (?1, ?2, ?3, ?4)");
+            for (const auto& r : puts) {
+                put.bind(1, r.kind).bind(2, r.id).bind(3, r.kernel_id).bind(4, r.body.dump());
+                put.step();
+                put.reset();
+            }
+            statement remove(db_, "DELETE FROM surface_records WHERE kind = ?1 AND id = ?2");
+            for (const auto& [kind, id] : removals) {
+                remove.bind(1, kind).bind(2, id);
+                remove.step();
+                remove.reset();
+            }
+            exec("COMMIT");
+        } catch (...) {
+            exec("ROLLBACK");
+            throw;
+        }
+    });
 }
 
 }  // namespace cellgate::kernels

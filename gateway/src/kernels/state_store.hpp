@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,12 @@ public:
     void put_record(const surface_record& r);
     void remove_record(const std::string& kind, const std::string& id);
     std::vector<surface_record> records(const std::string& kind);
+    // One kernel's records of a kind (by the (kind, kernel_id) index), and one record.
+    std::vector<surface_record> records_of(const std::string& kind, const std::string& kernel_id);
+    std::optional<surface_record> record(const std::string& kind, const std::string& id);
+    // Many puts and removals in one transaction (the egress log's batches).
+    void write_records(const std::vector<surface_record>& puts,
+                       const std::vector<std::pair<std::string, std::string>>& removals);
 
     const std::filesystem::path& file() const noexcept { return file_; }
 

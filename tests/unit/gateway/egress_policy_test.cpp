@@ -72,5 +72,47 @@ TEST(EgressPolicy, InternalAddresses) {
     EXPECT_FALSE(ip("example.com"));
 }
 
+// Review turn 3, L4: the IPv6 transition forms are judged by the IPv4 they embed.
+TEST(EgressPolicy, L4TransitionAddressesAreJudgedByTheirEmbeddedIpv4) {
+    for (const char* internal : {"::7f00:1", "::a00:1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b::7f00:1",
+                                 "64:ff9b::a00:1", "64:ff9b::c0a8:101", "64:ff9b:1::808:808", "64:ff9b:1:2::1",
+                                 "2002:7f00:1::", "2002:a00:1::1", "2002:a9fe:a9fe::1", "2002:c0a8:101:1::1"})
+        EXPECT_TRUE(is_internal(*ip(internal))) << internal;
+    // A public IPv4 inside stays public: NAT64 to the Internet still works.
+    for (const char* external : {"::808:808", "::ffff:0:808:808", "64:ff9b::808:808", "64:ff9b::5db8:d822",
+                                 "2002:808:808::1"})
+        EXPECT_FALSE(is_internal(*ip(external))) << external;
+    EXPECT_EQ(embedded_ipv4(*ip("2002:a00:1::1"))->to_string(), "10.0.0.1");
+    EXPECT_EQ(embedded_ipv4(*ip("64:ff9b::7f00:1"))->to_string(), "127.0.0.1");
+    EXPECT_FALSE(embedded_ipv4(*ip("::1")));
+    EXPECT_FALSE(embedded_ipv4(*ip("2606:4700::1111")));
+}
+
+// Review turn 3, M1: every layer judges a name before it is looked up.
+TEST(EgressPolicy, M1ANameOutsideAnyLayerIsNeverLookedUp) {
+    const auto session = policy::parse({"pypi.org", "1.1.1.1"}, {});
+    const auto tenant_max = policy::parse({"pypi.org"}, {});
+    // The session's CIDR entry alone no longer lets a name past the tenant's maximum.
+    auto v = judge_name({session, tenant_max}, "secret123.attacker.example", 443);
+    EXPECT_FALSE(v.look_up);
+    EXPECT_NE(v.refusal.find("tenant"), std::string::npos) << v.refusal;
+    EXPECT_TRUE(judge_name({session, tenant_max}, "pypi.org", 443).look_up);
+    // Every layer with a network entry for the port: its addresses may still decide.
+    const auto tenant_cidr = policy::parse({"pypi.org", "1.0.0.0/8"}, {});
+    EXPECT_TRUE(judge_name({session, tenant_cidr}, "one.example", 443).look_up);
+    // ... but a network entry for another port cannot.
+    const auto tenant_5432 = policy::parse({"10.0.0.0/8:5432"}, {});
+    EXPECT_FALSE(judge_name({policy::parse({"10.0.0.0/8"}, {}), tenant_5432}, "db.example", 443).look_up);
+    EXPECT_TRUE(judge_name({policy::parse({"10.0.0.0/8"}, {}), tenant_5432}, "db.example", 5432).look_up);
+    // A deny entry that names it: never, whatever networks allow.
+    const auto denying = policy::parse({"0.0.0.0/0"}, {"*.attacker.example"});
+    v = judge_name({denying}, "x.attacker.example", 443);
+    EXPECT_FALSE(v.look_up);
+    EXPECT_NE(v.refusal.find("*.attacker.example"), std::string::npos);
+    // The session's own layer without a network entry: no lookup.
+    EXPECT_FALSE(judge_name({policy::parse({"pypi.org"}, {})}, "other.example", 443).look_up);
+    EXPECT_FALSE(judge_name({}, "pypi.org", 443).look_up);
+}
+
 }  // namespace
 }  // namespace cellgate::egress

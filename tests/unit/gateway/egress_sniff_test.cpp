@@ -95,6 +95,30 @@ TEST(EgressSniff, ProxyRequestHeads) {
     EXPECT_EQ(parse_proxy_request("GET http://a.com/ HTTP/1.1\r\nX: a\nb\r\n\r\n").status, sniff_status::malformed);
 }
 
+// Review turn 3, L3: heads are read as strictly as RFC 9112 asks.
+TEST(EgressSniff, L3StrictHeadsRefuseAmbiguousFields) {
+    const std::string line = "GET http://a.com/ HTTP/1.1\r\n";
+    for (const char* bad : {"Host : a.com\r\n", "Host\t: a.com\r\n", "Transfer-Encoding : chunked\r\n",
+                            "Content-Length: 1\r\nContent-Length: 1\r\n", "Content-Length: 1\r\nContent-Length: 2\r\n",
+                            "Content-Length: 1, 2\r\n", "Content-Length: -1\r\n", "Content-Length: \r\n",
+                            "X-A: 1\r\n folded\r\n", "X-A: 1\r\n\tfolded\r\n", "no colon here\r\n",
+                            ": empty name\r\n", "X A: 1\r\n"}) {
+        const auto r = parse_proxy_request(line + bad + "\r\n");
+        EXPECT_EQ(r.status, sniff_status::malformed) << bad;
+        EXPECT_FALSE(r.error.empty()) << bad;
+        // The same inside a tunnel the proxy terminated.
+        EXPECT_EQ(parse_origin_request(std::string("GET / HTTP/1.1\r\nHost: a.com\r\n") + bad + "\r\n", 443).status,
+                  sniff_status::malformed)
+            << bad;
+    }
+    // "Host :" is an error, not a field of another name beside a real Host.
+    EXPECT_EQ(parse_origin_request("GET / HTTP/1.1\r\nHost: a.com\r\nHost : b.com\r\n\r\n", 443).status,
+              sniff_status::malformed);
+    // What stays fine: one Content-Length, spaces around a value, any case.
+    EXPECT_EQ(parse_proxy_request(line + "content-length:  12 \r\nX-B:\r\n\r\n").status, sniff_status::complete);
+    EXPECT_EQ(parse_proxy_request(line + "HOST: a.com\r\n\r\n").status, sniff_status::complete);
+}
+
 TEST(EgressSniff, OriginRequestsInsideATerminatedTunnel) {
     auto r = parse_origin_request("POST /v1/chat?x=1 HTTP/1.1\r\nHost: API.example.com\r\nContent-Length: 2\r\n\r\n{}", 443);
     EXPECT_EQ(r.status, sniff_status::complete);
