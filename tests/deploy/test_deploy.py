@@ -244,7 +244,7 @@ def test_the_router_sync_sends_haproxy_nothing_from_etcd_it_has_not_validated():
     sync = object.__new__(router.Sync)
     sync.rt = lambda command: sent.append(command) or ""
     sync.etcd = Etcd()
-    sync.prefix, sync.map, sync.slots = "/cellgate/", "/run/ids.map", 4
+    sync.prefix, sync.map, sync.slots, sync.secret = "/cellgate/", "/run/ids.map", 4, None
     sync.owner, sync.address, sync.weights, sync.gone = {}, {}, {}, set()
     sync.once()
     assert sync.owner == {"0badcafe": 1}, sync.owner

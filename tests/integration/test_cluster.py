@@ -45,10 +45,10 @@ def cluster():
     config.write_text(json.dumps({"tokens": [{"token": TOKEN_B, "tenant": "b", "max_sessions": QUOTA_B}]}))
     try:
         for i, tag in enumerate(TAGS):
-            nodes.append(node(10 + i, tag, etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1",
+            nodes.append(node(10 + i, tag, etcd, "--lease-ttl", str(TTL), "--pool-size", "1",
                               "--max-kernels-per-tenant", str(QUOTA), "--config", str(config),
                               token=TOKEN).start())
-        router = Router(etcd.endpoints, TOKEN).start()
+        router = Router(etcd, TOKEN).start()
         end = time.monotonic() + 30
         while time.monotonic() < end and set(router.owners()) != set(TAGS):
             time.sleep(0.2)

@@ -42,7 +42,7 @@ def metric(g, name):
 
 
 def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(etcd):
-    a = node(1, "aaaa0001", etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1").start()
+    a = node(1, "aaaa0001", etcd, "--lease-ttl", str(TTL), "--pool-size", "1").start()
     try:
         rec, lease = wait_for(lambda: record(etcd, "aaaa0001")[0] and record(etcd, "aaaa0001"), "a's record")
         assert rec["tag"] == "aaaa0001" and rec["address"] == f"127.0.0.1:{a.port}" and rec["ttl"] == TTL
@@ -66,7 +66,7 @@ def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(e
         a.stop()
         a.cleanup()
     # A clean stop revokes the lease: the record goes at once.
-    b = node(2, "bbbb0002", etcd.endpoints, "--lease-ttl", "30").start()
+    b = node(2, "bbbb0002", etcd, "--lease-ttl", "30").start()
     try:
         wait_for(lambda: record(etcd, "bbbb0002")[0], "b's record")
         b.stop()
@@ -77,7 +77,7 @@ def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(e
 
 
 def test_a_node_that_loses_etcd_admits_nothing_new_and_keeps_its_sessions(etcd):
-    a = node(3, "cccc0003", etcd.endpoints, "--lease-ttl", str(TTL)).start()
+    a = node(3, "cccc0003", etcd, "--lease-ttl", str(TTL)).start()
     try:
         wait_for(lambda: record(etcd, "cccc0003")[0], "the record")
         s = a.api("POST", "/v1/sessions", json={})
@@ -126,7 +126,7 @@ def test_a_node_that_loses_etcd_admits_nothing_new_and_keeps_its_sessions(etcd):
 
 
 def test_killing_the_etcd_leader_costs_no_session_and_creates_resume(etcd):
-    a = node(4, "dddd0004", etcd.endpoints, "--lease-ttl", "6").start()
+    a = node(4, "dddd0004", etcd, "--lease-ttl", "6").start()
     try:
         wait_for(lambda: record(etcd, "dddd0004")[0], "the record")
         s = a.api("POST", "/v1/sessions", json={})

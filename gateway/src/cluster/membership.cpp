@@ -13,6 +13,9 @@ namespace cellgate::cluster {
 
 namespace {
 
+constexpr std::string_view record_purpose = "cellgate node record v1";
+constexpr std::string_view secret_check_purpose = "cellgate cluster secret check v1";
+
 // A node's tag, as kernels/node_id makes it: 8 lowercase hex digits.
 bool valid_tag(std::string_view t) {
     return t.size() == 8 && std::all_of(t.begin(), t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
@@ -61,6 +64,7 @@ membership::membership(options opts, std::function<nlohmann::json()> figures)
       index_etcd_(opts_.etcd),
       key_nonce_(protocol::make_uuid().substr(0, 8)), started_(protocol::now_iso8601()) {
     if (opts_.ttl < std::chrono::seconds(2)) opts_.ttl = std::chrono::seconds(2);
+    if (!opts_.secret) throw std::invalid_argument("a cluster node needs the cluster secret");
 }
 
 membership::~membership() { stop(); }
@@ -83,7 +87,26 @@ std::string membership::record() const {
     nlohmann::json r = {{"tag", opts_.tag}, {"address", opts_.address}, {"ttl", opts_.ttl.count()},
                         {"started", started_}, {"updated", protocol::now_iso8601()}};
     if (figures_) r.update(figures_());
+    r["sig"] = opts_.secret->sign(record_purpose, {opts_.tag, opts_.address});
     return r.dump();
+}
+
+void membership::check_secret() {
+    const auto key = opts_.prefix + "secret-check";
+    const auto mine = opts_.secret->sign(secret_check_purpose, {opts_.prefix});
+    auto held = etcd_.get(key);
+    if (!held) {
+        etcd_.put_if_unchanged(key, 0, {{key, mine, 0}});
+        held = etcd_.get(key);
+    }
+    const bool matches = held && opts_.secret->verify(held->value, secret_check_purpose, {opts_.prefix});
+    {
+        std::lock_guard lock(mutex_);
+        secret_mismatch_ = !matches;
+    }
+    if (!matches)
+        throw etcd_error("this node's cluster secret is not the cluster's (" + key +
+                         " differs): its peers would refuse every request it signs, so it does not join");
 }
 
 bool membership::refresh() {
@@ -93,6 +116,7 @@ bool membership::refresh() {
             lease_ = 0;
         }
         bool joined = false;
+        check_secret();
         if (lease_ == 0) {
             lease_ = etcd_.grant(opts_.ttl);
             joined = true;
@@ -110,11 +134,22 @@ bool membership::refresh() {
         const auto nodes_root = opts_.prefix + "nodes/";
         for (const auto& kv : etcd_.range_prefix(nodes_root)) {
             const auto rec = nlohmann::json::parse(kv.value, nullptr, false);
-            if (!rec.is_object() || !rec["tag"].is_string() || !rec["address"].is_string()) continue;
-            const auto tag = rec["tag"].get<std::string>(), address = rec["address"].get<std::string>();
+            const auto text = [&rec](const char* name) {
+                const auto it = rec.find(name);
+                return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
+            };
+            if (!rec.is_object()) continue;
+            const auto tag = text("tag"), address = text("address"), sig = text("sig");
             if (tag == opts_.tag) continue;
             if (!valid_peer_record(std::string_view(kv.key).substr(nodes_root.size()), tag, address)) {
                 spdlog::warn("cluster: ignoring a node record that is not one (key '{}')", kv.key.substr(0, 200));
+                continue;
+            }
+            if (!opts_.secret->verify(sig, record_purpose, {tag, address})) {
+                std::lock_guard lock(mutex_);
+                if (forged_++ % 100 == 0)
+                    spdlog::warn("cluster: ignoring the record of node {} at {}: it is not signed with the cluster "
+                                 "secret ({} so far)", tag, address.substr(0, 100), forged_);
                 continue;
             }
             others.push_back({tag, address});
@@ -406,6 +441,12 @@ void membership::render(std::string& out) const {
     out += "# TYPE cellgate_cluster_joins_total counter\ncellgate_cluster_joins_total " + std::to_string(joins_) + "\n";
     out += "# TYPE cellgate_cluster_etcd_failures_total counter\ncellgate_cluster_etcd_failures_total " +
            std::to_string(failures_) + "\n";
+    out += "# HELP cellgate_cluster_forged_records_total node records ignored: not signed with the cluster secret\n"
+           "# TYPE cellgate_cluster_forged_records_total counter\ncellgate_cluster_forged_records_total " +
+           std::to_string(forged_) + "\n";
+    out += "# HELP cellgate_cluster_secret_mismatch 1 while this node's cluster secret is not the cluster's\n"
+           "# TYPE cellgate_cluster_secret_mismatch gauge\ncellgate_cluster_secret_mismatch " +
+           std::string(secret_mismatch_ ? "1" : "0") + "\n";
 }
 
 }  // namespace cellgate::cluster
