@@ -202,7 +202,8 @@ class Router:
         for name, argv in (("haproxy", ["haproxy", "-db", "-f", str(self.dir / "haproxy.cfg")]),
                            ("sync", ["/usr/bin/python3", str(ROUTER), "sync", "--etcd", self.etcd,
                                      "--etcd-ca", str(self.pki.ca), "--etcd-cert", str(self.pki.client[0]),
-                                     "--etcd-key", str(self.pki.client[1]), "--socket",
+                                     "--etcd-key", str(self.pki.client[1]),
+                                     "--cluster-secret-file", str(self.pki.secret), "--socket",
                                      str(self.socket), "--map", str(self.map), "--slots", str(self.slots),
                                      "--interval", "30"])):
             log = open(self.dir / f"{name}.log", "ab")
@@ -249,3 +250,68 @@ class Router:
         terminate(self.procs, 10)
         keep_logs([self.dir / "haproxy.log", self.dir / "sync.log"], self.dir.name)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def sign_as_peer(secret, from_tag, to_tag, method, target, hop="", scope="", tenant="", at=None, nonce=None):
+    """The headers a node signs a request to a peer with (gateway/src/http/peer_auth.hpp),
+    made here from the cluster secret: what a test needs to play a node."""
+    import hashlib
+    import hmac
+    import secrets as random
+    at = str(int(time.time()) if at is None else at)
+    nonce = nonce or random.token_hex(16)
+    fields = [b"cellgate peer request v1", from_tag, to_tag, at, nonce, method, target, hop, scope, tenant]
+    text = b"".join(str(len(f)).encode() + b":" + f + b"\n" for f in
+                    (f if isinstance(f, bytes) else f.encode() for f in fields))
+    sig = hmac.new(secret, text, hashlib.sha256).hexdigest()
+    headers = {"X-Cellgate-Peer": f"v1 from={from_tag} to={to_tag} at={at} nonce={nonce} sig={sig}"}
+    if hop:
+        headers["X-Cellgate-Hop"] = hop
+    if scope:
+        headers["X-Cellgate-Scope"] = scope
+    if tenant:
+        headers["X-Cellgate-Tenant"] = tenant
+    return headers
+
+
+def vouch(tenant, token_name="default"):
+    """X-Cellgate-Tenant for a tenant and its token's name."""
+    return tenant.encode().hex() + "." + token_name.encode().hex()
+
+
+class Listener:
+    """A plain HTTP listener on loopback that records every request (line and
+    headers) and answers 200 with an empty list: a stranger etcd may name as
+    a peer."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                outer.requests.append({"line": self.requestline, "headers": dict(self.headers.items()), "body": body})
+                out = b"[]"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _any
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

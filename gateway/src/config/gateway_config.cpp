@@ -181,8 +181,8 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         // they ask of each other, or no cluster (review turn 3, H4).
         for (const auto& e : cluster::etcd_client::parse_endpoints(c.etcd))
             if (e.rfind("https://", 0) != 0)
-                throw config_error("--etcd: a member is https://host:port (etcd with TLS and client certificates), "
-                                   "not '" + e.substr(0, 100) + "'");
+                throw config_error("--etcd: an etcd endpoint is https://host:port (etcd with TLS and client "
+                                   "certificates), not '" + e.substr(0, 100) + "'");
         if (c.etcd_ca.empty() || c.etcd_cert.empty() || c.etcd_key.empty())
             throw config_error("--etcd needs --etcd-ca, --etcd-cert and --etcd-key (etcd is reached over TLS with "
                                "this node's client certificate)");

@@ -15,7 +15,9 @@
 // X-Cellgate-Scope and X-Cellgate-Tenant. The receiving node believes those
 // three headers only with a good signature addressed to its own tag, at most
 // 30 s from its clock, whose nonce it has not seen; the tenant must be one of
-// its own tokens file. A listener that etcd wrongly names as a peer receives
+// its own tokens file. (A client may send X-Cellgate-Scope or X-Cellgate-Hop
+// with its own token: they only narrow what it is answered. X-Cellgate-Tenant
+// without a good signature is refused.) A listener that etcd wrongly names as a peer receives
 // no token, and nothing it can replay: the signature names the node it was
 // meant for, expires in 30 s and is taken once. Per-sandbox credentials of
 // the E2B sandbox plane (X-Access-Token) still go to the sandbox's node,
@@ -75,7 +77,7 @@ public:
 
     struct verdict {
         enum class kind {
-            none,     // no cluster header: an ordinary request
+            none,     // an ordinary request (its token is checked as usual)
             ok,       // a peer's request, signed; `who` when it vouches for a tenant
             refused,  // a cluster header without a good signature: 403, `why`
         } what = kind::none;

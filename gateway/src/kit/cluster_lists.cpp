@@ -47,7 +47,7 @@ peer_answers ask_peers(services& s, const request_ptr& req,
             auto part = http::json_nesting_within(r.body, http::max_body_json_depth)
                             ? nlohmann::json::parse(r.body, nullptr, false)
                             : nlohmann::json(nlohmann::json::value_t::discarded);
-            if (r.status == 200 && !part.is_discarded()) {
+            if (r.status == 200 && !part.is_discarded() && (member.empty() || part.is_object())) {
                 auto& items = member.empty() ? part : part[member];
                 if (items.is_array()) {
                     out.parts.emplace_back(tag, std::move(items));
