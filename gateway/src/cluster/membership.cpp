@@ -417,15 +417,17 @@ membership::owner membership::locate(const std::string& tag) const {
 
 std::optional<std::string> membership::refusal() const {
     std::lock_guard lock(mutex_);
+    // The last failure says which: etcd down, etcd refusing this node's
+    // certificate (TLS: …), or a cluster secret that is not the cluster's.
+    const auto why = last_error_.empty() ? std::string() : " (" + last_error_ + ")";
     if (!last_ok_)
-        return "This node has not joined its cluster yet: etcd has not answered" +
-               (last_error_.empty() ? std::string() : " (" + last_error_ + ")") +
+        return "This node has not joined its cluster yet: etcd has not answered it" + why +
                "; it admits no new session until it does";
     const auto age = clock::now() - *last_ok_;
     if (age >= opts_.ttl * 2 / 3)
-        return "This node has lost etcd (no answer for " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) +
-               " s): it admits no new session until etcd answers again; open sessions keep working";
+        return "This node has lost etcd (no good answer for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) + " s" + why +
+               "): it admits no new session until etcd answers again; open sessions keep working";
     return std::nullopt;
 }
 

@@ -43,32 +43,29 @@ std::optional<std::string> hex_decode(std::string_view hex) {
 
 std::string vouch(const identity& who) { return cellgate::hex_encode(who.tenant) + "." + cellgate::hex_encode(who.token_name); }
 
-// "v1 from=… to=… at=… nonce=… sig=…": the fields, or nothing when malformed.
+// "v1 from=… to=… at=… nonce=… sig=…": the fields into `f`, or false when malformed.
 struct peer_fields {
     std::string from, to, at, nonce, sig;
 };
-std::optional<peer_fields> parse(std::string_view v) {
-    if (v.substr(0, 3) != "v1 ") return std::nullopt;
+bool parse(std::string_view v, peer_fields& f) {
+    if (v.substr(0, 3) != "v1 ") return false;
     v.remove_prefix(3);
-    peer_fields f;
     while (!v.empty()) {
         const auto space = v.find(' ');
         const auto item = v.substr(0, space);
         v = space == std::string_view::npos ? std::string_view() : v.substr(space + 1);
         const auto eq = item.find('=');
-        if (eq == std::string_view::npos) return std::nullopt;
+        if (eq == std::string_view::npos) return false;
         const auto key = item.substr(0, eq);
         const std::string value(item.substr(eq + 1));
         std::string* slot = key == "from" ? &f.from : key == "to" ? &f.to : key == "at" ? &f.at
                             : key == "nonce" ? &f.nonce : key == "sig" ? &f.sig : nullptr;
-        if (slot == nullptr || !slot->empty() || value.empty()) return std::nullopt;
+        if (slot == nullptr || !slot->empty() || value.empty()) return false;
         *slot = value;
     }
-    if (f.from.size() != 8 || !lower_hex(f.from) || f.to.size() != 8 || !lower_hex(f.to) || f.nonce.size() != 32 ||
-        !lower_hex(f.nonce) || f.sig.size() != 64 || !lower_hex(f.sig) || f.at.empty() || f.at.size() > 12 ||
-        !std::all_of(f.at.begin(), f.at.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return std::nullopt;
-    return f;
+    return f.from.size() == 8 && lower_hex(f.from) && f.to.size() == 8 && lower_hex(f.to) && f.nonce.size() == 32 &&
+           lower_hex(f.nonce) && f.sig.size() == 64 && lower_hex(f.sig) && !f.at.empty() && f.at.size() <= 12 &&
+           std::all_of(f.at.begin(), f.at.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -164,8 +161,9 @@ peer_auth::verdict peer_auth::check(const bhttp::request_header<>& h, const auth
     // part; X-Cellgate-Hop, no relay) under its own token; only a node's
     // signature stands for a tenant.
     if (h.count(peer_header) == 0 && h.count(tenant_header) == 0) return {};
-    const auto fields = parse(value_of(h, peer_header));
-    if (!fields)
+    peer_fields f;
+    const auto* fields = parse(value_of(h, peer_header), f) ? &f : nullptr;
+    if (fields == nullptr)
         return refuse("X-Cellgate-Tenant is a cluster node's word, and this request has no well-formed "
                       "X-Cellgate-Peer");
     if (fields->to != tag_) return refuse("signed for node " + fields->to + ", not this one (" + tag_ + ")");

@@ -61,9 +61,11 @@ http_reply http_call(const std::string& method, const std::string& host, const s
         asio::ip::make_address(host, not_ip);
         auto* param = SSL_get0_param(ssl);
         X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        // SNI as SSL_set_tlsext_host_name sets it, without its macro's C cast.
         const bool named = not_ip ? X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size()) == 1 &&
-                                       SSL_set_tlsext_host_name(ssl, host.c_str()) == 1
-                                 : X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1;
+                                        SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                                                 const_cast<char*>(host.c_str())) == 1
+                                  : X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1;
         if (!named) throw http_failure(host + ":" + port + ": cannot check a certificate for that host");
         secure->set_verify_mode(asio::ssl::verify_peer);
     }

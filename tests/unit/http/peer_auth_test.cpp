@@ -3,6 +3,7 @@
 // the tenant, bound to that peer, the request and 30 s, and taken once; the
 // receiving node believes nothing else. The clock is injected.
 #include "http/peer_auth.hpp"
+#include "http/hop.hpp"
 
 #include "util/cluster_secret.hpp"
 
