@@ -22,7 +22,9 @@ CELLGATE, LAUNCHD = BUILD / "bin" / "cellgate", BUILD / "bin" / "cellgate-launch
 ROUTER = DEPLOY / "cellgate-router"
 SAMPLE = {"CELLGATE_NODE_TAG": "0a1b2c3d", "CELLGATE_ETCD": "https://10.0.0.11:2379,https://10.0.0.12:2379",
           "CELLGATE_NODE_ADDRESS": "10.0.0.21:8888", "CELLGATE_CGROUP_PARENT": "cellgate",
-          "CELLGATE_UID_RANGE_START": "1000000", "CELLGATE_UID_RANGE_SLOTS": "4096"}
+          "CELLGATE_UID_RANGE_START": "1000000", "CELLGATE_UID_RANGE_SLOTS": "4096",
+          "ETCD_NAME": "m1", "ETCD_HOST": "10.0.0.11",
+          "ETCD_INITIAL_CLUSTER": "m1=https://10.0.0.11:2380,m2=https://10.0.0.12:2380,m3=https://10.0.0.13:2380"}
 
 
 def docs():

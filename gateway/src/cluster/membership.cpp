@@ -60,8 +60,8 @@ bool valid_peer_record(std::string_view key_tag, const std::string& tag, const s
 }
 
 membership::membership(options opts, std::function<nlohmann::json()> figures)
-    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), quota_etcd_(opts_.etcd),
-      index_etcd_(opts_.etcd),
+    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd, opts_.tls),
+      quota_etcd_(opts_.etcd, opts_.tls), index_etcd_(opts_.etcd, opts_.tls),
       key_nonce_(protocol::make_uuid().substr(0, 8)), started_(protocol::now_iso8601()) {
     if (opts_.ttl < std::chrono::seconds(2)) opts_.ttl = std::chrono::seconds(2);
     if (!opts_.secret) throw std::invalid_argument("a cluster node needs the cluster secret");

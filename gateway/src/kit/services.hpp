@@ -97,7 +97,7 @@ kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, con
 
 // Replies with a list: this node's `local`, and on a cluster node the part of
 // each live peer that holds some of the caller's kernels by the cluster's
-// index (the same GET with the caller's credentials and
+// index (the same GET, signed for the caller and never with its token, and
 // `X-Cellgate-Scope: node`, which asks a node for its own part only), joined
 // into the array `local[member]` ("" = `local` itself). Peers that do not
 // answer are named in `X-Cellgate-Unreachable`; a node that has lost etcd
