@@ -170,18 +170,21 @@ def test_h4_a_node_that_cannot_authenticate_to_etcd_admits_nothing_new(etcd):
     ca = str(etcd.pki.ca)
     bad_cert = ["--etcd-ca", ca, "--etcd-cert", str(rogue.client[0]), "--etcd-key", str(rogue.client[1]),
                 "--cluster-secret-file", str(etcd.pki.secret)]
-    a = node(5, "eeee0005", etcd, "--lease-ttl", str(TTL), credentials=bad_cert).start()
-    b = node(6, "eeee0006", etcd, "--lease-ttl", str(TTL), credentials=etcd.pki.node_args(secret=stranger)).start()
+    a = node(5, "eeee0005", etcd, "--lease-ttl", str(TTL), credentials=bad_cert)
+    b = node(6, "eeee0006", etcd, "--lease-ttl", str(TTL), credentials=etcd.pki.node_args(secret=stranger))
     c = node(7, "eeee0007", etcd, "--lease-ttl", str(TTL)).start()
     check = "/cellgate/secret-check"
     try:
+        # c first: the first node to join writes the secret's check (docs/cluster.md).
         wait_for(lambda: record(etcd, "eeee0007")[0], "c's record")
+        a.start()
+        b.start()
         s = c.api("POST", "/v1/sessions", json={})
         assert s.status_code == 201, s.text
         sid = s.json()["id"]
         for g, says in ((a, "TLS"), (b, "cluster secret")):
             r = wait_for(lambda: (r := g.api("POST", "/v1/sessions", json={})).status_code == 503 and says in
-                         r.json()["message"] and r, f"{says}: a refusal that says so", timeout=TTL + 5)
+                         r.json()["message"] and [r], f"{says}: a refusal that says so", timeout=TTL + 5)[0]
             assert "has not joined its cluster" in r.json()["message"], r.text
             assert metric(g, "cellgate_cluster_admitting") == 0
             assert says in g.log_text()

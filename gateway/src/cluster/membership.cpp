@@ -124,7 +124,6 @@ bool membership::refresh() {
             // still tell its ids (410, gone) from ids no node ever made (404).
             etcd_.put(opts_.prefix + "tags/" + opts_.tag, nlohmann::json{{"tag", opts_.tag}, {"address", opts_.address}}.dump());
         }
-        etcd_.put(node_key(), record(), lease_);
         {
             std::lock_guard lock(mutex_);
             shared_lease_ = lease_;
@@ -159,6 +158,9 @@ bool membership::refresh() {
         for (const auto& kv : etcd_.range_prefix(tags_root))
             if (valid_tag(kv.key.substr(tags_root.size()))) tags.push_back(kv.key.substr(tags_root.size()));
         std::sort(tags.begin(), tags.end());
+        // The record last: the router sends creates to a node once it is
+        // there, and by then the node has its peers and admits.
+        etcd_.put(node_key(), record(), lease_);
         std::lock_guard lock(mutex_);
         peers_ = std::move(others);
         known_tags_ = std::move(tags);

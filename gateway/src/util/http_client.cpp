@@ -32,9 +32,15 @@ void exchange(Stream& stream, bhttp::request<bhttp::string_body>& req, bhttp::re
     });
 }
 
-std::string describe(const boost::system::error_code& ec) {
+// Why a call failed. Over TLS 1.3 a server that refuses the client's
+// certificate says so after the client's handshake is done: its alert, or a
+// reset, comes on the first write or read.
+std::string describe(const boost::system::error_code& ec, bool tls, bool handshaken, bool answered) {
     if (ec.category() == asio::error::get_ssl_category())
         return "TLS: " + ec.message() + " (the certificate, its key or the CA does not match)";
+    if (tls && handshaken && !answered && ec != asio::error::timed_out && ec != beast::error::timeout)
+        return "TLS: the server closed the connection after the handshake (" + ec.message() +
+               "): it did not take this client's certificate";
     return ec.message();
 }
 
@@ -72,6 +78,7 @@ http_reply http_call(const std::string& method, const std::string& host, const s
     bhttp::response<bhttp::string_body> res;
     beast::flat_buffer buffer;
     boost::system::error_code failed;
+    bool handshaken = false;
     asio::ip::tcp::resolver resolver(ioc);
     plain.expires_after(timeout);
     resolver.async_resolve(host, port, [&](boost::system::error_code ec, auto results) {
@@ -81,6 +88,7 @@ http_reply http_call(const std::string& method, const std::string& host, const s
             if (!secure) return exchange(plain, req, res, buffer, failed);
             secure->async_handshake(asio::ssl::stream_base::client, [&](boost::system::error_code ec5) {
                 if (ec5) return void(failed = ec5);
+                handshaken = true;
                 exchange(*secure, req, res, buffer, failed);
             });
         });
@@ -89,7 +97,8 @@ http_reply http_call(const std::string& method, const std::string& host, const s
     // this bounds the name lookup too.
     ioc.run_for(timeout + std::chrono::milliseconds(100));
     if (!ioc.stopped()) failed = asio::error::timed_out;
-    if (failed) throw http_failure(host + ":" + port + ": " + describe(failed));
+    if (failed)
+        throw http_failure(host + ":" + port + ": " + describe(failed, tls != nullptr, handshaken, buffer.size() > 0));
     return {res.result_int(), std::move(res.body())};
 }
 
