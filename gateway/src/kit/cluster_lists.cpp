@@ -54,6 +54,11 @@ peer_answers ask_peers(services& s, const request_ptr& req,
                     continue;
                 }
             }
+            // A peer that refuses this node's signature (another cluster
+            // secret, clocks 30 s apart): said here, counted there.
+            if (r.status == 403 && part.is_object() && part.value("message", std::string()).starts_with("Not a request"))
+                spdlog::warn("cluster: node {} refused this node's signed request: {}", tag,
+                             part.value("message", std::string()).substr(0, 300));
         } catch (const util::http_failure& e) {
             spdlog::warn("cluster: node {} did not answer {}: {}", tag, target, e.what());
         }
