@@ -652,7 +652,7 @@ def test_h4_an_unauthenticated_put_of_a_node_record_is_refused(cluster):
     from support.pki import Pki
     etcd, nodes, router = cluster
     key, value = "/cellgate/nodes/deadbeef", json.dumps({"tag": "deadbeef", "address": "127.0.0.1:9"})
-    r = etcd.ctl("put", key, value, credentials=False)
+    r = etcd.ctl("put", key, value, credentials=False, command_timeout="1s")
     assert r.returncode != 0, r.stdout
     rogue = Pki(etcd.dir / "rogue-pki", name="rogue-ca")
     endpoint = etcd.endpoints.split(",")[0]

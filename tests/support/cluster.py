@@ -97,12 +97,12 @@ class EtcdCluster:
         self.wait_healthy(timeout)
         return self
 
-    def ctl(self, *args, endpoints=None, timeout=10, credentials=True):
+    def ctl(self, *args, endpoints=None, timeout=10, credentials=True, command_timeout="3s"):
         """etcdctl with the cluster's CA and a client certificate (`credentials`
         False: the CA only, as anyone who can reach the port)."""
         tls = self.pki.etcdctl_args() if credentials else ["--cacert", str(self.pki.ca)]
         return subprocess.run(["etcdctl", "--endpoints", endpoints or self.endpoints, "--dial-timeout", "2s",
-                               "--command-timeout", "3s", *tls, *args],
+                               "--command-timeout", command_timeout, *tls, *args],
                               capture_output=True, text=True, timeout=timeout, env={**os.environ, "ETCDCTL_API": "3"})
 
     def wait_healthy(self, timeout=60):
