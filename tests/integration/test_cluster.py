@@ -676,7 +676,7 @@ def test_h4_a_forged_peer_in_etcd_receives_no_token(cluster):
     router send it nothing. And a peer the nodes do take is sent no token:
     it gets the node's signed word for the tenant, which no other node
     takes, and which its own node takes once."""
-    from support.cluster import Listener, sign_as_peer, vouch
+    from support.cluster import Listener, vouch
     etcd, nodes, router = cluster
     secret = etcd.pki.secret.read_bytes().rstrip(b"\n")
     listener = Listener()

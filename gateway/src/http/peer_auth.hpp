@@ -36,9 +36,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
