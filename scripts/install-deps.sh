@@ -20,6 +20,8 @@ packages=(
   # cluster tests (issue 16): a real 3-member etcd and HAProxy, on loopback.
   # Their packaged services are not used (the tests start their own).
   etcd-server etcd-client haproxy
+  # the cluster's CA and certificates (tests/support/pki.py, deploy/cellgate-cluster pki)
+  openssl
   # deployment checks: the Kubernetes manifests are parsed
   python3-yaml
   # client and browser tests: Node.js with npm (the machine's nodesource build or

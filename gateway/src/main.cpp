@@ -22,6 +22,8 @@
 #include "kernels/session_registry.hpp"
 #include "kernels/state_store.hpp"
 #include "metrics/metrics.hpp"
+#include "util/cluster_secret.hpp"
+#include "util/http_client.hpp"
 #include "wire/zmq_reactor.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -291,6 +293,18 @@ int main(int argc, char** argv) {
         std::cout << "cellgate: the configuration is valid\n";
         return 0;
     }
+    // A cluster node's credentials, read before anything starts (review turn 3, H4).
+    std::shared_ptr<const util::cluster_secret> cluster_secret;
+    std::shared_ptr<const boost::asio::ssl::context> etcd_tls;
+    if (!cfg.etcd.empty()) {
+        try {
+            cluster_secret = util::cluster_secret::from_file(cfg.cluster_secret_file);
+            etcd_tls = util::make_tls_client(cfg.etcd_ca, cfg.etcd_cert, cfg.etcd_key);
+        } catch (const std::exception& e) {
+            std::cerr << "cellgate: " << e.what() << "\n";
+            return 2;
+        }
+    }
     kernels::set_node_tag(cfg.node_tag);  // checked by parse_config; before any id is made
     spdlog::set_level(spdlog::level::from_str(cfg.log_level));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
@@ -419,6 +433,8 @@ int main(int argc, char** argv) {
             mo.tag = cfg.node_tag;
             mo.address = cfg.node_address.empty() ? cfg.server.ip + ":" + std::to_string(port) : cfg.node_address;
             mo.ttl = std::chrono::seconds(cfg.lease_ttl);
+            mo.tls = etcd_tls;
+            mo.secret = cluster_secret;
             member = std::make_unique<cluster::membership>(std::move(mo), [&manager] {
                 const auto load = manager.load();
                 return nlohmann::json{{"admitted", load.admitted}, {"max_kernels", load.max_kernels},
@@ -449,6 +465,11 @@ int main(int argc, char** argv) {
                 return pairs(m->holders(tenant));
             };
             services.node_tag = cfg.node_tag;
+            // Requests between nodes: signed, and never with a tenant's token (http/peer_auth.hpp).
+            auto peers = std::make_shared<http::peer_auth>(cfg.node_tag, cluster_secret);
+            services.peer_auth = peers;
+            ctx.hops.peers = peers;
+            metrics.add_gauge_source([peers](std::string& out) { peers->render(out); });
             // A request for an id another node made is relayed to that node (http/hop.hpp).
             ctx.hops.tag = cfg.node_tag;
             ctx.hops.locate = [m = member.get()](const std::string& tag) {

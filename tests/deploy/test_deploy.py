@@ -20,9 +20,11 @@ DEPLOY = REPO / "deploy"
 BUILD = Path(os.environ.get("CELLGATE_BUILD_DIR", REPO / "build"))
 CELLGATE, LAUNCHD = BUILD / "bin" / "cellgate", BUILD / "bin" / "cellgate-launchd"
 ROUTER = DEPLOY / "cellgate-router"
-SAMPLE = {"CELLGATE_NODE_TAG": "0a1b2c3d", "CELLGATE_ETCD": "http://10.0.0.11:2379,http://10.0.0.12:2379",
+SAMPLE = {"CELLGATE_NODE_TAG": "0a1b2c3d", "CELLGATE_ETCD": "https://10.0.0.11:2379,https://10.0.0.12:2379",
           "CELLGATE_NODE_ADDRESS": "10.0.0.21:8888", "CELLGATE_CGROUP_PARENT": "cellgate",
-          "CELLGATE_UID_RANGE_START": "1000000", "CELLGATE_UID_RANGE_SLOTS": "4096"}
+          "CELLGATE_UID_RANGE_START": "1000000", "CELLGATE_UID_RANGE_SLOTS": "4096",
+          "ETCD_NAME": "m1", "ETCD_HOST": "10.0.0.11",
+          "ETCD_INITIAL_CLUSTER": "m1=https://10.0.0.11:2380,m2=https://10.0.0.12:2380,m3=https://10.0.0.13:2380"}
 
 
 def docs():
@@ -123,7 +125,70 @@ def test_etcd_has_three_members_that_name_each_other():
     members = dict(m.split("=", 1) for m in initial.split(","))
     assert sorted(members) == [f"etcd-{i}" for i in range(3)]
     for name, url in members.items():
-        assert url == f"http://{name}.etcd:2380"
+        assert url == f"https://{name}.etcd:2380"
+    etcd_serves_only_tls_with_client_certificates(cmd[1:])
+    # The probe reads health where no certificate is asked for, and nothing else is served there.
+    probe = containers(sts)[0]["readinessProbe"]["httpGet"]
+    assert probe["port"] == 2381 and "--listen-metrics-urls=http://0.0.0.0:2381" in cmd
+    tls = next(v for v in pod_spec(sts)["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "cellgate-etcd-tls"
+
+
+ETCD_HELP = None
+
+
+def etcd_serves_only_tls_with_client_certificates(args):
+    """Security review turn 3, H4: every URL etcd listens on or advertises
+    for clients and members is https, client certificates are required of
+    both, and each flag is one Debian's etcd takes."""
+    global ETCD_HELP
+    if ETCD_HELP is None:
+        r = subprocess.run(["etcd", "--help"], capture_output=True, text=True)
+        ETCD_HELP = r.stdout + r.stderr
+    flags = {}
+    it = iter(args)
+    for a in it:
+        if not a.startswith("--"):
+            continue
+        name, eq, value = a.partition("=")
+        if not eq and name not in ("--client-cert-auth", "--peer-client-cert-auth"):
+            value = next(it)
+        flags[name] = value
+        assert f"  {name} " in ETCD_HELP or f"  {name}\n" in ETCD_HELP or f"  {name}=" in ETCD_HELP, name
+    for f in ("--listen-client-urls", "--advertise-client-urls", "--listen-peer-urls", "--initial-advertise-peer-urls"):
+        assert all(u.startswith("https://") for u in flags[f].split(",")), (f, flags[f])
+    assert all(m.split("=", 1)[1].startswith("https://") for m in flags["--initial-cluster"].split(","))
+    for f in ("--client-cert-auth", "--peer-client-cert-auth", "--cert-file", "--key-file", "--trusted-ca-file",
+              "--peer-cert-file", "--peer-key-file", "--peer-trusted-ca-file"):
+        assert f in flags, f
+    return flags
+
+
+def test_only_the_router_and_the_nodes_machines_reach_etcd():
+    """Security review turn 3, H4: a NetworkPolicy selects etcd's pods and
+    admits, on the client port, the router's pods and an ipBlock (the node
+    pods use the host's network) only; members reach each other."""
+    policies = [p for p in by_kind("NetworkPolicy") if p["spec"]["podSelector"]["matchLabels"] ==
+                {"app.kubernetes.io/name": "etcd"}]
+    assert len(policies) == 1
+    spec = policies[0]["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    admitted = []
+    for rule in spec["ingress"]:
+        assert rule.get("from"), "a rule without 'from' admits every pod"
+        ports = {p["port"] for p in rule["ports"]}
+        for peer in rule["from"]:
+            assert set(peer) <= {"podSelector", "ipBlock"}, peer  # no namespaceSelector: no other namespace
+            who = peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") or "ipBlock"
+            admitted.append((who, frozenset(ports)))
+            if who == "ipBlock":
+                assert peer["ipBlock"]["cidr"] != "0.0.0.0/0"
+    assert sorted(admitted, key=str) == sorted([("cellgate-router", frozenset({2379})), ("ipBlock", frozenset({2379})),
+                                                ("etcd", frozenset({2379, 2380}))], key=str)
+    # The pods the policy names are the router's and etcd's own.
+    names = {w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+             for w in by_kind("Deployment") + by_kind("StatefulSet")}
+    assert {"cellgate-router", "etcd"} <= names
 
 
 def test_the_node_pods_launcher_is_privileged_and_its_gateway_is_not():
@@ -149,7 +214,13 @@ def test_the_node_pods_commands_are_accepted_by_the_binaries():
     check_config(args[2:], tokens_example())
     # Each member the node is given is one of the StatefulSet's.
     etcd = args[args.index("--etcd") + 1].split(",")
-    assert etcd == [f"http://etcd-{i}.etcd.cellgate.svc:2379" for i in range(3)]
+    assert etcd == [f"https://etcd-{i}.etcd.cellgate.svc:2379" for i in range(3)]
+    # H4: its credentials are the init container's copies, in a volume of the pod's own.
+    creds = {args[args.index(f) + 1] for f in ("--etcd-ca", "--etcd-cert", "--etcd-key", "--cluster-secret-file")}
+    assert all(p.startswith("/run/cellgate-credentials/") for p in creds), creds
+    copy = c["credentials"]["command"][2]
+    assert "install -o 999 -g 999 -m 600" in copy and all(Path(p).name in copy for p in creds)
+    assert c["gateway"]["securityContext"]["runAsUser"] == 999
 
 
 def test_the_routers_config_is_valid_haproxy_and_its_sync_takes_its_flags():
@@ -163,6 +234,9 @@ def test_the_routers_config_is_valid_haproxy_and_its_sync_takes_its_flags():
     r = subprocess.run(["/usr/bin/python3", str(ROUTER), "sync", "--help"], capture_output=True, text=True)
     for a in sync[2:]:
         assert a.split("=", 1)[0] in r.stdout, a
+    given = dict(a.split("=", 1) for a in sync[2:])
+    assert all(u.startswith("https://") for u in given["--etcd"].split(","))
+    assert {"--etcd-ca", "--etcd-cert", "--etcd-key", "--cluster-secret-file"} <= set(given)
     # HAProxy reads the config the init container writes, at the same path.
     assert c["haproxy"]["command"][-1] == "/run/cellgate-router/haproxy.cfg"
 
@@ -191,6 +265,11 @@ def test_the_systemd_units_commands_are_accepted_by_the_binaries():
     node = expand(unit("cellgate-node.service")["Service"]["ExecStart"])
     assert node[0] == "/usr/local/bin/cellgate"
     check_config(node[1:], '[{"token": "a-long-enough-token", "tenant": "t"}]')
+    for f in ("--etcd-ca", "--etcd-cert", "--etcd-key", "--cluster-secret-file"):
+        assert f in node, f
+    etcd = expand(unit("cellgate-etcd.service")["Service"]["ExecStart"])
+    assert etcd[0] == "/usr/bin/etcd"
+    etcd_serves_only_tls_with_client_certificates(etcd[1:])
     launchd = expand(unit("cellgate-launchd.service")["Service"]["ExecStart"])
     launchd_flags_known(launchd[1:])
     pre = unit("cellgate-router.service")["Service"]["ExecStartPre"]
@@ -201,6 +280,8 @@ def test_the_systemd_units_commands_are_accepted_by_the_binaries():
     for a in sync[2:]:
         if a.startswith("--"):
             assert a in r.stdout, a
+    for f in ("--etcd-ca", "--etcd-cert", "--etcd-key", "--cluster-secret-file"):
+        assert f in sync, f
 
 
 def test_check_config_refuses_what_the_gateway_would_refuse():
@@ -209,6 +290,14 @@ def test_check_config_refuses_what_the_gateway_would_refuse():
     assert r.returncode == 2 and "--node-tag" in r.stderr
     r = subprocess.run([str(CELLGATE), "--no-such-option", "1", "--check-config"], capture_output=True, text=True)
     assert r.returncode == 2
+    # H4: a node of a cluster reaches etcd over TLS with its certificate and has the cluster secret.
+    node = ["--node-tag", "0a1b2c3d", "--etcd", "https://10.0.0.11:2379"]
+    creds = ["--etcd-ca", "ca.pem", "--etcd-cert", "n.pem", "--etcd-key", "n-key.pem", "--cluster-secret-file", "s"]
+    for args, says in (([*node[:3], "http://10.0.0.11:2379", *creds], "https://"),
+                       ([*node, *creds[2:]], "--etcd-ca"), ([*node, *creds[:6]], "--cluster-secret-file")):
+        r = subprocess.run([str(CELLGATE), *args, "--check-config"], capture_output=True, text=True)
+        assert r.returncode == 2 and says in r.stderr, (args, r.stderr)
+    assert subprocess.run([str(CELLGATE), *node, *creds, "--check-config"], capture_output=True).returncode == 0
 
 
 def _router_module():
@@ -244,7 +333,7 @@ def test_the_router_sync_sends_haproxy_nothing_from_etcd_it_has_not_validated():
     sync = object.__new__(router.Sync)
     sync.rt = lambda command: sent.append(command) or ""
     sync.etcd = Etcd()
-    sync.prefix, sync.map, sync.slots = "/cellgate/", "/run/ids.map", 4
+    sync.prefix, sync.map, sync.slots, sync.secret = "/cellgate/", "/run/ids.map", 4, None
     sync.owner, sync.address, sync.weights, sync.gone = {}, {}, {}, set()
     sync.once()
     assert sync.owner == {"0badcafe": 1}, sync.owner
@@ -255,3 +344,65 @@ def test_the_router_sync_sends_haproxy_nothing_from_etcd_it_has_not_validated():
         assert router.valid_address(ok), ok
     for bad in ("10.0.0.5", "a b:80", "a:0", "a:70000", "[fd00::2;x]:80", "-a:80", "a..b:80", 5):
         assert not router.valid_address(bad), bad
+
+
+def test_the_router_sync_routes_only_records_the_nodes_signed():
+    """Security review turn 3, H4: with --cluster-secret-file the sync takes
+    a record only with the nodes' HMAC of its tag and address."""
+    router = _router_module()
+    secret = b"s" * 32
+    good = {"tag": "0badcafe", "address": "10.0.0.5:8888"}
+    good["sig"] = router.record_signature(secret, good["tag"], good["address"])
+    assert router.valid_record("0badcafe", good, secret)
+    assert router.valid_record("0badcafe", good)  # without a secret: form only
+    assert not router.valid_record("0badcafe", {**good, "address": "10.0.0.6:8888"}, secret)
+    assert not router.valid_record("0badcafe", {k: v for k, v in good.items() if k != "sig"}, secret)
+    assert not router.valid_record("0badcafe", good, b"t" * 32)
+    # The same signature as the gateway's (util/cluster_secret.cpp): length-prefixed fields.
+    import hashlib
+    import hmac
+    text = b"23:cellgate node record v1\n8:0badcafe\n13:10.0.0.5:8888\n"
+    assert good["sig"] == hmac.new(secret, text, hashlib.sha256).hexdigest()
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp, "secret")
+        f.write_bytes(secret + b"\n")
+        f.chmod(0o644)
+        with pytest.raises(SystemExit):
+            router.read_secret(str(f))
+        f.chmod(0o600)
+        assert router.read_secret(str(f)) == secret
+
+
+def test_the_cluster_script_makes_a_ca_whose_certificates_etcd_and_its_clients_take():
+    """Security review turn 3, H4: `cellgate-cluster pki` makes the CA,
+    etcd's certificate for the hosts named, the node's and the router's
+    client certificates and the cluster secret; keys and secret are mode 600;
+    each certificate chains to the CA; etcd's flags from the script are
+    flags etcd takes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp, "pki")
+        r = subprocess.run(["/usr/bin/python3", str(DEPLOY / "cellgate-cluster"), "pki", "--dir", str(d), "--hosts",
+                            "10.0.0.11,etcd-0.etcd"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert oct(d.stat().st_mode & 0o777) == "0o700"
+        for name in ("ca-key.pem", "etcd-key.pem", "node-key.pem", "router-key.pem", "cluster-secret"):
+            assert oct((d / name).stat().st_mode & 0o777) == "0o600", name
+        assert len((d / "cluster-secret").read_text().strip()) == 64
+        for name in ("etcd", "node", "router"):
+            v = subprocess.run(["openssl", "verify", "-CAfile", str(d / "ca.pem"), str(d / f"{name}.pem")],
+                               capture_output=True, text=True)
+            assert v.returncode == 0, v.stdout + v.stderr
+        text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(d / "etcd.pem")],
+                              capture_output=True, text=True).stdout
+        assert "IP Address:10.0.0.11" in text and "DNS:etcd-0.etcd" in text
+        again = subprocess.run(["/usr/bin/python3", str(DEPLOY / "cellgate-cluster"), "pki", "--dir", str(d),
+                                "--hosts", "10.0.0.11"], capture_output=True, text=True, timeout=60)
+        assert again.returncode != 0 and "already" in again.stderr  # never a second CA over the first
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("cellgate_cluster", str(DEPLOY / "cellgate-cluster"))
+    spec = importlib.util.spec_from_loader("cellgate_cluster", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    argv = module.etcd_argv("m1", "10.0.0.11", 2379, 2380, "m1=https://10.0.0.11:2380", "/var/lib/e", "/etc/pki")
+    etcd_serves_only_tls_with_client_certificates(argv[1:])

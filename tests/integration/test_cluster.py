@@ -45,10 +45,10 @@ def cluster():
     config.write_text(json.dumps({"tokens": [{"token": TOKEN_B, "tenant": "b", "max_sessions": QUOTA_B}]}))
     try:
         for i, tag in enumerate(TAGS):
-            nodes.append(node(10 + i, tag, etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1",
+            nodes.append(node(10 + i, tag, etcd, "--lease-ttl", str(TTL), "--pool-size", "1",
                               "--max-kernels-per-tenant", str(QUOTA), "--config", str(config),
                               token=TOKEN).start())
-        router = Router(etcd.endpoints, TOKEN).start()
+        router = Router(etcd, TOKEN).start()
         end = time.monotonic() + 30
         while time.monotonic() < end and set(router.owners()) != set(TAGS):
             time.sleep(0.2)
@@ -634,6 +634,162 @@ def test_the_index_names_the_nodes_holding_a_tenants_sessions_and_lists_ask_only
         router.api("DELETE", f"/v1/sessions/{sid_b}", headers=b)
     wait_for(lambda: holders(etcd, "b") == {}, "the index to drop the node with no session of tenant b",
              timeout=TTL * 3)
+
+
+def metric(g, name):
+    for line in g.api("GET", "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_h4_an_unauthenticated_put_of_a_node_record_is_refused(cluster):
+    """Security review turn 3, H4: etcd takes no client without a certificate
+    from the cluster's CA: not etcdctl with the CA alone, not a certificate
+    from another CA, not plain HTTP on its port."""
+    import ssl
+    import urllib.request
+    from support.pki import Pki
+    etcd, nodes, router = cluster
+    key, value = "/cellgate/nodes/deadbeef", json.dumps({"tag": "deadbeef", "address": "127.0.0.1:9"})
+    r = etcd.ctl("put", key, value, credentials=False, command_timeout="1s")
+    assert r.returncode != 0, r.stdout
+    rogue = Pki(etcd.dir / "rogue-pki", name="rogue-ca")
+    endpoint = etcd.endpoints.split(",")[0]
+    body = json.dumps({"key": "L2NlbGxnYXRlL25vZGVzL2RlYWRiZWVm", "value": "e30="}).encode()
+    for context in (ssl.create_default_context(cafile=str(etcd.pki.ca)), None):
+        if context is not None:
+            context.load_cert_chain(str(rogue.client[0]), str(rogue.client[1]))
+        url = endpoint if context is not None else endpoint.replace("https://", "http://")
+        with pytest.raises(OSError):  # the TLS handshake fails, or the plain request gets no answer
+            urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/put", data=body), context=context, timeout=5)
+    assert etcd.get(key) == (None, None)
+    # With the cluster's client certificate the same put is taken: the refusals above are the certificate's.
+    control = "/cellgate/h4-control"
+    assert etcd.ctl("put", control, value).returncode == 0
+    assert etcd.ctl("del", control).returncode == 0
+
+
+def test_h4_a_forged_peer_in_etcd_receives_no_token(cluster):
+    """Security review turn 3, H4: a node record that the nodes did not sign
+    (written by anyone who got at etcd) names no peer: lists, hops and the
+    router send it nothing. And a peer the nodes do take is sent no token:
+    it gets the node's signed word for the tenant, which no other node
+    takes, and which its own node takes once."""
+    from support.cluster import Listener, vouch
+    etcd, nodes, router = cluster
+    secret = etcd.pki.secret.read_bytes().rstrip(b"\n")
+    listener = Listener()
+    forged, signed = "deadbeef", "deadbee0"
+    tenant_hex = "default".encode().hex()
+    keys = []
+
+    def put(key, value):
+        assert etcd.ctl("put", key, value).returncode == 0
+        keys.append(key)
+
+    def ask_everything(n, tag):
+        for path, params, headers in (("/v1/sessions", {}, {}), ("/api/kernels", {}, {}),
+                                      ("/api/sessions", {"token": TOKEN}, {"Authorization": None}),
+                                      ("/api/terminals", {}, {}), ("/e2b/sandboxes", {}, {"X-API-Key": TOKEN})):
+            r = n.api("GET", path, params=params, headers=headers)
+            assert r.status_code == 200, (path, r.status_code, r.text[:300])
+        return n.api("GET", f"/api/kernels/{tag}-0000-4000-8000-00000000abcd")
+
+    try:
+        before = [metric(n, "cellgate_cluster_forged_records_total") for n in nodes]
+        put(f"/cellgate/nodes/{forged}", json.dumps({"tag": forged, "address": f"127.0.0.1:{listener.port}",
+                                                      "sig": "0" * 64}))
+        put(f"/cellgate/holders/{tenant_hex}/{forged}", "{}")
+        # Every node has read the record, and refused it.
+        wait_for(lambda: all(metric(n, "cellgate_cluster_forged_records_total") > b for n, b in zip(nodes, before)),
+                 "each node to see the forged record", timeout=TTL + 5)
+        for n in nodes:
+            assert ask_everything(n, forged).status_code == 404  # no hop to it either
+        assert forged not in router.owners(), router.owners()
+        assert listener.requests == [], listener.requests
+
+        # A record signed with the cluster's secret (as if a node's, at the listener): the nodes take it…
+        put(f"/cellgate/nodes/{signed}", json.dumps({
+            "tag": signed, "address": f"127.0.0.1:{listener.port}",
+            "sig": hmac_of(secret, b"cellgate node record v1", signed, f"127.0.0.1:{listener.port}")}))
+        put(f"/cellgate/holders/{tenant_hex}/{signed}", "{}")
+        expected = {"/v1/sessions", "/api/kernels", "/api/sessions", "/e2b/sandboxes",
+                    f"/api/kernels/{signed}-0000-4000-8000-00000000abcd"}
+
+        def asked():
+            return {r["line"].split()[1].split("?")[0] for r in listener.requests if "X-Cellgate-Peer" in r["headers"]}
+        wait_for(lambda: (ask_everything(nodes[0], signed), expected <= asked())[1],
+                 "a node to ask the signed record's address for lists and a hop", timeout=TTL + 10)
+        # …and send it no credential of the tenant's: no Authorization, X-API-Key, cookie or ?token=.
+        # (The router, which routes signed records too, sends it its health checks.)
+        from_nodes = [r for r in listener.requests if "X-Cellgate-Peer" in r["headers"]]
+        assert from_nodes, listener.requests
+        for r in listener.requests:
+            text = (r["line"] + json.dumps(r["headers"])).lower()
+            assert TOKEN.lower() not in text and "token=" not in text, r
+            assert not {"authorization", "x-api-key", "cookie"} & {k.lower() for k in r["headers"]}, r
+        for r in from_nodes:
+            assert r["headers"]["X-Cellgate-Peer"].startswith(f"v1 from={TAGS[0]} to={signed} "), r
+            assert r["headers"]["X-Cellgate-Tenant"] == vouch("default"), r
+        # What it got is worth nothing elsewhere: each real node refuses it, as is or re-addressed.
+        for got in from_nodes[:4]:
+            method, target = got["line"].split()[:2]
+            relayed = {k: v for k, v in got["headers"].items() if k.lower().startswith("x-cellgate-")}
+            for n, tag in zip(nodes, TAGS):
+                for headers in (relayed, {**relayed, "X-Cellgate-Peer": relayed["X-Cellgate-Peer"].replace(
+                        f"to={signed}", f"to={tag}")}):
+                    r = n.api(method, target, headers={**headers, "Authorization": None})
+                    assert r.status_code == 403, (tag, headers, r.status_code, r.text[:200])
+    finally:
+        for key in keys:
+            etcd.ctl("del", key)
+        listener.close()
+
+
+def hmac_of(secret, *fields):
+    import hashlib
+    import hmac
+    text = b"".join(str(len(f)).encode() + b":" + f + b"\n" for f in
+                    (f if isinstance(f, bytes) else f.encode() for f in fields))
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()
+
+
+def test_h4_a_node_takes_a_peers_word_for_a_tenant_once_addressed_to_it_and_fresh(cluster):
+    """Security review turn 3, H4: what a real node checks of a request that
+    claims to come from a peer, with the cluster's real secret: the same
+    signature twice, one 40 s old, one under another secret, one for a
+    tenant it does not know, and X-Cellgate-Tenant without a signature, each
+    refused; a good one answered as the tenant."""
+    from support.cluster import sign_as_peer, vouch
+    etcd, nodes, router = cluster
+    secret = etcd.pki.secret.read_bytes().rstrip(b"\n")
+    to = nodes[0]
+    mine = to.api("POST", "/v1/sessions", json={}).json()["id"]
+    try:
+        def ask(headers):
+            return to.api("GET", "/v1/sessions", headers={**headers, "Authorization": None})
+        good = sign_as_peer(secret, TAGS[1], TAGS[0], "GET", "/v1/sessions", scope="node", tenant=vouch("default"))
+        first = ask(good)
+        assert first.status_code == 200 and mine in {x["id"] for x in first.json()["sessions"]}, first.text
+        assert ask(good).status_code == 403  # a replay
+        for bad in (sign_as_peer(secret, TAGS[1], TAGS[0], "GET", "/v1/sessions", scope="node",
+                                 tenant=vouch("default"), at=int(time.time()) - 40),
+                    sign_as_peer(b"x" * 64, TAGS[1], TAGS[0], "GET", "/v1/sessions", scope="node",
+                                 tenant=vouch("default")),
+                    sign_as_peer(secret, TAGS[1], TAGS[0], "GET", "/v1/sessions", scope="node",
+                                 tenant=vouch("nobody")),
+                    sign_as_peer(secret, TAGS[1], TAGS[0], "GET", "/v1/sessions/x", scope="node",
+                                 tenant=vouch("default")),
+                    {"X-Cellgate-Tenant": vouch("default"), "X-Cellgate-Scope": "node"}):
+            r = ask(bad)
+            assert r.status_code == 403, (bad, r.status_code, r.text[:200])
+        # Beside the caller's own good token, an unsigned X-Cellgate-Tenant is refused too.
+        r = to.api("GET", "/v1/sessions", headers={"X-Cellgate-Tenant": vouch("b")})
+        assert r.status_code == 403, r.text
+        assert metric(to, 'cellgate_cluster_peer_requests_total{outcome="refused"}') is not None
+    finally:
+        router.api("DELETE", f"/v1/sessions/{mine}")
 
 
 def test_a_killed_nodes_ids_answer_410_and_the_others_keep_working(cluster):

@@ -42,7 +42,7 @@ def metric(g, name):
 
 
 def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(etcd):
-    a = node(1, "aaaa0001", etcd.endpoints, "--lease-ttl", str(TTL), "--pool-size", "1").start()
+    a = node(1, "aaaa0001", etcd, "--lease-ttl", str(TTL), "--pool-size", "1").start()
     try:
         rec, lease = wait_for(lambda: record(etcd, "aaaa0001")[0] and record(etcd, "aaaa0001"), "a's record")
         assert rec["tag"] == "aaaa0001" and rec["address"] == f"127.0.0.1:{a.port}" and rec["ttl"] == TTL
@@ -66,7 +66,7 @@ def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(e
         a.stop()
         a.cleanup()
     # A clean stop revokes the lease: the record goes at once.
-    b = node(2, "bbbb0002", etcd.endpoints, "--lease-ttl", "30").start()
+    b = node(2, "bbbb0002", etcd, "--lease-ttl", "30").start()
     try:
         wait_for(lambda: record(etcd, "bbbb0002")[0], "b's record")
         b.stop()
@@ -77,7 +77,7 @@ def test_a_node_registers_on_a_lease_and_its_record_goes_when_it_dies_or_stops(e
 
 
 def test_a_node_that_loses_etcd_admits_nothing_new_and_keeps_its_sessions(etcd):
-    a = node(3, "cccc0003", etcd.endpoints, "--lease-ttl", str(TTL)).start()
+    a = node(3, "cccc0003", etcd, "--lease-ttl", str(TTL)).start()
     try:
         wait_for(lambda: record(etcd, "cccc0003")[0], "the record")
         s = a.api("POST", "/v1/sessions", json={})
@@ -126,7 +126,7 @@ def test_a_node_that_loses_etcd_admits_nothing_new_and_keeps_its_sessions(etcd):
 
 
 def test_killing_the_etcd_leader_costs_no_session_and_creates_resume(etcd):
-    a = node(4, "dddd0004", etcd.endpoints, "--lease-ttl", "6").start()
+    a = node(4, "dddd0004", etcd, "--lease-ttl", "6").start()
     try:
         wait_for(lambda: record(etcd, "dddd0004")[0], "the record")
         s = a.api("POST", "/v1/sessions", json={})
@@ -152,12 +152,83 @@ def test_killing_the_etcd_leader_costs_no_session_and_creates_resume(etcd):
         a.cleanup()
 
 
+def test_h4_a_node_that_cannot_authenticate_to_etcd_admits_nothing_new(etcd):
+    """Security review turn 3, H4: a node whose client certificate etcd does
+    not take (another CA's) never joins; one whose cluster secret is not the
+    cluster's does not either, and a member whose secret stops matching
+    (the check key changed under it) fences itself. Each says why in its log
+    and /metrics and admits no new session; an open session keeps working;
+    with the check key back, the node admits again."""
+    import secrets
+    import tempfile
+    from pathlib import Path
+    from support.pki import Pki
+    rogue = Pki(Path(tempfile.mkdtemp(prefix="cellgate-rogue-pki-")), name="rogue-ca")
+    stranger = rogue.dir / "other-secret"
+    stranger.write_text(secrets.token_hex(32))
+    stranger.chmod(0o600)
+    ca = str(etcd.pki.ca)
+    bad_cert = ["--etcd-ca", ca, "--etcd-cert", str(rogue.client[0]), "--etcd-key", str(rogue.client[1]),
+                "--cluster-secret-file", str(etcd.pki.secret)]
+    a = node(5, "eeee0005", etcd, "--lease-ttl", str(TTL), credentials=bad_cert)
+    b = node(6, "eeee0006", etcd, "--lease-ttl", str(TTL), credentials=etcd.pki.node_args(secret=stranger))
+    c = node(7, "eeee0007", etcd, "--lease-ttl", str(TTL)).start()
+    check = "/cellgate/secret-check"
+    try:
+        # c first: the first node to join writes the secret's check (docs/cluster.md).
+        wait_for(lambda: record(etcd, "eeee0007")[0], "c's record")
+        a.start()
+        b.start()
+        s = c.api("POST", "/v1/sessions", json={})
+        assert s.status_code == 201, s.text
+        sid = s.json()["id"]
+        for g, says in ((a, "TLS"), (b, "cluster secret")):
+            r = wait_for(lambda: (r := g.api("POST", "/v1/sessions", json={})).status_code == 503 and says in
+                         r.json()["message"] and [r], f"{says}: a refusal that says so", timeout=TTL + 5)[0]
+            assert "has not joined its cluster" in r.json()["message"], r.text
+            assert metric(g, "cellgate_cluster_admitting") == 0
+            assert says in g.log_text()
+        assert metric(b, "cellgate_cluster_secret_mismatch") == 1
+        assert record(etcd, "eeee0005")[0] is None and record(etcd, "eeee0006")[0] is None
+        # A member whose secret stops matching: fenced, its open session works on.
+        held, _ = etcd.get(check)
+        assert held
+        assert etcd.ctl("put", check, "0" * 64).returncode == 0
+        wait_for(lambda: metric(c, "cellgate_cluster_admitting") == 0, "c to fence itself", timeout=TTL + 3)
+        r = c.api("POST", "/v1/sessions", json={})
+        assert r.status_code == 503 and "cluster secret" in r.json()["message"], r.text
+        out = c.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print(6 * 7)"}).json()
+        assert out["status"] == "ok" and out["stdout"].strip() == "42", out
+        assert etcd.ctl("put", check, held).returncode == 0
+        wait_for(lambda: metric(c, "cellgate_cluster_admitting") == 1, "c to admit again", timeout=TTL + 5)
+        again = c.api("POST", "/v1/sessions", json={})
+        assert again.status_code == 201, again.text
+        c.api("DELETE", f"/v1/sessions/{again.json()['id']}")
+        c.api("DELETE", f"/v1/sessions/{sid}")
+    finally:
+        for g in (a, b, c):
+            g.stop()
+            g.cleanup()
+        import shutil
+        shutil.rmtree(rogue.dir, ignore_errors=True)
+
+
 def test_cluster_options_are_checked_at_start():
     import subprocess
     from support.prerequisites import GATEWAY
-    for args, says in ((["--etcd", "http://127.0.0.1:2379"], "--etcd needs --node-tag"),
+    creds = ["--etcd-ca", "/nonexistent/ca.pem", "--etcd-cert", "/nonexistent/n.pem", "--etcd-key",
+             "/nonexistent/k.pem", "--cluster-secret-file", "/nonexistent/secret"]
+    for args, says in ((["--etcd", "https://127.0.0.1:2379"], "--etcd needs --node-tag"),
                        (["--etcd", "127.0.0.1:2379", "--node-tag", "abcdef01"], "--etcd: an etcd endpoint is"),
-                       (["--etcd", "http://127.0.0.1:2379", "--node-tag", "abcdef01", "--lease-ttl", "1"],
-                        "--lease-ttl is 2 to 300 seconds")):
+                       (["--etcd", "https://127.0.0.1:2379", "--node-tag", "abcdef01", "--lease-ttl", "1", *creds],
+                        "--lease-ttl is 2 to 300 seconds"),
+                       # Security review turn 3, H4: etcd over TLS with a client certificate, and the secret.
+                       (["--etcd", "http://127.0.0.1:2379", "--node-tag", "abcdef01", *creds], "https://host:port"),
+                       (["--etcd", "https://127.0.0.1:2379", "--node-tag", "abcdef01", *creds[2:]], "--etcd-ca"),
+                       (["--etcd", "https://127.0.0.1:2379", "--node-tag", "abcdef01", *creds[:6]],
+                        "--cluster-secret-file"),
+                       # The files are read before the node listens: a missing one stops it (exit 2).
+                       (["--etcd", "https://127.0.0.1:2379", "--node-tag", "abcdef01", *creds],
+                        "the cluster secret file /nonexistent/secret cannot be read")):
         r = subprocess.run([str(GATEWAY), *args, "--port", "0"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)

@@ -60,17 +60,18 @@ def partition():
 def test_a_node_partitioned_from_etcd_stops_admitting_and_comes_back(partition):
     etcd = EtcdCluster(extra_hosts=[partition["etcd_host"]]).start()
     port = free_port()
-    inside = node(21, INSIDE, etcd.endpoints_at(partition["etcd_host"]), "--lease-ttl", str(TTL), "--ip", "0.0.0.0",
-                  "--port", str(port), "--node-address", f"{partition['api_addr']}:{port}", token=TOKEN)
+    inside = node(21, INSIDE, etcd, "--lease-ttl", str(TTL), "--ip", "0.0.0.0",
+                  "--port", str(port), "--node-address", f"{partition['api_addr']}:{port}", token=TOKEN,
+                  host=partition["etcd_host"])
     # Only the network namespace: `ip netns exec` would also remount /sys, and the cgroups with it.
     inside.args = ["nsenter", f"--net=/run/netns/{partition['ns']}", "--", *inside.args]
     inside.host = partition["api_addr"]
-    outside = node(22, OUTSIDE, etcd.endpoints, "--lease-ttl", str(TTL), token=TOKEN)
+    outside = node(22, OUTSIDE, etcd, "--lease-ttl", str(TTL), token=TOKEN)
     router = None
     try:
         inside.start()
         outside.start()
-        router = Router(etcd.endpoints, TOKEN).start()
+        router = Router(etcd, TOKEN).start()
         wait_for(lambda: set(router.owners()) == {INSIDE, OUTSIDE}, "both nodes in the router")
         s = router.api("POST", "/v1/sessions", json={})
         while s.status_code == 201 and not s.json()["id"].startswith(INSIDE):

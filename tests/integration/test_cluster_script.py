@@ -1,7 +1,9 @@
 """deploy/cellgate-cluster (issue 16): `up` starts a cluster on this machine
 (3-member etcd, N nodes, HAProxy and its sync) and says where; a session
 made through it runs; `status` sees every piece; `down` stops all it started,
-by pid, and the nodes' records leave etcd with them."""
+by pid, and the nodes' records leave etcd with them. Its etcd takes no
+client without a certificate from the cluster's CA (security review turn 3,
+H4)."""
 import json
 import os
 import subprocess
@@ -43,6 +45,17 @@ def test_up_status_and_down():
         assert set(made) <= {s["id"] for s in listed}
         st = run("status", "--dir", str(d))
         assert st.returncode == 0 and "2 node(s) routed" in st.stdout, st.stdout + st.stderr
+        # H4: the script's etcd takes no client without the cluster's certificates.
+        pki = Path(state["pki"])
+        assert oct(pki.stat().st_mode & 0o777) == "0o700"
+        assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in pki.iterdir()
+                   if f.name.endswith("-key.pem") or f.name == "cluster-secret")
+        ctl = lambda *a: subprocess.run(["etcdctl", "--endpoints", state["etcd_endpoints"], "--dial-timeout", "2s",  # noqa: E731
+                                         "--command-timeout", "3s", "--cacert", str(pki / "ca.pem"), *a],
+                                        capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
+        assert ctl("put", "/cellgate/nodes/deadbeef", '{"tag":"deadbeef","address":"127.0.0.1:1"}').returncode != 0
+        assert ctl("--cert", str(pki / "router.pem"), "--key", str(pki / "router-key.pem"),
+                   "get", "--prefix", "--keys-only", "/cellgate/nodes/").stdout.count("/cellgate/nodes/") == 2
         pids = [n["pid"] for n in state["nodes"]] + state["router_pids"] + state["etcd"]
         dn = run("down", "--dir", str(d))
         assert dn.returncode == 0, dn.stdout + dn.stderr

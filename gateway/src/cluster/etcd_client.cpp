@@ -3,6 +3,8 @@
 #include "util/encoding.hpp"
 #include "util/http_client.hpp"
 
+#include <boost/asio/ssl/context.hpp>
+
 
 namespace cellgate::cluster {
 
@@ -62,23 +64,31 @@ std::vector<std::string> etcd_client::parse_endpoints(const std::string& comma_s
     return out;
 }
 
-etcd_client::etcd_client(std::vector<std::string> endpoints, std::chrono::milliseconds timeout) : timeout_(timeout) {
+std::vector<etcd_client::endpoint> etcd_client::split_endpoints(const std::vector<std::string>& endpoints, bool tls) {
+    const std::string scheme = tls ? "https://" : "http://";
+    std::vector<endpoint> out;
     for (const auto& e : endpoints) {
-        const std::string scheme = "http://";
         if (e.rfind(scheme, 0) != 0)
-            throw std::invalid_argument("an etcd endpoint is http://host:port, not '" + e.substr(0, 100) + "'");
+            throw std::invalid_argument("an etcd endpoint is " + scheme + "host:port" +
+                                        (tls ? " (TLS is configured)" : " (no TLS is configured)") + ", not '" +
+                                        e.substr(0, 100) + "'");
         auto rest = e.substr(scheme.size());
         if (!rest.empty() && rest.back() == '/') rest.pop_back();
         const auto colon = rest.rfind(':');
         if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
             rest.find_first_not_of("0123456789", colon + 1) != std::string::npos || rest.find('/') != std::string::npos)
-            throw std::invalid_argument("an etcd endpoint is http://host:port, not '" + e.substr(0, 100) + "'");
+            throw std::invalid_argument("an etcd endpoint is " + scheme + "host:port, not '" + e.substr(0, 100) + "'");
         auto host = rest.substr(0, colon);
         if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-        endpoints_.push_back({host, rest.substr(colon + 1)});
+        out.push_back({host, rest.substr(colon + 1)});
     }
-    if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint given");
+    if (out.empty()) throw std::invalid_argument("no etcd endpoint given");
+    return out;
 }
+
+etcd_client::etcd_client(std::vector<std::string> endpoints, std::shared_ptr<const boost::asio::ssl::context> tls,
+                         std::chrono::milliseconds timeout)
+    : endpoints_(split_endpoints(endpoints, tls != nullptr)), tls_(std::move(tls)), timeout_(timeout) {}
 
 nlohmann::json etcd_client::call(const std::string& path, const nlohmann::json& body) {
     std::string last_error;
@@ -88,7 +98,7 @@ nlohmann::json etcd_client::call(const std::string& path, const nlohmann::json& 
         util::http_reply res;
         try {
             res = util::http_call("POST", ep.host, ep.port, path, {{"Content-Type", "application/json"}}, body.dump(),
-                                  timeout_);
+                                  timeout_, tls_.get());
         } catch (const util::http_failure& e) {
             last_error = e.what();
             continue;

@@ -4,10 +4,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace cellgate::cluster {
 
@@ -19,7 +24,8 @@ struct etcd_error : std::runtime_error {
 // A small client for etcd v3's JSON gateway (etcd 3.4: POST /v3/kv/range,
 // /v3/kv/put, /v3/kv/deleterange, /v3/lease/grant, /v3/lease/keepalive,
 // /v3/lease/revoke; keys and values travel base64-encoded). Debian has no C++
-// etcd client; this is plain HTTP/1.1 over Beast. Each call tries the
+// etcd client; this is HTTP/1.1 over Beast, over TLS with a client
+// certificate for https:// endpoints (review turn 3, H4). Each call tries the
 // endpoints in turn, starting from the last that answered, each with the
 // timeout; blocking: call it from a thread of its own, never an io thread.
 class etcd_client {
@@ -34,8 +40,11 @@ public:
         std::int64_t lease = 0;
     };
 
-    // `endpoints`: "http://host:port" each (checked: throws std::invalid_argument).
+    // `endpoints`: "https://host:port" each, with `tls` (util::make_tls_client:
+    // the CA, this node's certificate and key), or "http://host:port" each
+    // without (checked: throws std::invalid_argument; no mixing).
     explicit etcd_client(std::vector<std::string> endpoints,
+                         std::shared_ptr<const boost::asio::ssl::context> tls = nullptr,
                          std::chrono::milliseconds timeout = std::chrono::milliseconds(1500));
 
     std::int64_t grant(std::chrono::seconds ttl);
@@ -53,13 +62,17 @@ public:
     bool put_if_unchanged(const std::string& key, std::int64_t mod_revision, const std::vector<put_op>& puts);
 
     static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
-
-private:
-    nlohmann::json call(const std::string& path, const nlohmann::json& body);
     struct endpoint {
         std::string host, port;
     };
+    // Each "http(s)://host:port" (https:// when `tls`) as host and port;
+    // throws std::invalid_argument naming the first that is not one.
+    static std::vector<endpoint> split_endpoints(const std::vector<std::string>& endpoints, bool tls);
+
+private:
+    nlohmann::json call(const std::string& path, const nlohmann::json& body);
     std::vector<endpoint> endpoints_;
+    std::shared_ptr<const boost::asio::ssl::context> tls_;
     std::chrono::milliseconds timeout_;
     std::size_t preferred_ = 0;
 };

@@ -13,6 +13,9 @@ namespace cellgate::cluster {
 
 namespace {
 
+constexpr std::string_view record_purpose = "cellgate node record v1";
+constexpr std::string_view secret_check_purpose = "cellgate cluster secret check v1";
+
 // A node's tag, as kernels/node_id makes it: 8 lowercase hex digits.
 bool valid_tag(std::string_view t) {
     return t.size() == 8 && std::all_of(t.begin(), t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
@@ -57,10 +60,11 @@ bool valid_peer_record(std::string_view key_tag, const std::string& tag, const s
 }
 
 membership::membership(options opts, std::function<nlohmann::json()> figures)
-    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd), quota_etcd_(opts_.etcd),
-      index_etcd_(opts_.etcd),
+    : opts_(std::move(opts)), figures_(std::move(figures)), etcd_(opts_.etcd, opts_.tls),
+      quota_etcd_(opts_.etcd, opts_.tls), index_etcd_(opts_.etcd, opts_.tls),
       key_nonce_(protocol::make_uuid().substr(0, 8)), started_(protocol::now_iso8601()) {
     if (opts_.ttl < std::chrono::seconds(2)) opts_.ttl = std::chrono::seconds(2);
+    if (!opts_.secret) throw std::invalid_argument("a cluster node needs the cluster secret");
 }
 
 membership::~membership() { stop(); }
@@ -83,7 +87,26 @@ std::string membership::record() const {
     nlohmann::json r = {{"tag", opts_.tag}, {"address", opts_.address}, {"ttl", opts_.ttl.count()},
                         {"started", started_}, {"updated", protocol::now_iso8601()}};
     if (figures_) r.update(figures_());
+    r["sig"] = opts_.secret->sign(record_purpose, {opts_.tag, opts_.address});
     return r.dump();
+}
+
+void membership::check_secret() {
+    const auto key = opts_.prefix + "secret-check";
+    const auto mine = opts_.secret->sign(secret_check_purpose, {opts_.prefix});
+    auto held = etcd_.get(key);
+    if (!held) {
+        etcd_.put_if_unchanged(key, 0, {{key, mine, 0}});
+        held = etcd_.get(key);
+    }
+    const bool matches = held && opts_.secret->verify(held->value, secret_check_purpose, {opts_.prefix});
+    {
+        std::lock_guard lock(mutex_);
+        secret_mismatch_ = !matches;
+    }
+    if (!matches)
+        throw etcd_error("this node's cluster secret is not the cluster's (" + key +
+                         " differs): its peers would refuse every request it signs, so it does not join");
 }
 
 bool membership::refresh() {
@@ -93,6 +116,7 @@ bool membership::refresh() {
             lease_ = 0;
         }
         bool joined = false;
+        check_secret();
         if (lease_ == 0) {
             lease_ = etcd_.grant(opts_.ttl);
             joined = true;
@@ -100,7 +124,6 @@ bool membership::refresh() {
             // still tell its ids (410, gone) from ids no node ever made (404).
             etcd_.put(opts_.prefix + "tags/" + opts_.tag, nlohmann::json{{"tag", opts_.tag}, {"address", opts_.address}}.dump());
         }
-        etcd_.put(node_key(), record(), lease_);
         {
             std::lock_guard lock(mutex_);
             shared_lease_ = lease_;
@@ -110,11 +133,22 @@ bool membership::refresh() {
         const auto nodes_root = opts_.prefix + "nodes/";
         for (const auto& kv : etcd_.range_prefix(nodes_root)) {
             const auto rec = nlohmann::json::parse(kv.value, nullptr, false);
-            if (!rec.is_object() || !rec["tag"].is_string() || !rec["address"].is_string()) continue;
-            const auto tag = rec["tag"].get<std::string>(), address = rec["address"].get<std::string>();
+            const auto text = [&rec](const char* name) {
+                const auto it = rec.find(name);
+                return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
+            };
+            if (!rec.is_object()) continue;
+            const auto tag = text("tag"), address = text("address"), sig = text("sig");
             if (tag == opts_.tag) continue;
             if (!valid_peer_record(std::string_view(kv.key).substr(nodes_root.size()), tag, address)) {
                 spdlog::warn("cluster: ignoring a node record that is not one (key '{}')", kv.key.substr(0, 200));
+                continue;
+            }
+            if (!opts_.secret->verify(sig, record_purpose, {tag, address})) {
+                std::lock_guard lock(mutex_);
+                if (forged_++ % 100 == 0)
+                    spdlog::warn("cluster: ignoring the record of node {} at {}: it is not signed with the cluster "
+                                 "secret ({} so far)", tag, address.substr(0, 100), forged_);
                 continue;
             }
             others.push_back({tag, address});
@@ -124,6 +158,9 @@ bool membership::refresh() {
         for (const auto& kv : etcd_.range_prefix(tags_root))
             if (valid_tag(kv.key.substr(tags_root.size()))) tags.push_back(kv.key.substr(tags_root.size()));
         std::sort(tags.begin(), tags.end());
+        // The record last: the router sends creates to a node once it is
+        // there, and by then the node has its peers and admits.
+        etcd_.put(node_key(), record(), lease_);
         std::lock_guard lock(mutex_);
         peers_ = std::move(others);
         known_tags_ = std::move(tags);
@@ -382,15 +419,17 @@ membership::owner membership::locate(const std::string& tag) const {
 
 std::optional<std::string> membership::refusal() const {
     std::lock_guard lock(mutex_);
+    // The last failure says which: etcd down, etcd refusing this node's
+    // certificate (TLS: …), or a cluster secret that is not the cluster's.
+    const auto why = last_error_.empty() ? std::string() : " (" + last_error_ + ")";
     if (!last_ok_)
-        return "This node has not joined its cluster yet: etcd has not answered" +
-               (last_error_.empty() ? std::string() : " (" + last_error_ + ")") +
+        return "This node has not joined its cluster yet: etcd has not answered it" + why +
                "; it admits no new session until it does";
     const auto age = clock::now() - *last_ok_;
     if (age >= opts_.ttl * 2 / 3)
-        return "This node has lost etcd (no answer for " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) +
-               " s): it admits no new session until etcd answers again; open sessions keep working";
+        return "This node has lost etcd (no good answer for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) + " s" + why +
+               "): it admits no new session until etcd answers again; open sessions keep working";
     return std::nullopt;
 }
 
@@ -406,6 +445,12 @@ void membership::render(std::string& out) const {
     out += "# TYPE cellgate_cluster_joins_total counter\ncellgate_cluster_joins_total " + std::to_string(joins_) + "\n";
     out += "# TYPE cellgate_cluster_etcd_failures_total counter\ncellgate_cluster_etcd_failures_total " +
            std::to_string(failures_) + "\n";
+    out += "# HELP cellgate_cluster_forged_records_total node records ignored: not signed with the cluster secret\n"
+           "# TYPE cellgate_cluster_forged_records_total counter\ncellgate_cluster_forged_records_total " +
+           std::to_string(forged_) + "\n";
+    out += "# HELP cellgate_cluster_secret_mismatch 1 while this node's cluster secret is not the cluster's\n"
+           "# TYPE cellgate_cluster_secret_mismatch gauge\ncellgate_cluster_secret_mismatch " +
+           std::string(secret_mismatch_ ? "1" : "0") + "\n";
 }
 
 }  // namespace cellgate::cluster

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "cluster/etcd_client.hpp"
+#include "util/cluster_secret.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,14 @@ namespace cellgate::cluster {
 // cluster's lists cost what the tenant's own spread costs, not the node
 // count, and a hung node delays only its own tenants' lists.
 //
+// Authentication (security review turn 3, H4): etcd is reached over TLS
+// with this node's client certificate, and every record a node writes under
+// `<prefix>nodes/` carries an HMAC of its tag and address under the cluster
+// secret (`sig`); a record without a good one is not a peer, whoever wrote
+// it. `<prefix>secret-check` holds the HMAC of a fixed text, written by the
+// first node: a node whose secret does not give it does not join (it says so
+// and is fenced), since its peers would refuse all it signs.
+//
 // The loop runs on a thread of its own (etcd calls block).
 // A node record read from etcd, before the node uses it: its key's tag is
 // the record's and 8 lowercase hex digits, and its address is host:port in
@@ -71,6 +80,8 @@ public:
         std::string address;                 // where peers and the router reach this node
         std::chrono::seconds ttl{10};        // the lease's TTL
         std::string prefix = "/cellgate/";   // every key of this cluster starts with it
+        std::shared_ptr<const boost::asio::ssl::context> tls;  // https:// members: CA, certificate, key
+        std::shared_ptr<const util::cluster_secret> secret;     // signs and checks node records (required)
     };
     using clock = std::chrono::steady_clock;
 
@@ -130,6 +141,8 @@ private:
     void run();
     bool refresh();  // one round: join or keep alive, then write the record; false: etcd failed
     std::string record() const;
+    // Throws unless `<prefix>secret-check` is this node's secret's (written when absent).
+    void check_secret();
     void reconcile(std::int64_t lease);
     std::string admit_prefix(const std::string& tenant) const;
     std::string holder_key(const std::string& tenant_hex) const;
@@ -166,6 +179,8 @@ private:
     std::optional<clock::time_point> last_ok_;  // under mutex_
     std::string last_error_;                    // under mutex_
     std::uint64_t joins_ = 0, failures_ = 0;    // under mutex_
+    std::uint64_t forged_ = 0;                  // node records refused for their signature; under mutex_
+    bool secret_mismatch_ = false;              // under mutex_
     const std::string started_;
 };
 

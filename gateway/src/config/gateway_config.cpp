@@ -178,8 +178,20 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         throw config_error("--node-tag must be 8 lowercase hex digits (the first group of this node's ids)");
     if (!c.etcd.empty()) {
         if (c.node_tag.empty()) throw config_error("--etcd needs --node-tag (the first group of this node's ids)");
+        // etcd over TLS with a client certificate, and peers that sign what
+        // they ask of each other, or no cluster (review turn 3, H4).
+        for (const auto& e : cluster::etcd_client::parse_endpoints(c.etcd))
+            if (e.rfind("https://", 0) != 0)
+                throw config_error("--etcd: an etcd endpoint is https://host:port (etcd with TLS and client "
+                                   "certificates), not '" + e.substr(0, 100) + "'");
+        if (c.etcd_ca.empty() || c.etcd_cert.empty() || c.etcd_key.empty())
+            throw config_error("--etcd needs --etcd-ca, --etcd-cert and --etcd-key (etcd is reached over TLS with "
+                               "this node's client certificate)");
+        if (c.cluster_secret_file.empty())
+            throw config_error("--etcd needs --cluster-secret-file (the secret the cluster's nodes sign their "
+                               "records and requests with)");
         try {
-            cluster::etcd_client(cluster::etcd_client::parse_endpoints(c.etcd));
+            cluster::etcd_client::split_endpoints(cluster::etcd_client::parse_endpoints(c.etcd), true);
         } catch (const std::invalid_argument& e) {
             throw config_error(std::string("--etcd: ") + e.what());
         }

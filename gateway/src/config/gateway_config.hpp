@@ -41,6 +41,12 @@ struct gateway_config {
     // address peers and the router reach it at (default ip:port), and its
     // lease's TTL in seconds.
     std::string etcd;
+    // How the node proves itself (security review turn 3, H4): the CA that
+    // signed etcd's certificates, this node's client certificate and key for
+    // etcd, and the file of the secret the cluster's nodes share. All four
+    // are required with `etcd`; main() reads the files before it listens.
+    std::string etcd_ca, etcd_cert, etcd_key;
+    std::string cluster_secret_file;
     std::string node_address;
     std::uint64_t lease_ttl = 10;
     std::string log_level = "info";

@@ -535,13 +535,40 @@ std::vector<option> command_line_options() {
          .sample = "0a1b2c3d",
          .set = [](auto& c, const auto& v) { c.node_tag = v; }},
         {.name = "etcd", .section = heading::cluster, .value = "URL,…", .fallback = "none (a node on its own)",
-         .help = "The etcd members (`http://host:port,…`) of the cluster this node joins; needs `--node-tag`. "
+         .help = "The etcd members (`https://host:port,…`) of the cluster this node joins; needs `--node-tag`, "
+                 "`--etcd-ca`, `--etcd-cert`, `--etcd-key` and `--cluster-secret-file` (etcd is reached only over "
+                 "TLS with a client certificate, and peers' requests are signed: docs/cluster.md). "
                  "The node keeps its record (`/cellgate/nodes/<tag>`) on a lease, refreshed every third of "
                  "`--lease-ttl`; without an answer from etcd for two thirds of the TTL it admits no new "
                  "session (`503`) while open ones keep working. Tenants' caps then hold across the cluster, "
                  "and lists (`GET /api/kernels`, `/api/sessions`, `/v1/sessions`, …) span it.",
-         .sample = "http://127.0.0.1:2379,http://127.0.0.2:2379",
+         .sample = "https://127.0.0.1:2379,https://127.0.0.2:2379",
          .set = [](auto& c, const auto& v) { c.etcd = v; }},
+        {.name = "etcd_ca", .section = heading::cluster, .value = "FILE", .fallback = "none (required with `--etcd`)",
+         .help = "The CA (PEM) that signed the etcd members' certificates; a member whose certificate does not "
+                 "chain to it, or does not name the host of its `--etcd` URL, is not spoken to.",
+         .sample = "/etc/cellgate/etcd/ca.pem",
+         .set = [](auto& c, const auto& v) { c.etcd_ca = v; }},
+        {.name = "etcd_cert", .section = heading::cluster, .value = "FILE", .fallback = "none (required with `--etcd`)",
+         .help = "This node's client certificate (PEM) for etcd, which runs with `--client-cert-auth`. A node "
+                 "etcd refuses says so in its log (`TLS: …`) and `/metrics` (`cellgate_cluster_admitting 0`), and "
+                 "admits no new session; open ones keep working.",
+         .sample = "/etc/cellgate/etcd/node.pem",
+         .set = [](auto& c, const auto& v) { c.etcd_cert = v; }},
+        {.name = "etcd_key", .section = heading::cluster, .value = "FILE", .fallback = "none (required with `--etcd`)",
+         .help = "The key of `--etcd-cert` (PEM).",
+         .sample = "/etc/cellgate/etcd/node-key.pem",
+         .set = [](auto& c, const auto& v) { c.etcd_key = v; }},
+        {.name = "cluster_secret_file", .section = heading::cluster, .value = "FILE",
+         .fallback = "none (required with `--etcd`)",
+         .help = "The secret every node of the cluster shares: 32 to 4096 bytes (`openssl rand -hex 32`), in a "
+                 "file its owner alone may read (mode 600 or 400; else the node does not start). Nodes sign "
+                 "their etcd records with it (a record without a good signature is no peer), and every request "
+                 "they make of each other (HMAC-SHA256 bound to the receiving node, the method, the target and "
+                 "a 30 s window, each signature taken once). A node sends a peer no tenant's token: it vouches "
+                 "for the tenant under its signature. A node whose secret is not the cluster's does not join.",
+         .sample = "/etc/cellgate/cluster-secret",
+         .set = [](auto& c, const auto& v) { c.cluster_secret_file = v; }},
         {.name = "node_address", .section = heading::cluster, .value = "HOST:PORT", .fallback = "`--ip` and the port bound",
          .help = "The address peers and the router reach this node at, as its etcd record gives it.",
          .sample = "10.0.0.5:8888",

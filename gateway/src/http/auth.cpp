@@ -63,6 +63,12 @@ authenticator::result authenticator::check_token(std::string_view given) const {
     return {outcome::ok, found->who};
 }
 
+std::optional<identity> authenticator::known(const std::string& tenant, const std::string& token_name) const {
+    for (const auto& e : entries_)
+        if (e.who.tenant == tenant && e.who.token_name == token_name) return e.who;
+    return std::nullopt;
+}
+
 bool origin_allowed(const request& req, const std::vector<std::string>& allowed) {
     if (req.count(bhttp::field::origin) > 1) return false;  // ambiguous: refuse
     const auto origin_field = req[bhttp::field::origin];

@@ -35,6 +35,9 @@ public:
     result check(const request& req, const std::map<std::string, std::string>& query) const;
     // One token, however it came (a surface's own header).
     result check_token(std::string_view token) const;
+    // The identity of the entry for `tenant` and `token_name`, if any: a
+    // cluster peer vouches for a caller by these (http/peer_auth.hpp).
+    std::optional<identity> known(const std::string& tenant, const std::string& token_name) const;
 
 private:
     struct entry {

@@ -49,6 +49,23 @@ bool takes_upload(const upload_handler& u, const bhttp::request_header<>& h) {
     return std::find(u.content_types.begin(), u.content_types.end(), type) != u.content_types.end();
 }
 
+// A guarded route's caller, when its request names a tenant by a token this
+// node knows (E2B's X-API-Key, with or without "e2b_", or Authorization):
+// the hop vouches for it instead of passing the token on. Otherwise none,
+// and the owner's guard sees what is left (per-sandbox tokens).
+std::optional<identity> tenant_of_guarded(const authenticator& auth, const request_context& ctx) {
+    const auto key = header_value(ctx.req, "x-api-key");
+    if (!key.empty()) {
+        auto r = auth.check_token(key);
+        if (r.status != authenticator::outcome::ok && key.starts_with("e2b_"))
+            r = auth.check_token(std::string_view(key).substr(4));
+        if (r.status == authenticator::outcome::ok) return r.who;
+    }
+    const auto r = auth.check(ctx.req, ctx.query);
+    if (r.status == authenticator::outcome::ok) return r.who;
+    return std::nullopt;
+}
+
 admission respond(admission a, response r, const body_info& body) {
     a.what = admission::action::respond;
     a.reply = std::move(r);
@@ -126,9 +143,21 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
         if (rules.throttle != nullptr) rules.throttle->failed(client);
         return respond(std::move(a), std::move(r), body);
     };
+    // On a cluster node, the cluster's headers are believed only from a peer
+    // that signed them (review turn 3, H4); its word for a tenant stands for
+    // the tenant's token, which it does not send.
+    if (rules.hops != nullptr && rules.hops->peers) {
+        auto v = rules.hops->peers->check(h, rules.auth);
+        if (v.what == peer_auth::verdict::kind::refused)
+            return respond(std::move(a), error_response(403, "Not a request of this cluster's nodes: " + v.why), body);
+        if (v.who) {
+            ctx.who = std::move(*v.who);
+            ctx.vouched = true;
+        }
+    }
     // A token route's token is checked before anything else; a guarded
     // route's credentials (the E2B sandbox plane's) only the id's owner knows.
-    if (m.guard == nullptr && !is_public) {
+    if (m.guard == nullptr && !is_public && !ctx.vouched) {
         const auto who = rules.auth.check(ctx.req, ctx.query);
         if (who.status == authenticator::outcome::missing)
             return refuse_auth(error_response(401, "Authentication required: send 'Authorization: token <token>'"));
@@ -142,6 +171,8 @@ admission admit(const dispatch_rules& rules, const bhttp::request_header<>& h, c
                 a.what = admission::action::forward;
                 a.forward_to = std::move(owner.address);
                 a.forward_tag = tag;
+                if (m.guard == nullptr && !is_public) a.forward_who = ctx.who;
+                else if (m.guard != nullptr) a.forward_who = tenant_of_guarded(rules.auth, ctx);
                 return a;
             }
             if (owner.what == hop_owner::kind::gone)

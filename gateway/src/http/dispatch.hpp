@@ -49,6 +49,10 @@ struct admission {
     const socket_handler* socket = nullptr;
     std::size_t body_limit = 0;
     std::string forward_to, forward_tag;  // for forward: the owner's host:port and tag
+    // For forward: the caller as checked here, whom this node vouches for to
+    // the owner in place of its credentials (http/peer_auth.hpp); none: the
+    // owner's guard checks what the request carries (the E2B sandbox plane).
+    std::optional<identity> forward_who;
 };
 
 struct dispatch_rules {

@@ -69,13 +69,14 @@ std::string id_tag_of(const boost::beast::http::request_header<>& h, std::string
     return std::string(rest.substr(0, 8));
 }
 
-std::string hop_request_head(boost::beast::http::request_header<> h, const std::string& from_tag,
-                             const std::string& remote) {
+std::string hop_request_head(boost::beast::http::request_header<> h, const std::string& remote, const peer_auth& peers,
+                             const std::string& to_tag, const identity* who) {
     namespace bhttp = boost::beast::http;
-    h.set(hop_header, from_tag);
+    h.set(hop_header, peers.tag());
     const auto prior = h["X-Forwarded-For"];
     h.set("X-Forwarded-For", prior.empty() ? remote : std::string(prior.data(), prior.size()) + ", " + remote);
     if (!boost::beast::websocket::is_upgrade(h)) h.set(bhttp::field::connection, "close");
+    peers.sign(h, to_tag, who);
     std::ostringstream out;
     out << h;
     return out.str();

@@ -7,16 +7,19 @@
 // node's own URL, a stale connection, a load balancer that routes by
 // connection only).
 //
-// The hop is authenticated by the caller's own credentials, passed through
-// unchanged (the cluster shares one tokens file; the E2B sandbox plane's
-// per-sandbox tokens are known only to the owner, which checks them). A
-// token route's token is checked here before anything is passed on. The
-// forwarded request carries X-Cellgate-Hop, and a request carrying it is
-// never passed on again, so a stale view of the cluster cannot make a loop.
+// The caller's token is checked here; the owner gets no token, but this
+// node's signed word for the caller (http/peer_auth.hpp: the cluster shares
+// one tokens file and a secret). The E2B sandbox plane's per-sandbox tokens
+// are known only to the owner, which checks them. The forwarded request
+// carries X-Cellgate-Hop (signed), and a request carrying it is never passed
+// on again, so a stale view of the cluster cannot make a loop.
+
+#include "http/peer_auth.hpp"
 
 #include <boost/beast/http.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -42,16 +45,19 @@ struct hop_owner {
     std::string address;  // host:port, for a peer
 };
 
-// Set on a cluster node: its own tag and who holds a tag.
+// Set on a cluster node: its own tag, who holds a tag, and how peers' requests are signed and checked.
 struct hop_rules {
     std::string tag;
     std::function<hop_owner(const std::string& tag)> locate;
+    std::shared_ptr<peer_auth> peers;
 };
 
-// The request's head as it goes to the owner: X-Cellgate-Hop names this
-// node, X-Forwarded-For gains the caller's address, and a request that does
-// not upgrade asks the owner to close after its answer (the relay then ends).
-std::string hop_request_head(boost::beast::http::request_header<> h, const std::string& from_tag,
-                             const std::string& remote);
+// The request's head as it goes to the owner `to_tag`: X-Cellgate-Hop names
+// this node, X-Forwarded-For gains the caller's address, a request that does
+// not upgrade asks the owner to close after its answer (the relay then ends),
+// and `peers` signs it for the owner, with no credential of the caller's and
+// `who` vouched for (null: none).
+std::string hop_request_head(boost::beast::http::request_header<> h, const std::string& remote, const peer_auth& peers,
+                             const std::string& to_tag, const identity* who);
 
 }  // namespace cellgate::http

@@ -199,7 +199,8 @@ private:
             spdlog::debug("{} {} → node {} at {}", std::string(bhttp::to_string(a.ctx->req.method())),
                           a.ctx->path.substr(0, 200), a.forward_tag, a.forward_to);
         const auto& head = header_parser_->get();
-        auto relayed = hop_request_head(head.base(), ctx_.hops.tag, remote_);
+        auto relayed = hop_request_head(head.base(), remote_, *ctx_.hops.peers, a.forward_tag,
+                                        a.forward_who ? &*a.forward_who : nullptr);
         const auto pending = buffer_.data();
         std::string already(static_cast<const char*>(pending.data()), pending.size());
         boost::beast::get_lowest_layer(stream_).expires_never();

@@ -69,6 +69,9 @@ struct request_context {
     std::map<std::string, std::string> params;         // from the route pattern
     std::string route;                                 // the pattern, for metrics
     identity who;
+    // `who` is a cluster peer's word (http/peer_auth.hpp), checked before any
+    // guard: a guard that proves a tenant takes it as its own proof.
+    bool vouched = false;
     std::string remote;
 
     const std::string& param(const std::string& name) const { return params.at(name); }

@@ -209,12 +209,12 @@ kernels::kernel_ptr terminal_kernel(services& s, const request_ptr& req, const j
 std::string tag_of_id(const std::string& id) { return id.size() > 9 && id[8] == '-' ? id.substr(0, 8) : std::string(); }
 
 // The POST, as it came but with "kernel_id" set, to the peer at `address`
-// (host:port), with the caller's credentials and X-Cellgate-Hop (so it is
-// never passed on again); its answer is the reply. Blocking: file-work threads only.
+// (host:port), signed for the caller (never its token) and with
+// X-Cellgate-Hop (so it is never passed on again); its answer is the reply. Blocking: file-work threads only.
 void create_on_peer(services& s, const request_ptr& req, json body, const std::string& kernel_id,
                     const std::string& address, const reply_fn& reply) {
     body["kernel_id"] = kernel_id;
-    reply_from_peer(s, req, address, "/api/terminals", body.dump(), std::chrono::seconds(30),
+    reply_from_peer(s, req, tag_of_id(kernel_id), address, "/api/terminals", body.dump(), std::chrono::seconds(30),
                     "The terminal belongs beside kernel " + kernel_id + ", on node " + tag_of_id(kernel_id), reply);
 }
 
@@ -234,7 +234,7 @@ std::optional<std::pair<std::string, std::string>> most_recent_in_cluster(servic
                                              "on any node; finding it needs etcd (name the kernel with "
                                              "\"kernel_id\" instead)");
     std::map<std::string, std::string> address_of(peers.begin(), peers.end());
-    for (const auto& [tag, kernels] : ask_peers(peers, "/api/kernels", peer_headers(req)).parts)
+    for (const auto& [tag, kernels] : ask_peers(s, req, peers, "/api/kernels").parts)
         for (const auto& m : kernels) {
             const auto id = m.value("id", std::string());
             const auto when = m.value("last_activity", std::string());

@@ -12,6 +12,7 @@
 #include "core/network.hpp"
 #include "core/executions.hpp"
 #include "core/sessions.hpp"
+#include "http/peer_auth.hpp"
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
@@ -54,6 +55,8 @@ struct services {
     std::function<std::optional<std::vector<std::pair<std::string, std::string>>>(const std::string& tenant)>
         cluster_holders{};
     std::string node_tag{};  // a cluster node's tag (the first group of the ids it makes); "" alone
+    // Signs this node's requests of its peers (a cluster node's; http/peer_auth.hpp).
+    std::shared_ptr<http::peer_auth> peer_auth{};
     // The core's front door: every surface starts its sessions here.
     core::sessions* core = nullptr;
     // And runs their cells here (core/executions.hpp).
@@ -94,7 +97,7 @@ kernels::kernel_ptr kernel_or_404(services& s, const http::request_ptr& req, con
 
 // Replies with a list: this node's `local`, and on a cluster node the part of
 // each live peer that holds some of the caller's kernels by the cluster's
-// index (the same GET with the caller's credentials and
+// index (the same GET, signed for the caller and never with its token, and
 // `X-Cellgate-Scope: node`, which asks a node for its own part only), joined
 // into the array `local[member]` ("" = `local` itself). Peers that do not
 // answer are named in `X-Cellgate-Unreachable`; a node that has lost etcd
@@ -105,19 +108,19 @@ void reply_list(services& s, const http::request_ptr& req, http::reply_fn reply,
 
 // On a cluster node: when `id` (what a create names to start from, such as a
 // snapshot) was made by another live node, relays the request as it came to
-// that node (the caller's credentials, X-Cellgate-Hop so it goes no further)
+// that node (signed, vouching for the caller, X-Cellgate-Hop so it goes no further)
 // and replies with its answer; true when it did. False here (no cluster, the
 // id is this node's, its node is gone or unknown, or the request was itself
 // relayed): the caller handles it.
 bool relay_to_maker(services& s, const http::request_ptr& req, const std::string& id, http::reply_fn& reply);
 
-// The request's method, with `body` to `target`, on the peer at `address`
-// (the caller's credentials, X-Cellgate-Hop so it goes no further), waiting at
-// most `timeout` (file-work threads only):
+// The request's method, with `body` to `target`, on the peer `tag` at
+// `address` (signed, vouching for the caller, X-Cellgate-Hop so it goes no
+// further), waiting at most `timeout` (file-work threads only):
 // its JSON answer is the reply, or 502 "`failed`, which did not answer: …".
-void reply_from_peer(services& s, const http::request_ptr& req, const std::string& address, const std::string& target,
-                     const std::string& body, std::chrono::seconds timeout, const std::string& failed,
-                     const http::reply_fn& reply);
+void reply_from_peer(services& s, const http::request_ptr& req, const std::string& tag, const std::string& address,
+                     const std::string& target, const std::string& body, std::chrono::seconds timeout,
+                     const std::string& failed, const http::reply_fn& reply);
 
 // The same GET of each peer holding some of the caller's kernels (the
 // cluster's index), `X-Cellgate-Scope: node`, their items appended to `into`
@@ -132,10 +135,15 @@ std::string join_holders_parts(services& s, const http::request_ptr& req, nlohma
 std::vector<std::pair<std::string, std::string>> holding_peers(services& s, const http::request_ptr& req,
                                                                const std::string& what);
 
-// The headers a request to a peer carries for the caller: its own
-// credentials (the Authorization header, or the ?token= JupyterLab appends to
-// WebSocket URLs, as a header), and `X-Cellgate-Scope: node`.
-std::vector<std::pair<std::string, std::string>> peer_headers(const http::request_ptr& req);
+// The headers a `method` request of `target` to the peer `to_tag` carries
+// for the caller: never its credentials, but this node's signed word for it
+// (http/peer_auth.hpp), with `hop` (X-Cellgate-Hop) and `scope`
+// (X-Cellgate-Scope) as given ("" = none). Throws util::http_failure on a
+// node without the cluster secret (no request goes).
+std::vector<std::pair<std::string, std::string>> peer_headers(services& s, const http::request_ptr& req,
+                                                              const std::string& method, const std::string& target,
+                                                              const std::string& to_tag, const std::string& hop,
+                                                              const std::string& scope);
 
 // One request to a peer at `address` ("host:port"), blocking (file-work
 // threads only); throws util::http_failure when no answer came.
@@ -143,15 +151,17 @@ util::http_reply call_peer(const std::string& address, const std::string& method
                            const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
                            std::chrono::milliseconds timeout);
 
-// GET `target` of each peer (tag, address), blocking: the array each one
-// answered (`member` of its JSON object, or the whole answer when ""), by
-// tag, and the tags of those that did not answer with one, comma-separated.
+// GET `target` of each peer (tag, address) for the caller, `X-Cellgate-Scope:
+// node` (peer_headers), blocking: the array each one answered (`member` of
+// its JSON object, or the whole answer when ""), by tag, and the tags of
+// those that did not answer with one, comma-separated.
 struct peer_answers {
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     std::string unreachable;
 };
-peer_answers ask_peers(const std::vector<std::pair<std::string, std::string>>& peers, const std::string& target,
-                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& member = "");
+peer_answers ask_peers(services& s, const http::request_ptr& req,
+                       const std::vector<std::pair<std::string, std::string>>& peers, const std::string& target,
+                       const std::string& member = "");
 
 // Runs `work` on the file-I/O pool under the caller's tenant, off the io
 // threads; it replies through `reply` as a handler does, and what it throws

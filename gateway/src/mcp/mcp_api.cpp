@@ -54,6 +54,7 @@ route_guard mcp_guard(std::vector<std::string> allow_origins) {
             return rpc_error(403, nullptr, invalid_request,
                              "Origin not allowed: " + header_value(ctx.req, "Origin").substr(0, 200) +
                                  " (the gateway's own origin and --allow-origin ones are)");
+        if (ctx.vouched) return std::nullopt;  // a cluster peer checked the caller's token (http/peer_auth.hpp)
         auto unauthorized = [](const std::string& message, bool invalid) {
             auto r = rpc_error(401, nullptr, invalid_request, message);
             r.headers.emplace_back("WWW-Authenticate",

@@ -51,7 +51,9 @@ private:
 // Options that only parse with a partner: every sample is given with these,
 // on the command line and in the file alike.
 const std::vector<std::pair<std::string, std::string>> partners = {
-    {"node_tag", "0a1b2c3d"}, {"certfile", "/etc/cellgate/cert.pem"}, {"keyfile", "/etc/cellgate/key.pem"}};
+    {"node_tag", "0a1b2c3d"}, {"certfile", "/etc/cellgate/cert.pem"}, {"keyfile", "/etc/cellgate/key.pem"},
+    {"etcd_ca", "/etc/cellgate/etcd/ca.pem"}, {"etcd_cert", "/etc/cellgate/etcd/node.pem"},
+    {"etcd_key", "/etc/cellgate/etcd/node-key.pem"}, {"cluster_secret_file", "/etc/cellgate/cluster-secret"}};
 
 // The variables the table's examples name (egress_secrets, tokens[].secrets).
 void set_sample_environment() {

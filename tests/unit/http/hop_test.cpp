@@ -2,6 +2,7 @@
 // request names, and what admit() does with a request for another node's id.
 #include "http/dispatch.hpp"
 #include "http/hop.hpp"
+#include "http/peer_auth.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@ constexpr const char* theirs = "1a2b3c4d";
 constexpr const char* departed = "deadbeef";
 const std::string their_id = std::string(theirs) + "-0000-4000-8000-00000000abcd";
 const std::string our_id = std::string(ours) + "-0000-4000-8000-00000000abcd";
+const auto secret = std::make_shared<util::cluster_secret>(std::string(40, 's'));
 
 bhttp::request_header<> get(std::string target, std::string token = "secret-token-1") {
     bhttp::request_header<> h;
@@ -78,14 +80,19 @@ TEST(hop, the_e2b_sandbox_plane_names_its_sandbox_in_a_header_or_the_host) {
 }
 
 TEST(hop, the_relayed_head_names_the_hop_and_asks_for_a_close_unless_it_upgrades) {
-    auto h = get("/v1/sessions/" + their_id);
+    const http::peer_auth peers(ours, secret);
+    const http::identity who{"acme", "ci", false};
+    auto h = get("/v1/sessions/" + their_id + "?token=secret-token-1");
     h.set("X-Forwarded-For", "10.0.0.9");
     h.set(bhttp::field::connection, "keep-alive");
-    const auto head = http::hop_request_head(h, ours, "127.0.0.5");
+    const auto head = http::hop_request_head(h, "127.0.0.5", peers, theirs, &who);
     EXPECT_EQ(head.rfind("GET /v1/sessions/" + their_id + " HTTP/1.1\r\n", 0), 0u) << head;
     EXPECT_NE(head.find("X-Cellgate-Hop: 0a0b0c0d\r\n"), std::string::npos) << head;
     EXPECT_NE(head.find("X-Forwarded-For: 10.0.0.9, 127.0.0.5\r\n"), std::string::npos) << head;
-    EXPECT_NE(head.find("Authorization: token secret-token-1\r\n"), std::string::npos) << head;
+    // Security review turn 3, H4: the owner gets this node's signed word for the caller, not its token.
+    EXPECT_EQ(head.find("secret-token-1"), std::string::npos) << head;
+    EXPECT_NE(head.find("X-Cellgate-Tenant: " + std::string("61636d65.6369") + "\r\n"), std::string::npos) << head;
+    EXPECT_NE(head.find("X-Cellgate-Peer: v1 from=0a0b0c0d to=1a2b3c4d "), std::string::npos) << head;
     EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos) << head;
     ASSERT_GE(head.size(), 4u);
     EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
@@ -95,7 +102,7 @@ TEST(hop, the_relayed_head_names_the_hop_and_asks_for_a_close_unless_it_upgrades
     ws.set(bhttp::field::upgrade, "websocket");
     ws.set(bhttp::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
     ws.set(bhttp::field::sec_websocket_version, "13");
-    const auto upgrade = http::hop_request_head(ws, ours, "127.0.0.5");
+    const auto upgrade = http::hop_request_head(ws, "127.0.0.5", peers, theirs, &who);
     EXPECT_NE(upgrade.find("Connection: Upgrade\r\n"), std::string::npos) << upgrade;
     EXPECT_EQ(upgrade.find("close"), std::string::npos) << upgrade;
 }
@@ -112,6 +119,7 @@ struct fixture {
         routes.add(bhttp::verb::get, "/v1/sessions/{id}", handler);
         routes.add(bhttp::verb::get, "/api/kernels/{kernel_id}/channels", handler);
         hops.tag = ours;
+        hops.peers = std::make_shared<http::peer_auth>(ours, secret);
         hops.locate = [this](const std::string& t) {
             ++located;
             if (t == theirs) return http::hop_owner{http::hop_owner::kind::peer, "127.0.0.1:9001"};
@@ -130,6 +138,8 @@ TEST(hop, admit_relays_a_peer_id_after_the_token_check) {
     EXPECT_EQ(a.what, action::forward);
     EXPECT_EQ(a.forward_to, "127.0.0.1:9001");
     EXPECT_EQ(a.forward_tag, theirs);
+    ASSERT_TRUE(a.forward_who);  // vouched for at the owner, in place of the token
+    EXPECT_EQ(a.forward_who->tenant, "acme");
     // A WebSocket upgrade is relayed too, before the local kernel lookup.
     auto ws = get("/api/kernels/" + their_id + "/channels");
     ws.set(bhttp::field::connection, "Upgrade");
@@ -157,6 +167,29 @@ TEST(hop, a_request_that_already_hopped_is_never_relayed_again) {
     auto h = get("/v1/sessions/" + their_id);
     h.set(http::hop_header, theirs);
     EXPECT_EQ(f.admit(h).what, action::read_body);
+}
+
+TEST(hop, a_peers_signed_word_stands_for_the_token_and_nothing_else_does) {
+    fixture f;
+    // What the owner of `theirs` sends us (this node is `ours`): no token, its signature.
+    const http::peer_auth them(theirs, secret);
+    const http::identity who{"acme", "ci", false};
+    auto h = get("/v1/sessions/" + our_id, "");
+    them.sign(h, ours, &who);
+    auto a = f.admit(h);
+    EXPECT_EQ(a.what, action::read_body);
+    EXPECT_EQ(a.ctx->who.tenant, "acme");
+    EXPECT_TRUE(a.ctx->vouched);
+    EXPECT_EQ(f.admit(h).reply.status, 403u) << "the same signature twice";
+    // X-Cellgate-Tenant without a signature, even beside a good token: refused.
+    auto forged = get("/v1/sessions/" + our_id);
+    forged.set(http::tenant_header, "61636d65.6369");
+    EXPECT_EQ(f.admit(forged).reply.status, 403u);
+    // Signed with another secret: refused.
+    const http::peer_auth stranger(theirs, std::make_shared<util::cluster_secret>(std::string(40, 'x')));
+    auto other = get("/v1/sessions/" + our_id, "");
+    stranger.sign(other, ours, &who);
+    EXPECT_EQ(f.admit(other).reply.status, 403u);
 }
 
 TEST(hop, without_a_cluster_every_id_is_answered_here) {
