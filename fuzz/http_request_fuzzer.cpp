@@ -37,14 +37,18 @@
 #include "http/http_types.hpp"
 #include "http/router.hpp"
 #include "http/dispatch.hpp"
+#include "http/peer_auth.hpp"
 #include "http/server_options.hpp"
 #include "kernels/kernel.hpp"
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
 #include "util/multipart.hpp"
+#include "util/cluster_secret.hpp"
 
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <cctype>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/_experimental/test/stream.hpp>
@@ -138,11 +142,16 @@ struct fixture {
     agent::agent_limits limits;
     // A cluster node's view: ids whose tag starts with 1 are a peer's, with 2
     // a departed node's (http/hop.hpp).
-    http::hop_rules hops{"0a0b0c0d", [](const std::string& tag) {
+    // Requests between nodes are signed under the cluster's secret (http/peer_auth.hpp).
+    std::shared_ptr<http::peer_auth> peers = std::make_shared<http::peer_auth>(
+        "0a0b0c0d", std::make_shared<const util::cluster_secret>(std::string(48, 'k')), [] { return std::int64_t{1800000000}; });
+    http::hop_rules hops{"0a0b0c0d",
+                         [](const std::string& tag) {
                              if (tag.front() == '1') return http::hop_owner{http::hop_owner::kind::peer, "127.0.0.1:1"};
                              if (tag.front() == '2') return http::hop_owner{http::hop_owner::kind::gone, {}};
                              return http::hop_owner{};
-                         }};
+                         },
+                         peers};
 
     fixture() {
         for (const auto& r : gateway_routes) {
@@ -391,7 +400,7 @@ void check_response(const http::response& r, const request* req, const fixture& 
 }
 
 // The checks on what admit() decided for one request.
-void check_admission(const http::admission& a, const http::server_options& opts) {
+void check_admission(const http::admission& a, const http::server_options& opts, const fixture& fx) {
     using action = http::admission::action;
     const auto& ctx = *a.ctx;
     for (const auto& [k, v] : ctx.query)
@@ -405,10 +414,20 @@ void check_admission(const http::admission& a, const http::server_options& opts)
         if (t.size() != 8 || t == "0a0b0c0d" || t.front() != '1' || a.forward_to != "127.0.0.1:1") finding();
         for (const char c : t)
             if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) finding();
-        const auto head = http::hop_request_head(ctx.req.base(), "0a0b0c0d", "127.0.0.1");
+        const auto head = http::hop_request_head(ctx.req.base(), "127.0.0.1", *fx.peers, t,
+                                                 a.forward_who ? &*a.forward_who : nullptr);
         if (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0 ||
-            head.find("\r\nX-Cellgate-Hop: 0a0b0c0d\r\n") == std::string::npos)
+            head.find("\r\nX-Cellgate-Hop: 0a0b0c0d\r\n") == std::string::npos ||
+            head.find("\r\nX-Cellgate-Peer: ") == std::string::npos)
             finding();
+        // The caller's credentials never go to the peer.
+        for (std::size_t at = head.find("\r\n"); at != std::string::npos; at = head.find("\r\n", at + 2)) {
+            const auto colon = head.find(':', at + 2);
+            if (colon == std::string::npos) break;
+            std::string name = head.substr(at + 2, colon - at - 2);
+            for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            if (name == "authorization" || name == "x-api-key" || name == "cookie") finding();
+        }
         return;
     }
     const bool is_public = http::public_route(ctx.route) && a.what != action::upload;
@@ -457,7 +476,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         if (ec) break;  // end of stream, malformed, cut short: nothing to answer
         const auto a = http::admit({fx.routes, fx.auth, opts, &fx.hops}, header_parser.get(), "127.0.0.1");
-        check_admission(a, opts);
+        check_admission(a, opts, fx);
         const auto& ctx = *a.ctx;
         using action = http::admission::action;
         if (a.what == action::forward) break;  // the connection now belongs to the relay
