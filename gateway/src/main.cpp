@@ -392,6 +392,8 @@ int main(int argc, char** argv) {
         metrics.add_gauge_source([&agents](std::string& out) { agents.ledger().render_metrics(out); });
         cell_ledger.store(&agents);
         kit::services services{manager, sessions, metrics, "2.0.0", &file_io};
+        services.staging = std::make_shared<kit::upload_staging>(cfg.upload_staging_per_tenant);
+        metrics.add_gauge_source([staging = services.staging](std::string& out) { staging->render(out); });
         if (egress_proxy) {
             services.network = &network;
             agents.set_egress_summary([&network](const std::string& id, std::int64_t from, std::int64_t to) {

@@ -45,6 +45,7 @@ def gw(tmp_path_factory):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "tmpfs", str(tmp)], check=True)
     g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-kernels", "8", "--max-lifetime", "900",
                 "--max-watches-per-tenant", "4", "--max-websockets-per-tenant", "10",
+                "--max-upload-staging-per-tenant", str(512 * MiB),
                 token=TOKEN_A,
                 env=dict(os.environ, TMPDIR=str(tmp)))
     g.tmp = tmp
@@ -327,6 +328,68 @@ def test_h1_an_export_of_sparse_files_and_hard_links_is_bounded_by_the_workspace
         for x in made:
             call(gw, "DELETE", f"/v1/sessions/{x}")
 
+
+
+def test_h1_a_tenants_uploads_being_staged_share_one_budget(gw):
+    """Each archive upload reserves its upload limit (256 MiB) of staging disk
+    until it is done; a tenant's share is 512 MiB here, so a third upload at
+    once is refused while another tenant's goes through."""
+    import socket as sk
+    sessions = {}
+    held = []
+    try:
+        for token in (TOKEN_A, TOKEN_B):
+            r = call(gw, "POST", "/v1/sessions", token=token, json={"timeout_s": 300})
+            assert r.status_code == 201, r.text
+            sessions[token] = r.json()["id"]
+
+        def start_upload(token):
+            c = sk.create_connection(("127.0.0.1", gw.port), timeout=30)
+            c.sendall((f"PUT /v1/sessions/{sessions[token]}/workspace HTTP/1.1\r\nHost: x\r\n"
+                       f"Authorization: token {token}\r\nContent-Type: application/x-tar\r\n"
+                       f"Content-Length: {10 * MiB}\r\n\r\n").encode() + b"\0" * 4096)
+            return c
+
+        def refused_at_once(token):
+            c = start_upload(token)
+            c.settimeout(10)
+            try:
+                head = c.recv(4096)
+            except TimeoutError:
+                head = b""
+            c.close()
+            return head
+
+        held = [start_upload(TOKEN_A), start_upload(TOKEN_A)]
+        time.sleep(0.5)
+        head = refused_at_once(TOKEN_A)
+        assert head.startswith(b"HTTP/1.1 429") and b"staging" in head, head[:300]
+        # Another tenant's upload is not touched by A's share.
+        tar = io.BytesIO()
+        with tarfile.open(fileobj=tar, mode="w") as t:
+            info = tarfile.TarInfo("b.txt")
+            info.size = 1
+            t.addfile(info, io.BytesIO(b"b"))
+        r = call(gw, "PUT", f"/v1/sessions/{sessions[TOKEN_B]}/workspace", token=TOKEN_B, data=tar.getvalue())
+        assert r.status_code == 200, r.text
+        # A's uploads end (the client went away): its share comes back.
+        for c in held:
+            c.close()
+        held = []
+        deadline = time.monotonic() + 20
+        while True:
+            r = call(gw, "PUT", f"/v1/sessions/{sessions[TOKEN_A]}/workspace", data=tar.getvalue())
+            if r.status_code == 200:
+                break
+            assert r.status_code == 429 and time.monotonic() < deadline, r.text
+            time.sleep(0.3)
+        metrics = call(gw, "GET", "/metrics").text
+        assert "cellgate_upload_staging_refused_total" in metrics
+    finally:
+        for c in held:
+            c.close()
+        for token, sid in sessions.items():
+            call(gw, "DELETE", f"/v1/sessions/{sid}", token=token)
 
 # --- L2: E2B's connect and setTimeout keep within the maximum lifetime ---
 

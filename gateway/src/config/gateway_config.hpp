@@ -53,6 +53,7 @@ struct gateway_config {
     int io_threads = 0;  // 0: one per core, at least 2
     util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share
     processes::process_limits processes;  // commands, terminals, E2B processes and contexts
+    std::uint64_t upload_staging_per_tenant = 1ull << 30;  // archive uploads being staged, per tenant
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     // How far misses may raise that pool for a while (unset: 4 × pool_size).
     std::optional<std::size_t> pool_max;

@@ -653,6 +653,18 @@ std::vector<option> command_line_options() {
                  "pool is full). At least 1.",
          .sample = "1",
          .set = [](auto& c, const auto& v) { c.file_io.per_tenant_running = at_least_1("file_io_per_tenant", v); }},
+        {.name = "max_upload_staging_per_tenant", .section = heading::threads, .value = "BYTES",
+         .fallback = "`1073741824` (1 GiB)",
+         .help = "Disk one tenant's archive uploads (`PUT …/workspace`, `POST /v1/sessions` with a tar or a form) "
+                 "may reserve at once while they are received: each reserves its upload limit (256 MiB by "
+                 "default) until it is done; past the budget an upload gets `429`. At least 1 MiB; keep it at "
+                 "least the largest upload limit. `/metrics`: `cellgate_upload_staging_bytes`.",
+         .sample = "536870912",
+         .set = [](auto& c, const auto& v) {
+             c.upload_staging_per_tenant = to_u64("max_upload_staging_per_tenant", v);
+             if (c.upload_staging_per_tenant < (1u << 20))
+                 throw config_error("max_upload_staging_per_tenant must be at least 1048576 (1 MiB)");
+         }},
         {.name = "max_process_starts_per_tenant", .section = heading::threads, .value = "N", .fallback = "`2`",
          .help = "Process starts (commands, terminals, E2B processes and code contexts) one tenant may have "
                  "running at once, on 4 threads of their own; 32 more wait per tenant, and past that a start "

@@ -73,6 +73,8 @@ struct request_context {
     // guard: a guard that proves a tenant takes it as its own proof.
     bool vouched = false;
     std::string remote;
+    // What the request holds until it is done (an upload's staging share).
+    std::shared_ptr<const void> holds;
 
     const std::string& param(const std::string& name) const { return params.at(name); }
     std::optional<std::string> query_value(const std::string& name) const {

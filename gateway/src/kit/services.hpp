@@ -16,6 +16,7 @@
 #include "http/router.hpp"
 #include "kernels/kernel_manager.hpp"
 #include "kernels/session_registry.hpp"
+#include "kit/upload_staging.hpp"
 #include "metrics/metrics.hpp"
 #include "util/api_error.hpp"
 #include "util/file_io_pool.hpp"
@@ -61,6 +62,8 @@ struct services {
     core::sessions* core = nullptr;
     // And runs their cells here (core/executions.hpp).
     core::executions* cells = nullptr;
+    // Each tenant's share of the disk archive uploads are staged on; null: none.
+    std::shared_ptr<upload_staging> staging{};
 };
 
 

@@ -47,7 +47,15 @@ contents::beneath::unique_fd temp_archive() {
 // An archive's body streamed to a temporary file, within `max_bytes`: the
 // server writes (and closes) one descriptor, the finish step reads a copy
 // kept in params["archive_fd"].
-upload_target archive_target(const request_ptr& req, std::uint64_t max_bytes) {
+upload_target archive_target(services& s, const request_ptr& req, std::uint64_t max_bytes) {
+    // The tenant's share of the staging disk, held until the request is done.
+    if (s.staging) {
+        req->holds = s.staging->reserve(req->who.tenant, max_bytes);
+        if (!req->holds)
+            throw api_exception(429, "Your uploads being received already take " +
+                                         std::to_string(s.staging->per_tenant() >> 20) +
+                                         " MiB of staging space (the most a tenant may); wait for one to finish");
+    }
     auto fd = temp_archive();
     const int keep = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
     if (keep < 0) throw api_exception(500, "cannot keep the archive's temporary file");
@@ -169,7 +177,7 @@ void register_export_import(router& r, services& s) {
                       const auto k = kernel_or_404(s, req, req->param("id"));
                       guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
                       k->touch();
-                      return archive_target(req, k->policy().upload_limit_bytes);
+                      return archive_target(s, req, k->policy().upload_limit_bytes);
                   },
                   [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
                       auto archive = kept_archive(req);
@@ -200,7 +208,7 @@ void register_create_from_archive(router& r, services& s, agent::agent_service& 
             // The body's cap: the tenant's upload limit under the default kernel's policy.
             const auto policy = s.kernels.config().policies.resolve(kernels::surface::agent, s.kernels.specs().default_name(),
                                                                    req->who.tenant);
-            return archive_target(req, policy.upload_limit_bytes);
+            return archive_target(s, req, policy.upload_limit_bytes);
         },
         [&s, &agents](const request_ptr& req, std::uint64_t, reply_fn reply) {
             auto archive = kept_archive(req);
