@@ -8,8 +8,8 @@
 # the transport. The surfaces (jupyter, v1, web, e2b, mcp) are adapters over
 # the core: each may use the kit (what they share) and the core's rooms,
 # never another surface; `api/` is gone. `config` composes them.
-set(cellgate_rooms util cluster egress metrics contents messaging wire kernels agent processes core http kit jupyter v1 web e2b mcp config)
-set(cellgate_core_rooms util cluster egress metrics contents messaging wire kernels agent processes core)
+set(cellgate_rooms util cluster egress metrics contents messaging wire kernels agent processes templates core http kit jupyter v1 web e2b mcp config)
+set(cellgate_core_rooms util cluster egress metrics contents messaging wire kernels agent processes templates core)
 set(cellgate_surface_rooms jupyter v1 web e2b mcp)
 # Rooms that no longer exist: an include of one is refused wherever it is.
 set(cellgate_retired_rooms api)
@@ -28,15 +28,17 @@ set(cellgate_room_uses_wire messaging util metrics)
 set(cellgate_room_uses_kernels messaging wire contents metrics util)
 set(cellgate_room_uses_agent kernels messaging wire contents metrics util)
 set(cellgate_room_uses_processes kernels messaging wire contents metrics util)
+# Environments: template definitions, builds in build sandboxes, their layers and kernelspecs.
+set(cellgate_room_uses_templates kernels egress messaging wire contents metrics util)
 # The core's front door: the typed verbs every surface calls (sessions, cells, files, networks).
-set(cellgate_room_uses_core agent kernels egress messaging wire contents metrics util)
+set(cellgate_room_uses_core templates agent kernels egress messaging wire contents metrics util)
 # The transport: listener, sessions, dispatch, router, auth, SSE, the WebSocket handoffs. No kernel.
 set(cellgate_room_uses_http metrics util)
 # The kit: what the surfaces share (services, failures as statuses, file work, the cluster's list join).
-set(cellgate_room_uses_kit core processes http agent kernels wire messaging contents metrics egress util)
-set(cellgate_room_uses_jupyter kit core processes http agent kernels wire messaging contents metrics egress util)
-set(cellgate_room_uses_v1 kit core processes http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_kit templates core processes http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_jupyter templates kit core processes http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_v1 templates kit core processes http agent kernels wire messaging contents metrics egress util)
 set(cellgate_room_uses_web http contents util)
-set(cellgate_room_uses_e2b kit core processes http agent kernels wire messaging contents metrics egress util)
-set(cellgate_room_uses_mcp kit core http agent kernels wire messaging contents metrics egress util)
-set(cellgate_room_uses_config core cluster mcp e2b web v1 jupyter kit processes http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_e2b templates kit core processes http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_mcp templates kit core http agent kernels wire messaging contents metrics egress util)
+set(cellgate_room_uses_config templates core cluster mcp e2b web v1 jupyter kit processes http agent kernels wire messaging contents metrics egress util)

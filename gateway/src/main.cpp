@@ -228,6 +228,7 @@ std::shared_ptr<void> register_routes(http::router& routes, kit::services& servi
     v1::register_agent_api(routes, services, agents);
     if (services.network) v1::register_network_api(routes, services, *services.network);
     v1::register_commands_api(routes, services, processes);
+    v1::register_templates_api(routes, services);
     auto terminals = jupyter::register_terminals_api(routes, services, processes);
     web::register_static_api(routes, web::web_options{cfg.static_dir, cfg.output_scripts});
     auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
@@ -319,6 +320,11 @@ int main(int argc, char** argv) {
         const auto backend = make_launcher(cfg);
         auto& launch = *backend;
         kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
+        // The tenants' templates come back before the sessions that run on them.
+        auto template_options = cfg.templates;
+        template_options.state_dir = cfg.launcher.state_dir;
+        template_options.build.pip_index_url = cfg.network.pip_index_url;
+        templates::template_store template_store(launch, cfg.launcher, specs, std::move(template_options));
         std::unique_ptr<kernels::state_store> store;
         if (cfg.state_db != "none")
             store = std::make_unique<kernels::state_store>(cfg.state_db.empty() ? cfg.launcher.state_dir / "gateway.db"
@@ -364,6 +370,7 @@ int main(int argc, char** argv) {
             egress_proxy.emplace(ioc, std::move(options));
             network.ca_pem = egress_proxy->ca_certificate_pem();
             network.proxy = &*egress_proxy;
+            template_store.set_egress(&*egress_proxy, network.ca_pem);
             metrics.add_gauge_source([&egress_proxy, &network](std::string& out) {
                 egress_proxy->render_metrics(out);
                 if (network.log_writer) network.log_writer->render_metrics(out);
@@ -403,6 +410,15 @@ int main(int argc, char** argv) {
         // The core's front door, which every surface starts its sessions through.
         core::sessions session_starts(manager, agents.limits(), services.network);
         services.core = &session_starts;
+        template_store.kernelspecs_in_use = [&manager] { return manager.spec_names_in_use(); };
+        session_starts.set_templates(&template_store);
+        // Builds end before what they use (the proxy, the manager) goes.
+        struct stop_builds {
+            templates::template_store& store;
+            ~stop_builds() { store.stop(); }
+        } builds_stop_first{template_store};
+        services.templates = &template_store;
+        metrics.add_gauge_source([&template_store](std::string& out) { template_store.render_metrics(out); });
         core::executions cells(manager, agents);
         services.cells = &cells;
 

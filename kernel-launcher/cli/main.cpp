@@ -244,6 +244,18 @@ int verb_validate(launcher& l, const args_t& args) {
     return 0;
 }
 
+// One step of a template's build from a JSON spec (build_step.hpp); prints
+// the result. Exit status: the step's.
+int verb_build_step(launcher& l, const args_t& args) {
+    std::ifstream in(need_id(args));
+    if (!in) throw usage_error("cannot read " + args[0]);
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) throw spec_error("the step file is not valid JSON");
+    const auto r = l.run_build_step(j.get<build_step_spec>());
+    std::cout << nlohmann::json(r).dump(2) << "\n";
+    return r.exit_code == 0 ? 0 : 1;
+}
+
 struct verb {
     const char* name;
     int (*run)(launcher&, const args_t&);
@@ -255,6 +267,7 @@ constexpr verb verbs[] = {
                       "[--workspace-size 1G] [--tmp-size 256M] [--env K=V]… [--preload MOD]… [--spec FILE] "
                       "[--exec CODE] [--rm]"},
     {"ps", verb_ps, "ps [--json]"},
+    {"build-step", verb_build_step, "build-step FILE     (one step of a template's build, from its JSON)"},
     {"status", verb_status, "status ID"},
     {"kill", verb_kill, "kill ID [SIGNAL]     (default SIGKILL; SIGINT interrupts a cell)"},
     {"rm", verb_rm, "rm ID [--keep-workspace]"},

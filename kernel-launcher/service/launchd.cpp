@@ -101,6 +101,8 @@ public:
             return json{{"bytes", u.bytes}, {"used_bytes", u.used_bytes}};
         }
         case op::remove_volume: launcher_.remove_volume(r.volume); return nullptr;
+        case op::build_step: return launcher_.run_build_step(r.step);
+        case op::remove_layer: launcher_.remove_layer(r.layer); return nullptr;
         case op::validate: launcher_.validate(r.spec); return nullptr;
         case op::signal: launcher_.signal(r.id, r.signal); return nullptr;
         case op::status: return service::status_to_json(as_seen(launcher_.status(r.id)));

@@ -135,7 +135,8 @@ oci_inputs launcher::impl::oci_inputs_for(const sandbox_info& info, const sandbo
     if (rt.name() == "runsc")
         in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(fs::path(info.run_dir)).script_dir.string()};
     in.env = base_environment(spec.limits);
-    for (const auto& [name, value] : spec.env) in.env.push_back(name + "=" + value);
+    set_environment(in.env, spec.image_env);
+    set_environment(in.env, spec.env);
     if (info.memory_merge) {
         // The entry point opts into KSM; a fixed string hash seed lays out
         // the imports' dicts alike in every kernel (a caller's seed stands).

@@ -152,6 +152,8 @@ struct launcher::impl {
     // point in the image's rootfs, so each volume cannot be a mount of its own.
     fs::path attach_volumes(const sandbox_spec& spec, const fs::path& run_dir, std::uint32_t host_id_base);
 
+    build_step_result run_build_step(const build_step_spec& spec);
+
     // The launch sequence, in the order launch() runs it.
     // `zygote`: the kernel may come from the image's zygote (else it starts cold).
     sandbox_info launch(const sandbox_spec& spec, bool zygote);

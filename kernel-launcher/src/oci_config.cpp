@@ -95,6 +95,15 @@ std::vector<std::string> base_environment(const sandbox_limits& limits) {
             "MKL_NUM_THREADS=" + threads};
 }
 
+void set_environment(std::vector<std::string>& env, const std::map<std::string, std::string>& names) {
+    for (const auto& [name, value] : names) {
+        const auto prefix = name + "=";
+        const auto it = std::find_if(env.begin(), env.end(), [&](const std::string& e) { return e.starts_with(prefix); });
+        if (it != env.end()) *it = prefix + value;
+        else env.push_back(prefix + value);
+    }
+}
+
 json build_exec_process(const json& sandbox_process, const exec_spec& spec, const std::vector<std::string>& base_env) {
     json p = sandbox_process;
     p["args"] = spec.argv;

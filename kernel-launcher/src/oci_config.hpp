@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,8 @@ nlohmann::json build_oci_config(const oci_inputs& in);
 
 // The environment every kernel gets, before the caller's allow-listed names.
 std::vector<std::string> base_environment(const sandbox_limits& limits);
+// Sets each of `names` in `env` ("NAME=value" entries): replaced where present, else added.
+void set_environment(std::vector<std::string>& env, const std::map<std::string, std::string>& names);
 
 // The OCI process for an exec in a sandbox whose config.json has
 // `sandbox_process`: that process (its user, capabilities, rlimits,

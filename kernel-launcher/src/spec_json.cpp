@@ -94,12 +94,13 @@ void to_json(json& j, const sandbox_spec& s) {
              {"from_snapshot", s.from_snapshot},
              {"volumes", s.volumes},
              {"start_timeout_ms", static_cast<std::uint64_t>(s.start_timeout.count())}};
+    if (!s.image_env.empty()) j["image_env"] = s.image_env;
 }
 
 void from_json(const json& j, sandbox_spec& s) {
     require_object(j, "sandbox spec",
                    {"id", "image", "runtime", "limits", "workspace_dir", "env", "uid", "gid",
-                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot", "volumes"});
+                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot", "volumes", "image_env"});
     read_string(j, "id", s.id);
     read_string(j, "image", s.image);
     read_string(j, "runtime", s.runtime);
@@ -118,6 +119,14 @@ void from_json(const json& j, sandbox_spec& s) {
         for (const auto& [k, v] : it->items()) {
             if (!v.is_string()) throw spec_error("env value of '" + k + "' must be a string");
             s.env[k] = v.get<std::string>();
+        }
+    }
+    if (const auto it = j.find("image_env"); it != j.end()) {
+        if (!it->is_object()) throw spec_error("'image_env' must be an object of strings");
+        s.image_env.clear();
+        for (const auto& [k, v] : it->items()) {
+            if (!v.is_string()) throw spec_error("image_env value of '" + k.substr(0, 64) + "' must be a string");
+            s.image_env[k] = v.get<std::string>();
         }
     }
     read_unsigned(j, "uid", s.uid);

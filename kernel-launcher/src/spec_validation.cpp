@@ -1,5 +1,8 @@
 #include "spec_validation.hpp"
 
+#include "layers.hpp"
+#include "cellgate/launcher/build_step.hpp"
+
 #include "cellgate/launcher/env_rules.hpp"
 #include "cellgate/launcher/launch_error.hpp"
 
@@ -69,6 +72,7 @@ bool env_name_allowed(std::string_view name, const launcher_config& config) {
 }
 
 fs::path resolve_image(std::string_view name, const launcher_config& config) {
+    if (name.starts_with("l-") && is_valid_layer_id(name.substr(2))) return layer_rootfs(std::string(name.substr(2)), config);
     if (!is_valid_image_name(name))
         throw spec_error("image name '" + std::string(name) +
                          "' is not valid (lower-case letters, digits, '-', '_', '.')");
@@ -106,14 +110,7 @@ void validate_env(const std::map<std::string, std::string>& env, const launcher_
     if (env_bytes > (64u << 10)) throw spec_error("environment is larger than 64 KiB");
 }
 
-void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
-    if (!spec.id.empty() && !is_valid_sandbox_id(spec.id))
-        throw spec_error("sandbox id '" + spec.id +
-                         "' is not valid (1-64 of letters, digits, '-', '_', starting with a "
-                         "letter or digit)");
-    resolve_image(spec.image, config);
-
-    const auto& l = spec.limits;
+void validate_limits(const sandbox_limits& l, const launcher_config& config) {
     const auto& max = config.max_limits;
     check_range<std::uint64_t>("memory limit", l.memory_bytes, 64ull << 20, max.memory_bytes, true);
     check_range<std::uint32_t>("pids limit", l.pids, 8, max.pids, false);
@@ -126,6 +123,43 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
     if (l.fsize_bytes != 0)
         check_range<std::uint64_t>("fsize limit", l.fsize_bytes, 1ull << 20, max.fsize_bytes, true);
 
+}
+
+void validate_image_env(const std::map<std::string, std::string>& env) {
+    if (env.size() > 256) throw spec_error("an image's environment has at most 256 names");
+    std::size_t bytes = 0;
+    for (const auto& [name, value] : env) {
+        const bool word = !name.empty() && name.size() <= 128 && !(name[0] >= '0' && name[0] <= '9') &&
+                          std::all_of(name.begin(), name.end(), is_word_char);
+        if (!word || name.starts_with("CELLGATE_"))
+            throw spec_error("environment variable '" + name.substr(0, 64) + "' is not a name an image may set");
+        if (value.find('\0') != std::string::npos) throw spec_error("an environment value holds a NUL byte");
+        bytes += name.size() + value.size();
+    }
+    if (bytes > (128u << 10)) throw spec_error("an image's environment is larger than 128 KiB");
+}
+
+void validate_egress_dir(const std::string& egress_dir, const launcher_config& config) {
+    if (egress_dir.empty()) return;
+    const fs::path p(egress_dir);
+    if (config.egress_root.empty()) throw spec_error("this launcher gives no sandbox an egress path");
+    if (!p.is_absolute() || p.lexically_normal() != p || egress_dir.find("/.") != std::string::npos ||
+        egress_dir.find("//") != std::string::npos || p.parent_path() != config.egress_root ||
+        !is_valid_sandbox_id(p.filename().string()))
+        throw spec_error("egress_dir must be a directory directly under " + config.egress_root.string() +
+                         " with a simple name");
+}
+
+void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
+    if (!spec.id.empty() && !is_valid_sandbox_id(spec.id))
+        throw spec_error("sandbox id '" + spec.id +
+                         "' is not valid (1-64 of letters, digits, '-', '_', starting with a "
+                         "letter or digit)");
+    resolve_image(spec.image, config);
+
+    validate_limits(spec.limits, config);
+    validate_image_env(spec.image_env);
+
     if (!spec.workspace_dir.empty()) {
         const fs::path p(spec.workspace_dir);
         if (!p.is_absolute()) throw spec_error("workspace_dir must be an absolute path");
@@ -137,15 +171,7 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
                              config.workspace_root.string() + " with a simple name");
     }
 
-    if (!spec.egress_dir.empty()) {
-        const fs::path p(spec.egress_dir);
-        if (config.egress_root.empty()) throw spec_error("this launcher gives no sandbox an egress path");
-        if (!p.is_absolute() || p.lexically_normal() != p || spec.egress_dir.find("/.") != std::string::npos ||
-            spec.egress_dir.find("//") != std::string::npos || p.parent_path() != config.egress_root ||
-            !is_valid_sandbox_id(p.filename().string()))
-            throw spec_error("egress_dir must be a directory directly under " + config.egress_root.string() +
-                             " with a simple name");
-    }
+    validate_egress_dir(spec.egress_dir, config);
 
     if (spec.volumes.size() > 8) throw spec_error("at most 8 volumes per sandbox");
     for (std::size_t i = 0; i < spec.volumes.size(); ++i) {

@@ -4,6 +4,7 @@
 #include "cellgate/launcher/sandbox_spec.hpp"
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -18,7 +19,18 @@ bool is_valid_sandbox_id(std::string_view id);
 bool is_valid_image_name(std::string_view name);
 bool env_name_allowed(std::string_view name, const launcher_config& config);
 
-// <image_store>/<name>/current/rootfs, resolved; throws spec_error if absent.
+// A sandbox's (or a build step's) limits within config.max_limits, and an
+// egress dir directly under config.egress_root ("" is none); spec_error.
+void validate_limits(const sandbox_limits& limits, const launcher_config& config);
+// An image's own environment (sandbox_spec::image_env, a build step's env):
+// shell-like names, none of the launcher's (CELLGATE_*), no NUL, 256 names
+// and 128 KiB at most.
+void validate_image_env(const std::map<std::string, std::string>& env);
+void validate_egress_dir(const std::string& egress_dir, const launcher_config& config);
+
+// <image_store>/<name>/current/rootfs, resolved, or for "l-<layer id>" the
+// layer's read-only root (layers.hpp, mounted on first use); throws
+// spec_error if absent.
 std::filesystem::path resolve_image(std::string_view name, const launcher_config& config);
 
 // The workspace dir a spec ends up with: its own, or <root>/<id>.

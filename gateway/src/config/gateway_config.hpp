@@ -1,5 +1,6 @@
 #pragma once
 
+#include "templates/template_store.hpp"
 #include "agent/agent_service.hpp"
 #include "core/network.hpp"
 #include "egress/proxy.hpp"
@@ -54,6 +55,7 @@ struct gateway_config {
     util::file_io_pool::options file_io;  // threads for file-system work, and each tenant's share
     processes::process_limits processes;  // commands, terminals, E2B processes and contexts
     std::uint64_t upload_staging_per_tenant = 1ull << 30;  // archive uploads being staged, per tenant
+    templates::store_options templates;  // tenants' templates and their builds (docs/templates.md)
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     // How far misses may raise that pool for a while (unset: 4 × pool_size).
     std::optional<std::size_t> pool_max;

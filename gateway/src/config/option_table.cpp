@@ -696,6 +696,44 @@ std::vector<option> command_line_options() {
              c.e2b.max_watches_per_tenant = to_u64("max_watches_per_tenant", v);
              if (c.e2b.max_watches_per_tenant == 0) throw config_error("max_watches_per_tenant must be 1 or more");
          }},
+        {.name = "template_build_allow", .section = heading::surfaces, .value = "ENTRY,…",
+         .fallback = "none (build steps reach no network)",
+         .help = "Where a template's build steps may connect, through the egress proxy (entries as a session's "
+                 "`network.allow` takes them: hosts, `*.` wildcards, networks, ports): the package indexes and "
+                 "mirrors its RUN steps fetch from. Repeatable, or comma-separated. Needs `egress` on. Steps run "
+                 "with `HTTP(S)_PROXY` set and `--egress-pip-index-url` as pip's index ([templates.md](templates.md)).",
+         .sample = "pypi.org,files.pythonhosted.org",
+         .set = [](auto& c, const auto& v) {
+             for (auto& e : comma_list(v)) c.templates.build_allow.push_back(e);
+         }},
+        {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",
+         .help = "Templates one tenant may keep; a build of one more gets `429`. At least 1.",
+         .sample = "8",
+         .set = [](auto& c, const auto& v) { c.templates.max_templates_per_tenant = at_least_1("max_templates_per_tenant", v); }},
+        {.name = "max_template_bytes_per_tenant", .section = heading::surfaces, .value = "BYTES",
+         .fallback = "`17179869184` (16 GiB)",
+         .help = "What one tenant's template layers may hold on disk. A build submitted at the cap gets `413`; "
+                 "a build that passes it fails at the step that did, saying so. At least 1 MiB.",
+         .sample = "4294967296",
+         .set = [](auto& c, const auto& v) {
+             c.templates.max_layer_bytes_per_tenant = to_u64("max_template_bytes_per_tenant", v);
+             if (c.templates.max_layer_bytes_per_tenant < (1u << 20))
+                 throw config_error("max_template_bytes_per_tenant must be at least 1048576 (1 MiB)");
+         }},
+        {.name = "template_builds", .section = heading::surfaces, .value = "N", .fallback = "`2`",
+         .help = "Template builds running at once on this gateway, one per tenant; 4 more wait per tenant (64 "
+                 "in all), and past that a build gets `429`. At least 1.",
+         .sample = "1",
+         .set = [](auto& c, const auto& v) { c.templates.build_threads = at_least_1("template_builds", v); }},
+        {.name = "template_step_timeout", .section = heading::surfaces, .value = "SECONDS", .fallback = "`900`",
+         .help = "How long one RUN step of a template's build may run before it is stopped and the build fails "
+                 "at it. 1 to 86400.",
+         .sample = "300",
+         .set = [](auto& c, const auto& v) {
+             const auto s = to_u64("template_step_timeout", v);
+             if (s < 1 || s > 86400) throw config_error("template_step_timeout is 1 to 86400 seconds");
+             c.templates.step_timeout = std::chrono::seconds(s);
+         }},
         {.name = "static_dir", .section = heading::surfaces, .value = "DIR", .fallback = "none (the copies compiled in)",
          .help = "Serve the chat page and the JavaScript client from this directory's `web/` and `js/` (the "
                  "repository's `clients/`) instead of the copies compiled into the binary; for development.",

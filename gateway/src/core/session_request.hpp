@@ -31,6 +31,8 @@ struct session_request {
     // tenant's layers, as the operator set them).
     kernels::surface surface = kernels::surface::agent;
     std::string kernelspec;     // "" = the default kernelspec
+    // A template of the tenant's, "name[:tag]" (its kernelspec; "" = none).
+    std::string template_ref;
     // A snapshot id ("" = a fresh kernel). Its session runs what the source
     // ran (kernelspec, environment, network, volumes, limits): the request
     // may then ask only for other limits.

@@ -25,7 +25,7 @@ std::vector<kernels::volume_attachment> sessions::attachments(const session_requ
 
 void sessions::start(const session_request& r, kernels::kernel_manager::done_kernel done) {
     if (!r.from_snapshot.empty()) {
-        if (!r.kernelspec.empty() || !r.env.empty() || r.network || !r.volumes.empty())
+        if (!r.kernelspec.empty() || !r.template_ref.empty() || !r.env.empty() || r.network || !r.volumes.empty())
             throw api_exception(400, "A session started from a snapshot runs what its source ran: its kernelspec, "
                                      "environment, network and volumes cannot be chosen");
         const auto snap = kernels_.find_snapshot(r.tenant, r.from_snapshot);
@@ -38,7 +38,15 @@ void sessions::start(const session_request& r, kernels::kernel_manager::done_ker
                                      });
         return;
     }
-    const auto name = r.kernelspec.empty() ? kernels_.specs().default_name() : r.kernelspec;
+    auto name = r.kernelspec.empty() ? kernels_.specs().default_name() : r.kernelspec;
+    if (!r.template_ref.empty()) {
+        const auto ks = templates_ ? templates_->kernelspec_for(r.tenant, r.template_ref) : std::nullopt;
+        if (!ks) throw api_exception(404, "No template '" + r.template_ref.substr(0, 140) + "'");
+        name = *ks;
+    } else if (!r.kernelspec.empty() && kernels_.specs().find(name) && !kernels_.specs().find_for(name, r.tenant)) {
+        // Another tenant's template: as unknown to this one as a name nobody used.
+        throw api_exception(404, "No such kernel spec: '" + name.substr(0, 64) + "'");
+    }
     auto policy = policy_for(r, kernels_.config().policies.resolve(r.surface, name, r.tenant), limits_);
     if (r.network) {
         static const network_settings none;

@@ -9,6 +9,7 @@
 #include "core/network.hpp"
 #include "core/session_request.hpp"
 #include "kernels/kernel_manager.hpp"
+#include "templates/template_store.hpp"
 
 #include <chrono>
 #include <vector>
@@ -20,10 +21,13 @@ public:
     // `network` may be null: no session may then have a network.
     sessions(kernels::kernel_manager& kernels, const agent::agent_limits& limits, const network_settings* network);
 
+    // The tenants' templates (null: none); set before the first start.
+    void set_templates(templates::template_store* store) noexcept { templates_ = store; }
+
     // Starts a session; `done` gets its kernel, or the failure. A request the
     // core refuses throws api_exception before anything starts: 400 for a
-    // bad network, volume or combination, 404 for a snapshot or volume the
-    // tenant does not have.
+    // bad network, volume or combination, 404 for a snapshot, volume,
+    // kernelspec or template the tenant does not have.
     void start(const session_request& r, kernels::kernel_manager::done_kernel done);
 
     // The session now ends at `end_at` (at least a second after it was
@@ -41,6 +45,7 @@ private:
     kernels::kernel_manager& kernels_;
     const agent::agent_limits& limits_;
     const network_settings* network_;
+    templates::template_store* templates_ = nullptr;
 };
 
 }  // namespace cellgate::core

@@ -31,16 +31,16 @@ kernels::kernel_manager::done on_done(reply_fn reply, Fn success) {
 }  // namespace
 
 void register_kernels_api(router& r, services& s) {
-    r.add(bhttp::verb::get, "/api/kernelspecs", [&s](const request_ptr&, reply_fn reply) {
-        reply(json_response(200, s.kernels.specs().models()));
+    r.add(bhttp::verb::get, "/api/kernelspecs", [&s](const request_ptr& req, reply_fn reply) {
+        reply(json_response(200, s.kernels.specs().models(req->who.tenant)));
     });
     r.add(bhttp::verb::get, "/api/kernelspecs/{name}", [&s](const request_ptr& req, reply_fn reply) {
-        const auto* k = s.kernels.specs().find(req->param("name"));
+        const auto* k = s.kernels.specs().find_for(req->param("name"), req->who.tenant);
         if (k == nullptr) throw api_exception(404, "No such kernel spec: " + req->param("name").substr(0, 64));
         reply(json_response(200, s.kernels.specs().model(*k)));
     });
     r.add(bhttp::verb::get, "/kernelspecs/{name}/{file}", [&s](const request_ptr& req, reply_fn reply) {
-        const auto* k = s.kernels.specs().find(req->param("name"));
+        const auto* k = s.kernels.specs().find_for(req->param("name"), req->who.tenant);
         if (k == nullptr) throw api_exception(404, "No such kernel spec");
         const auto it = k->resources.find(req->param("file"));
         if (it == k->resources.end()) throw api_exception(404, "No such kernel spec resource");

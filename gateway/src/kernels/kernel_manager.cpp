@@ -443,6 +443,13 @@ std::vector<kernel_ptr> kernel_manager::list(const std::string& tenant) const {
     return out;
 }
 
+std::set<std::string> kernel_manager::spec_names_in_use() const {
+    std::lock_guard lock(mutex_);
+    std::set<std::string> out;
+    for (const auto& [id, r] : kernels_) out.insert(r.k->spec_name());
+    return out;
+}
+
 std::size_t kernel_manager::count() const {
     std::lock_guard lock(mutex_);
     return kernels_.size();

@@ -142,6 +142,8 @@ public:
     void set_tenant_quota(const std::string& tenant, std::size_t max_kernels);
     kernel_ptr find(const std::string& tenant, const std::string& id) const;
     std::vector<kernel_ptr> list(const std::string& tenant) const;
+    // The kernelspecs every kernel held now runs (any tenant's, pooled ones too).
+    std::set<std::string> spec_names_in_use() const;
     std::size_t count() const;
     // What a cluster node publishes about itself (cluster/membership.hpp).
     struct load_figures {

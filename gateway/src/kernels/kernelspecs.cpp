@@ -17,6 +17,7 @@ launcher::sandbox_spec kernelspec::to_sandbox_spec(const std::string& kernel_id,
     spec.preload = preload;
     spec.start_timeout = start_timeout;
     spec.env = env;
+    spec.image_env = image_env;
     return spec;
 }
 
@@ -57,7 +58,30 @@ kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::str
 
 const kernelspec* kernelspec_registry::find(const std::string& name) const {
     const auto it = specs_.find(name);
-    return it == specs_.end() ? nullptr : &it->second;
+    if (it != specs_.end()) return &it->second;
+    const std::shared_lock lock(templates_mutex_);
+    const auto t = templates_.find(name);
+    return t == templates_.end() ? nullptr : t->second.versions.back().get();
+}
+
+const kernelspec* kernelspec_registry::find_for(const std::string& name, const std::string& tenant) const {
+    if (const auto it = specs_.find(name); it != specs_.end()) return &it->second;
+    const std::shared_lock lock(templates_mutex_);
+    const auto t = templates_.find(name);
+    if (t == templates_.end() || t->second.hidden || t->second.versions.back()->owner != tenant) return nullptr;
+    return t->second.versions.back().get();
+}
+
+void kernelspec_registry::add_template(kernelspec spec) {
+    const std::unique_lock lock(templates_mutex_);
+    auto& entry = templates_[spec.name];
+    entry.versions.push_back(std::make_unique<kernelspec>(std::move(spec)));
+    entry.hidden = false;
+}
+
+void kernelspec_registry::hide(const std::string& name) {
+    const std::unique_lock lock(templates_mutex_);
+    if (const auto t = templates_.find(name); t != templates_.end()) t->second.hidden = true;
 }
 
 nlohmann::json kernelspec_registry::model(const kernelspec& k) const {
@@ -77,9 +101,12 @@ nlohmann::json kernelspec_registry::model(const kernelspec& k) const {
             {"resources", resources}};
 }
 
-nlohmann::json kernelspec_registry::models() const {
+nlohmann::json kernelspec_registry::models(const std::string& tenant) const {
     nlohmann::json specs = nlohmann::json::object();
     for (const auto& [name, k] : specs_) specs[name] = model(k);
+    const std::shared_lock lock(templates_mutex_);
+    for (const auto& [name, t] : templates_)
+        if (!t.hidden && t.versions.back()->owner == tenant) specs[name] = model(*t.versions.back());
     return {{"default", default_}, {"kernelspecs", specs}};
 }
 

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +30,11 @@ struct kernelspec {
     // How long a start may take before it is given up (config "start_timeout_s").
     std::chrono::milliseconds start_timeout{30000};
     std::map<std::string, std::filesystem::path> resources;  // "logo-64x64.png" → host file
+    // A template's (templates/template_store.hpp): the tenant that owns it
+    // ("" for the operator's, which every tenant sees) and its image's
+    // environment (its ENV steps).
+    std::string owner;
+    std::map<std::string, std::string> image_env;
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
     launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,
@@ -40,17 +47,34 @@ public:
     kernelspec_registry(std::vector<kernelspec> specs, std::string default_name,
                         const launcher::launcher_config& launcher_config);
 
+    // The operator's or a template's; a template's pointer stays valid
+    // while the registry lives (a removed template is only hidden).
     const kernelspec* find(const std::string& name) const;
+    // find(), if `tenant` may see it: the operator's, or its own template's.
+    const kernelspec* find_for(const std::string& name, const std::string& tenant) const;
     const std::string& default_name() const noexcept { return default_; }
+    // The operator's kernelspecs (templates are not among them).
     const std::map<std::string, kernelspec>& all() const noexcept { return specs_; }
 
-    // Jupyter's JSON models.
+    // A template's kernelspec (its owner set), replacing one of that name;
+    // hide() takes it out of every listing and lookup but find() by name
+    // (sessions still running on it).
+    void add_template(kernelspec spec);
+    void hide(const std::string& name);
+
+    // Jupyter's JSON models, as `tenant` sees them.
     nlohmann::json model(const kernelspec& spec) const;
-    nlohmann::json models() const;
+    nlohmann::json models(const std::string& tenant = {}) const;
 
 private:
     std::map<std::string, kernelspec> specs_;
     std::string default_;
+    mutable std::shared_mutex templates_mutex_;
+    struct template_entry {
+        std::vector<std::unique_ptr<kernelspec>> versions;  // the last is current; earlier ones stay for find()
+        bool hidden = false;
+    };
+    std::map<std::string, template_entry> templates_;
 };
 
 // The spec every install has: "python3" on the python image under runc.

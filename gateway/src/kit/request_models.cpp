@@ -295,7 +295,7 @@ core::session_request session_request_from(const json& body, const std::string& 
     r.tenant = tenant;
     if (const auto from = body.find("from_snapshot"); from != body.end() && !from->is_null()) {
         if (!from->is_string()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
-        for (const char* other : {"kernel", "env", "network", "volumes"})
+        for (const char* other : {"kernel", "template", "env", "network", "volumes"})
             if (body.contains(other) && !body[other].is_null())
                 throw api_exception(400, std::string("'") + other +
                                              "' cannot be given with 'from_snapshot': a session started from a "
@@ -304,6 +304,12 @@ core::session_request session_request_from(const json& body, const std::string& 
         if (r.from_snapshot.empty()) throw api_exception(400, "'from_snapshot' must be a snapshot id (a string)");
     }
     r.kernelspec = agent_kernel_name(body);
+    if (const auto t = body.find("template"); t != body.end() && !t->is_null()) {
+        if (!t->is_string() || t->get<std::string>().empty())
+            throw api_exception(400, "'template' must be a template's name[:tag] (a string)");
+        if (!r.kernelspec.empty()) throw api_exception(400, "'kernel' and 'template' name the same thing: give one");
+        r.template_ref = t->get<std::string>();
+    }
     r.env = strict_env(body);
     r.limits = limits_asked_from(body);
     if (const auto n = body.find("network"); n != body.end() && !n->is_null()) r.network = *n;

@@ -18,6 +18,7 @@
 #include "kernels/session_registry.hpp"
 #include "kit/upload_staging.hpp"
 #include "metrics/metrics.hpp"
+#include "templates/template_store.hpp"
 #include "util/api_error.hpp"
 #include "util/file_io_pool.hpp"
 #include "util/http_client.hpp"
@@ -62,6 +63,8 @@ struct services {
     core::sessions* core = nullptr;
     // And runs their cells here (core/executions.hpp).
     core::executions* cells = nullptr;
+    // Each tenant's templates (templates/template_store.hpp); null: none.
+    templates::template_store* templates = nullptr;
     // Each tenant's share of the disk archive uploads are staged on; null: none.
     std::shared_ptr<upload_staging> staging{};
 };

@@ -1,5 +1,7 @@
 #include "util/encoding.hpp"
 
+#include <openssl/evp.h>
+
 #include <array>
 #include <cctype>
 #include <cstdint>
@@ -155,6 +157,13 @@ std::string url_encode_path(std::string_view path) {
         }
     }
     return out;
+}
+
+std::string sha256_hex(std::string_view data) {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
 }
 
 }  // namespace cellgate

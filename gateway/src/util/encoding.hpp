@@ -17,6 +17,8 @@ bool is_valid_utf8(std::string_view s) noexcept;
 // (at most 3 bytes). Bytes that could never complete are not held back.
 std::size_t utf8_complete_length(std::string_view s) noexcept;
 std::string hex_encode(std::string_view data);
+// SHA-256 of `data`, 64 lower-case hex digits.
+std::string sha256_hex(std::string_view data);
 // Bytes below 0x20 other than tab, LF and CR: text with them is binary in
 // practice, and JSON escapes most of them as six bytes (\u0000).
 bool has_control_bytes(std::string_view s) noexcept;

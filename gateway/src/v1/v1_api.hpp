@@ -25,6 +25,8 @@ void register_workspace_api(http::router& r, services& s, agent::agent_service& 
 void register_volumes(http::router& r, services& s);
 // GET/PATCH /v1/sessions/{id}/network and GET …/network/log (network_api.cpp).
 void register_network_api(http::router& r, services& s, core::network_settings& settings);
+// /v1/templates: build, list, show and delete a tenant's templates, and follow a build (templates_api.cpp).
+void register_templates_api(http::router& r, services& s);
 void register_commands_api(http::router& r, services& s, processes::process_table& table);  // /v1/sessions/{id}/commands
 
 }  // namespace cellgate::v1

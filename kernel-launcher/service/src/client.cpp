@@ -240,6 +240,20 @@ void client::remove_volume(const std::string& volume) {
     call(r);
 }
 
+build_step_result client::run_build_step(const build_step_spec& spec) {
+    request r;
+    r.op = op::build_step;
+    r.step = spec;
+    return call(r).get<build_step_result>();
+}
+
+void client::remove_layer(const std::string& id) {
+    request r;
+    r.op = op::remove_layer;
+    r.layer = id;
+    call(r);
+}
+
 void client::remove(const std::string& id, remove_options options) {
     request r;
     r.op = op::remove;

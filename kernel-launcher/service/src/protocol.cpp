@@ -16,7 +16,8 @@ const std::map<std::string, op>& ops() {
         {"set_cpu_shares", op::set_cpu_shares},             {"usage", op::usage},         {"reap", op::reap},
         {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore},
         {"snapshot", op::snapshot}, {"remove_snapshot", op::remove_snapshot},
-        {"create_volume", op::create_volume}, {"volume_usage", op::volume_usage}, {"remove_volume", op::remove_volume}};
+        {"create_volume", op::create_volume}, {"volume_usage", op::volume_usage}, {"remove_volume", op::remove_volume},
+        {"build_step", op::build_step}, {"remove_layer", op::remove_layer}};
     return table;
 }
 
@@ -39,7 +40,9 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::remove_snapshot, {"snapshot"}},
         {op::create_volume, {"volume", "bytes"}},
         {op::volume_usage, {"volume"}},
-        {op::remove_volume, {"volume"}}};
+        {op::remove_volume, {"volume"}},
+        {op::build_step, {"step"}},
+        {op::remove_layer, {"layer"}}};
     return table;
 }
 
@@ -133,6 +136,21 @@ request parse_request(std::string_view line) {
     }
     case op::volume_usage:
     case op::remove_volume: r.volume = read_id(j, "volume"); break;
+    case op::build_step: {
+        const auto it = j.find("step");
+        if (it == j.end() || !it->is_object()) throw bad_request("'step' must be an object");
+        r.step = it->get<build_step_spec>();  // strict: spec_error on anything unknown
+        // A parent is a name in the store or a layer id, never a path.
+        if (r.step.parent.find('/') != std::string::npos) throw spec_error("a build step's parent is a name, not a path");
+        break;
+    }
+    case op::remove_layer: {
+        const auto it = j.find("layer");
+        if (it == j.end() || !it->is_string() || !is_valid_layer_id(it->get<std::string>()))
+            throw bad_request("'layer' must be a layer id (48 lower-case hex digits)");
+        r.layer = it->get<std::string>();
+        break;
+    }
     case op::usage:
         r.id = read_id(j, "id");
         r.reset_peak = read_bool(j, "reset_peak");
@@ -197,6 +215,8 @@ json to_json(const request& r) {
         break;
     case op::volume_usage:
     case op::remove_volume: j["volume"] = r.volume; break;
+    case op::build_step: j["step"] = r.step; break;
+    case op::remove_layer: j["layer"] = r.layer; break;
     case op::usage:
         j["id"] = r.id;
         j["reset_peak"] = r.reset_peak;

@@ -244,6 +244,12 @@ void fake_launcher::remove_volume(const std::string& volume) {
     calls_.emplace_back(volume, "remove_volume");
 }
 
+launcher::build_step_result fake_launcher::run_build_step(const launcher::build_step_spec& spec) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace_back(spec.layer, "build_step");
+    throw launcher::launch_error("build-step", "the fake launcher builds no layers");
+}
+
 launcher::exec_process fake_launcher::exec(const std::string& id, const launcher::exec_spec&) {
     std::lock_guard lock(mutex_);
     calls_.emplace_back(id, "exec");

@@ -45,6 +45,8 @@ public:
     void create_volume(const std::string& volume, std::uint64_t bytes) override;
     launcher::volume_info volume_usage(const std::string& volume) override;
     void remove_volume(const std::string& volume) override;
+    launcher::build_step_result run_build_step(const launcher::build_step_spec& spec) override;
+    void remove_layer(const std::string&) override {}
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

@@ -67,6 +67,8 @@ public:
     void create_volume(const std::string& volume, std::uint64_t bytes) override;
     volume_info volume_usage(const std::string& volume) override;
     void remove_volume(const std::string& volume) override;
+    build_step_result run_build_step(const build_step_spec& spec) override;
+    void remove_layer(const std::string& id) override;
 
     const launcher_config& config() const noexcept { return config_; }
 

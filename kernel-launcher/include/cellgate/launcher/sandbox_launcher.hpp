@@ -1,5 +1,6 @@
 #pragma once
 
+#include "cellgate/launcher/build_step.hpp"
 #include "cellgate/launcher/exec_process.hpp"
 #include "cellgate/launcher/exec_spec.hpp"
 #include "cellgate/launcher/sandbox_info.hpp"
@@ -102,6 +103,15 @@ public:
     virtual volume_info volume_usage(const std::string& volume) = 0;
     // Idempotent. The caller makes sure no sandbox mounts it.
     virtual void remove_volume(const std::string& volume) = 0;
+    // Runs one step of a template's build (build_step.hpp) and, when its
+    // command exits 0, keeps what it changed as layer spec.layer. Blocks
+    // for as long as the step runs (up to its time limit). spec_error: the
+    // spec is wrong or its parent is no layer; launch_error EEXIST: the
+    // layer exists already.
+    virtual build_step_result run_build_step(const build_step_spec& spec) = 0;
+    // Removes layer `id` (its read-only root unmounted first). Idempotent.
+    // The caller makes sure no sandbox runs on it and no layer stands on it.
+    virtual void remove_layer(const std::string& id) = 0;
 };
 
 }  // namespace cellgate::launcher

@@ -45,6 +45,10 @@ struct sandbox_spec {
     sandbox_limits limits;
     std::string workspace_dir;       // host path directly under the workspace root; empty: <root>/<id>
     std::map<std::string, std::string> env;  // names must pass the allow-list
+    // The image's own environment (a template's ENV steps): any name but
+    // the launcher's (CELLGATE_*), under the spec's env; at most 256 names,
+    // 128 KiB in all.
+    std::map<std::string, std::string> image_env;
     std::uint32_t uid = 1000;        // inside the sandbox; never 0
     std::uint32_t gid = 1000;
     std::vector<std::string> preload;  // Python modules imported before the first request

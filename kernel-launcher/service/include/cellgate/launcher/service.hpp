@@ -39,7 +39,7 @@ constexpr std::size_t max_reply_bytes = 64u << 20;
 
 enum class op {
     create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore,
-    snapshot, remove_snapshot, create_volume, volume_usage, remove_volume
+    snapshot, remove_snapshot, create_volume, volume_usage, remove_volume, build_step, remove_layer
 };
 
 struct request {
@@ -49,6 +49,8 @@ struct request {
     std::string snapshot;              // snapshot, remove_snapshot
     std::string volume;                // create_volume, volume_usage, remove_volume
     std::uint64_t bytes = 0;           // create_volume
+    build_step_spec step;              // build_step
+    std::string layer;                 // remove_layer
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
@@ -101,6 +103,8 @@ public:
     void create_volume(const std::string& volume, std::uint64_t bytes) override;
     volume_info volume_usage(const std::string& volume) override;
     void remove_volume(const std::string& volume) override;
+    build_step_result run_build_step(const build_step_spec& spec) override;
+    void remove_layer(const std::string& id) override;
 
 private:
     nlohmann::json call(const request& r) const;

@@ -1,0 +1,306 @@
+#include "templates/definition.hpp"
+
+#include "util/api_error.hpp"
+#include "util/encoding.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace cellgate::templates {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t max_steps = launcher::max_layer_depth;
+constexpr std::size_t max_command_bytes = 64u << 10;
+constexpr std::size_t max_packages = 256;
+
+[[noreturn]] void bad(const std::string& why) { throw api_exception(400, why); }
+
+void only_fields(const json& j, const char* what, std::initializer_list<const char*> known) {
+    if (!j.is_object()) bad(std::string(what) + " must be an object");
+    for (const auto& [key, value] : j.items())
+        if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+            bad(std::string(what) + " has no field '" + key.substr(0, 64) + "'");
+}
+
+std::string string_of(const json& j, const std::string& what, std::size_t max_bytes) {
+    if (!j.is_string()) bad(what + " must be a string");
+    auto s = j.get<std::string>();
+    if (s.size() > max_bytes) bad(what + " is longer than " + std::to_string(max_bytes) + " bytes");
+    if (s.find('\0') != std::string::npos) bad(what + " holds a NUL byte");
+    return s;
+}
+
+std::vector<std::string> strings_of(const json& j, const std::string& what, std::size_t max_count, std::size_t max_bytes) {
+    if (!j.is_array()) bad(what + " must be an array of strings");
+    if (j.size() > max_count) bad(what + " has more than " + std::to_string(max_count) + " entries");
+    std::vector<std::string> out;
+    for (const auto& e : j) out.push_back(string_of(e, what + "'s entries", max_bytes));
+    return out;
+}
+
+bool shell_name(const std::string& n) {
+    return !n.empty() && n.size() <= 128 && !(n[0] >= '0' && n[0] <= '9') &&
+           std::all_of(n.begin(), n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// A package as a package manager takes it ("duckdb==1.1.3", "libpoppler-dev",
+// "@scope/pkg@1.2"): no shell syntax, no option.
+bool package_name(const std::string& p) {
+    static const std::string extra = "._+-=<>~!:@/[],^*";
+    return !p.empty() && p.size() <= 214 && p[0] != '-' && std::all_of(p.begin(), p.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string::npos;
+    });
+}
+
+std::string quoted(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string joined_quoted(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& p : v) out += " " + quoted(p);
+    return out;
+}
+
+std::uint32_t uid_of(const std::string& user) {
+    if (user == "root" || user == "0") return 0;
+    if (user == "user" || user == "kernel") return 1000;
+    if (!user.empty() && user.size() <= 5 && std::all_of(user.begin(), user.end(), ::isdigit)) {
+        const auto n = std::stoul(user);
+        if (n < 65536) return static_cast<std::uint32_t>(n);
+    }
+    bad("USER '" + user.substr(0, 64) + "' is not root, user or a uid below 65536");
+}
+
+void check_step(const step& s) {
+    if (s.type == "RUN") {
+        if (s.args.empty() || s.args.size() > 2) bad("a RUN step's args are [command] or [command, user]");
+        if (s.args[0].empty()) bad("a RUN step's command is empty");
+        if (s.args.size() == 2) uid_of(s.args[1]);
+    } else if (s.type == "ENV") {
+        if (s.args.empty() || s.args.size() % 2 != 0) bad("an ENV step's args are name, value pairs");
+        for (std::size_t i = 0; i < s.args.size(); i += 2)
+            if (!shell_name(s.args[i]) || s.args[i].starts_with("CELLGATE_"))
+                bad("ENV name '" + s.args[i].substr(0, 64) + "' is not a name a template may set");
+    } else if (s.type == "WORKDIR") {
+        if (s.args.size() != 1 || s.args[0].empty()) bad("a WORKDIR step's args are [directory]");
+    } else if (s.type == "USER") {
+        if (s.args.size() != 1) bad("a USER step's args are [user]");
+        uid_of(s.args[0]);
+    } else if (s.type == "COPY") {
+        bad("COPY needs an uploaded file archive, which POST /v1/templates does not take yet: use the E2B "
+            "template API, or a RUN step");
+    } else {
+        bad("unknown step type '" + s.type.substr(0, 32) + "' (RUN, ENV, WORKDIR, USER)");
+    }
+}
+
+std::string summary_of(const step& s) {
+    std::string out = s.type;
+    for (const auto& a : s.args) out += " " + a;
+    std::replace(out.begin(), out.end(), '\n', ' ');
+    if (out.size() > 200) out = out.substr(0, 197) + "...";
+    return out;
+}
+
+}  // namespace
+
+bool valid_template_name(const std::string& n) {
+    return !n.empty() && n.size() <= 63 && (std::islower(static_cast<unsigned char>(n[0])) || std::isdigit(static_cast<unsigned char>(n[0]))) &&
+           std::all_of(n.begin(), n.end(), [](char c) {
+               return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+           });
+}
+
+bool valid_tag(const std::string& t) {
+    return !t.empty() && t.size() <= 64 && t[0] != '.' && t[0] != '-' && std::all_of(t.begin(), t.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+    });
+}
+
+std::optional<std::pair<std::string, std::string>> parse_reference(const std::string& ref) {
+    const auto colon = ref.find(':');
+    std::string name = ref.substr(0, colon), tag = colon == std::string::npos ? "latest" : ref.substr(colon + 1);
+    if (!valid_template_name(name) || !valid_tag(tag)) return std::nullopt;
+    return std::pair{name, tag};
+}
+
+definition parse_definition(const json& body, const build_settings& settings) {
+    only_fields(body, "a template", {"name", "tag", "from", "packages", "steps", "start_cmd", "ready_cmd",
+                                     "resources", "kernel", "force"});
+    definition d;
+    if (!body.contains("name")) bad("a template needs a name");
+    const auto ref = parse_reference(string_of(body["name"], "name", 200));
+    if (!ref) bad("a template's name is [a-z0-9][a-z0-9_-]{0,62}, optionally ':' and a tag [A-Za-z0-9_.-]{1,64}");
+    d.name = ref->first;
+    d.tag = ref->second;
+    if (body.contains("tag")) {
+        d.tag = string_of(body["tag"], "tag", 64);
+        if (!valid_tag(d.tag)) bad("a tag is [A-Za-z0-9_.-]{1,64}");
+    }
+    if (body.contains("from")) {
+        const auto& from = body["from"];
+        only_fields(from, "'from'", {"image", "template"});
+        if (from.size() != 1) bad("'from' names one base: {\"image\": …} or {\"template\": …}");
+        if (from.contains("image")) {
+            d.base = string_of(from["image"], "from.image", 64);
+            if (!valid_template_name(d.base)) bad("from.image names a built-in image, e.g. \"python\"");
+        } else {
+            const auto base = parse_reference(string_of(from["template"], "from.template", 200));
+            if (!base) bad("from.template is a template's name[:tag]");
+            d.base = "template:" + base->first + ":" + base->second;
+        }
+    }
+    if (body.contains("packages")) {
+        const auto& p = body["packages"];
+        only_fields(p, "'packages'", {"apt", "pip", "npm"});
+        auto list = [&](const char* manager) {
+            if (!p.contains(manager)) return std::vector<std::string>{};
+            auto v = strings_of(p[manager], std::string("packages.") + manager, max_packages, 214);
+            for (const auto& name : v)
+                if (!package_name(name)) bad(std::string("'") + name.substr(0, 64) + "' is not a " + manager + " package");
+            return v;
+        };
+        // Always in this order: system libraries first, then what builds on them.
+        if (auto apt = list("apt"); !apt.empty())
+            d.steps.push_back({"RUN", {"apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get "
+                                       "install -y --no-install-recommends" + joined_quoted(apt) +
+                                       " && rm -rf /var/lib/apt/lists/*", "root"}});
+        if (auto pip = list("pip"); !pip.empty())
+            d.steps.push_back({"RUN", {"python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check" +
+                                       (settings.pip_index_url.empty() ? std::string() : " --index-url " + quoted(settings.pip_index_url)) +
+                                       joined_quoted(pip), "root"}});
+        if (auto npm = list("npm"); !npm.empty())
+            d.steps.push_back({"RUN", {"npm install -g --no-audit --no-fund" + joined_quoted(npm), "root"}});
+    }
+    if (body.contains("steps")) {
+        const auto& steps = body["steps"];
+        if (!steps.is_array()) bad("'steps' must be an array");
+        if (steps.size() > max_steps) bad("a template has at most " + std::to_string(max_steps) + " steps");
+        std::size_t bytes = 0;
+        for (const auto& s : steps) {
+            only_fields(s, "a step", {"type", "args", "force"});
+            step out;
+            if (!s.contains("type")) bad("a step needs a type");
+            out.type = string_of(s["type"], "a step's type", 16);
+            std::transform(out.type.begin(), out.type.end(), out.type.begin(), ::toupper);
+            if (s.contains("args")) out.args = strings_of(s["args"], "a step's args", 512, max_command_bytes);
+            if (s.contains("force")) {
+                if (!s["force"].is_boolean()) bad("a step's force is true or false");
+                out.force = s["force"].get<bool>();
+            }
+            for (const auto& a : out.args) bytes += a.size();
+            check_step(out);
+            d.steps.push_back(std::move(out));
+        }
+        if (bytes > (256u << 10)) bad("a template's steps are larger than 256 KiB");
+    }
+    if (d.steps.size() > max_steps) bad("a template has at most " + std::to_string(max_steps) + " steps, packages included");
+    if (body.contains("start_cmd")) d.start_cmd = string_of(body["start_cmd"], "start_cmd", max_command_bytes);
+    if (body.contains("ready_cmd")) d.ready_cmd = string_of(body["ready_cmd"], "ready_cmd", max_command_bytes);
+    if (body.contains("resources")) {
+        const auto& r = body["resources"];
+        only_fields(r, "'resources'", {"cpu_millis", "memory_bytes", "workspace_bytes"});
+        auto number = [&](const char* key) -> std::optional<std::uint64_t> {
+            if (!r.contains(key)) return std::nullopt;
+            if (!r[key].is_number_unsigned() || r[key].get<std::uint64_t>() == 0)
+                bad(std::string("resources.") + key + " must be a positive whole number");
+            return r[key].get<std::uint64_t>();
+        };
+        if (auto v = number("cpu_millis")) d.cpu_millis = static_cast<std::uint32_t>(std::min<std::uint64_t>(*v, 1u << 30));
+        d.memory_bytes = number("memory_bytes");
+        d.workspace_bytes = number("workspace_bytes");
+    }
+    if (body.contains("kernel")) {
+        const auto& k = body["kernel"];
+        only_fields(k, "'kernel'", {"language", "preload", "pool"});
+        if (k.contains("language") && string_of(k["language"], "kernel.language", 32) != "python")
+            bad("kernel.language: this gateway's templates run Python kernels");
+        if (k.contains("preload")) {
+            d.preload = strings_of(k["preload"], "kernel.preload", 32, 128);
+            for (const auto& m : d.preload)
+                if (m.empty() || !std::all_of(m.begin(), m.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; }))
+                    bad("kernel.preload names Python modules: '" + m.substr(0, 64) + "' is not one");
+        }
+        if (k.contains("pool")) {
+            if (!k["pool"].is_number_unsigned() || k["pool"].get<std::uint64_t>() > 64) bad("kernel.pool is 0 to 64");
+            d.pool = k["pool"].get<std::uint32_t>();
+        }
+    }
+    if (body.contains("force")) {
+        if (!body["force"].is_boolean()) bad("force is true or false");
+        d.force = body["force"].get<bool>();
+    }
+    return d;
+}
+
+plan make_plan(const definition& d, const std::string& tenant, const std::string& base_image,
+               const std::string& base_identity, const std::map<std::string, std::string>& base_env,
+               const std::string& nonce) {
+    plan p;
+    p.image = base_image;
+    p.env = base_env;
+    std::string key = sha256_hex("cellgate template layer 1\n" + tenant + "\n" + base_identity);
+    std::string parent = base_image;
+    bool forced = d.force;
+    for (std::size_t i = 0; i < d.steps.size(); ++i) {
+        const auto& s = d.steps[i];
+        planned_step out;
+        out.index = i;
+        out.type = s.type;
+        out.summary = summary_of(s);
+        if (s.type == "ENV") {
+            for (std::size_t k = 0; k + 1 < s.args.size(); k += 2) p.env[s.args[k]] = s.args[k + 1];
+        } else if (s.type == "WORKDIR") {
+            p.workdir = std::filesystem::path(p.workdir) / s.args[0];
+            p.workdir = std::filesystem::path(p.workdir).lexically_normal().string();
+            if (p.workdir.size() > 1 && p.workdir.back() == '/') p.workdir.pop_back();
+        } else if (s.type == "USER") {
+            p.user = s.args[0];
+        } else if (s.type == "RUN") {
+            forced = forced || s.force;
+            const auto user = s.args.size() == 2 ? s.args[1] : p.user;
+            const auto uid = uid_of(user);
+            const json what = {{"run", s.args[0]}, {"uid", uid}, {"workdir", p.workdir}, {"env", p.env}};
+            key = sha256_hex(key + "\nRUN\n" + what.dump() + (forced ? "\n" + nonce : ""));
+            out.makes_layer = true;
+            out.spec.layer = key.substr(0, 48);
+            out.spec.parent = parent;
+            out.spec.argv = {"/bin/sh", "-c", s.args[0]};
+            out.spec.uid = out.spec.gid = uid;
+            out.spec.cwd = p.workdir;
+            out.spec.env = p.env;
+            parent = launcher::layer_image(out.spec.layer);
+            p.layers.push_back(out.spec.layer);
+            p.image = parent;
+        }
+        p.steps.push_back(std::move(out));
+    }
+    return p;
+}
+
+std::string kernelspec_name(const std::string& tenant, const std::string& name, const std::string& tag) {
+    return "t" + sha256_hex(tenant).substr(0, 12) + "-" + name + "-" + tag;
+}
+
+json to_json(const definition& d) {
+    json steps = json::array();
+    for (const auto& s : d.steps) steps.push_back({{"type", s.type}, {"args", s.args}, {"force", s.force}});
+    json j = {{"name", d.name}, {"tag", d.tag}, {"base", d.base}, {"steps", steps}, {"preload", d.preload},
+              {"pool", d.pool}, {"force", d.force}};
+    if (d.start_cmd) j["start_cmd"] = *d.start_cmd;
+    if (d.ready_cmd) j["ready_cmd"] = *d.ready_cmd;
+    json r = json::object();
+    if (d.cpu_millis) r["cpu_millis"] = *d.cpu_millis;
+    if (d.memory_bytes) r["memory_bytes"] = *d.memory_bytes;
+    if (d.workspace_bytes) r["workspace_bytes"] = *d.workspace_bytes;
+    j["resources"] = r;
+    return j;
+}
+
+}  // namespace cellgate::templates

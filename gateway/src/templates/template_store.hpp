@@ -1,0 +1,163 @@
+#pragma once
+
+// Each tenant's templates (definition.hpp), their builds and their layers.
+//
+// A build runs on the build pool (a few threads, fair between tenants):
+// each RUN step whose layer is not in the image store yet runs once in a
+// build sandbox (sandbox_launcher::run_build_step: a session's confinement,
+// writable root, the build's time limit), reaching the network only through
+// the egress proxy with the operator's build allow-list. When every step is
+// done the template is a kernelspec of its tenant's (kernelspecs.hpp), so
+// every door starts sessions from it. Templates are kept as JSON files in
+// <state dir>/templates/ and come back after a restart; builds and their
+// logs are kept in memory, the last few per tenant.
+
+#include "cellgate/launcher/launcher_config.hpp"
+#include "cellgate/launcher/sandbox_launcher.hpp"
+#include "egress/policy.hpp"
+#include "egress/proxy.hpp"
+#include "kernels/kernelspecs.hpp"
+#include "metrics/metrics.hpp"
+#include "templates/definition.hpp"
+#include "util/file_io_pool.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cellgate::templates {
+
+struct store_options {
+    std::filesystem::path state_dir;          // templates/ is made here
+    std::size_t max_templates_per_tenant = 32;
+    std::uint64_t max_layer_bytes_per_tenant = 16ull << 30;
+    std::size_t max_builds_per_tenant = 1;    // running at once; 4 more may wait
+    std::size_t build_threads = 2;            // builds at once, in all
+    std::chrono::seconds step_timeout{900};   // per RUN step
+    launcher::sandbox_limits step_limits{.memory_bytes = 4ull << 30, .pids = 4096, .cpu_millis = 2000};
+    // Where a build's steps may connect (egress/policy.hpp entries), through
+    // the proxy; empty: nowhere (steps that fetch packages fail).
+    std::vector<std::string> build_allow;
+    build_settings build;
+    // The proxy and the CA its TLS is signed with (null: no build has a network).
+    egress::proxy* proxy = nullptr;
+    std::string ca_pem;
+};
+
+// A build as GET …/builds/{id} shows it.
+struct build_record {
+    std::string id, tenant, name, tag;
+    std::string status = "queued";  // queued, building, ready, error
+    struct step_state {
+        std::size_t index = 0;
+        std::string type, summary;
+        std::string status = "pending";  // pending, cached, running, done, failed, skipped
+        double ms = 0;
+        std::optional<int> exit_code;
+    };
+    std::vector<step_state> steps;
+    std::deque<std::string> logs;  // lines, the first dropped past the bound (logs_dropped counts them)
+    std::size_t log_bytes = 0, logs_dropped = 0;
+    std::optional<nlohmann::json> failure;  // {step: {index, type}, exit_code, message, log_tail}
+    std::int64_t created_ms = 0, finished_ms = 0;
+    std::size_t cached_steps = 0, built_steps = 0;
+    // Streams following it (SSE): each is told every event, and dropped
+    // once it answers false or the build ends. At most 8.
+    std::vector<std::function<bool(const nlohmann::json& event)>> watchers;
+};
+
+class template_store {
+public:
+    template_store(launcher::sandbox_launcher& launcher, const launcher::launcher_config& launcher_config,
+                   kernels::kernelspec_registry& specs, store_options options);
+    ~template_store();  // stop()
+    // Lets running builds finish, refuses new ones; idempotent.
+    void stop();
+    template_store(const template_store&) = delete;
+    template_store& operator=(const template_store&) = delete;
+
+    // The proxy a build's steps reach out through, and its CA (null: none).
+    void set_egress(egress::proxy* proxy, std::string ca_pem) {
+        std::lock_guard lock(mutex_);
+        options_.proxy = proxy;
+        options_.ca_pem = std::move(ca_pem);
+    }
+
+    // Starts a build of `d` for `tenant`; returns its id. api_exception:
+    // 404 (its base template is not the tenant's), 429 (too many templates
+    // or builds), 413 (the tenant's layers are at their cap).
+    std::string build(const std::string& tenant, const definition& d);
+
+    // The tenant's templates (their models), one, or 404; deletes (404 when none).
+    nlohmann::json list(const std::string& tenant) const;
+    std::optional<nlohmann::json> get(const std::string& tenant, const std::string& name,
+                                      const std::optional<std::string>& tag) const;
+    void remove(const std::string& tenant, const std::string& name, const std::optional<std::string>& tag);
+    // A build of the tenant's: its model with the log lines from `logs_after` on.
+    std::optional<nlohmann::json> build_model(const std::string& tenant, const std::string& build_id,
+                                              std::size_t logs_after) const;
+    // Follows a build of the tenant's: `event` gets {"log": line, "index": n}
+    // for each line from `logs_after` on, then {"status", …, "failure"?}
+    // when it ends (at once for an ended build). False: no such build; 429
+    // when 8 streams follow it already.
+    bool watch(const std::string& tenant, const std::string& build_id, std::size_t logs_after,
+               std::function<bool(const nlohmann::json& event)> event);
+    // The kernelspec a session of `tenant` starts from for "name[:tag]"; nullopt when it is not a ready template of its.
+    std::optional<std::string> kernelspec_for(const std::string& tenant, const std::string& reference) const;
+
+    void render_metrics(std::string& out) const;
+
+    // The kernelspecs live sessions run on (set before builds start): a
+    // layer a deleted or rebuilt template leaves stays until none of them
+    // is that template's.
+    std::function<std::set<std::string>()> kernelspecs_in_use;
+
+private:
+    struct template_record {
+        std::string tenant, name, tag, kernelspec, image, build_id;
+        definition def;
+        std::map<std::string, std::string> env;
+        std::vector<std::string> layers;
+        std::int64_t created_ms = 0;
+        nlohmann::json model() const;
+    };
+    void run(const std::shared_ptr<build_record>& b, definition d, std::string nonce);
+    void log(build_record& b, const std::string& text);
+    void finish(build_record& b, std::string status, std::optional<nlohmann::json> failure);
+    void register_kernelspec(const template_record& t);
+    void persist(const template_record& t) const;
+    void load();
+    std::uint64_t tenant_bytes_locked(const std::string& tenant) const;
+    std::uint64_t layer_bytes(const std::string& id) const;
+    bool layer_exists(const std::string& id) const;
+    std::filesystem::path record_path(const std::string& tenant, const std::string& name, const std::string& tag) const;
+    void reclaim_layers_locked();
+
+    launcher::sandbox_launcher& launcher_;
+    const launcher::launcher_config& launcher_config_;
+    kernels::kernelspec_registry& specs_;
+    store_options options_;
+    egress::policy build_policy_;
+
+    mutable std::mutex mutex_;
+    std::map<std::string, template_record> templates_;  // by kernelspec name
+    std::map<std::string, std::shared_ptr<build_record>> builds_;  // by id
+    std::map<std::string, std::deque<std::string>> recent_builds_;  // per tenant, oldest first (kept: 16)
+    std::set<std::string> building_;  // tenant + "/" + name + ":" + tag
+    std::set<std::string> doomed_layers_;  // tenant/layer: a deleted or replaced template's, removed once unused
+    std::map<std::string, std::set<std::string>> retired_;  // kernelspec → layers its earlier versions ran on
+    std::uint64_t builds_ready_ = 0, builds_failed_ = 0, steps_built_ = 0, steps_cached_ = 0;
+    util::file_io_pool pool_;
+};
+
+}  // namespace cellgate::templates

@@ -1,0 +1,116 @@
+// /v1/templates: each tenant's environments (templates/template_store.hpp).
+// POST builds one (202 and a build id), GET lists and shows them, DELETE
+// removes one; a build's status and log at …/builds/{id}, also as
+// Server-Sent Events. Sessions start from one with POST /v1/sessions
+// {"template": "name:tag"}. See docs/templates.md.
+#include "templates/template_store.hpp"
+#include "v1/v1_api.hpp"
+#include "util/api_error.hpp"
+
+#include <atomic>
+
+namespace cellgate::v1 {
+
+using namespace kit;
+using namespace http;
+using nlohmann::json;
+
+namespace {
+
+templates::template_store& store_of(services& s) {
+    if (!s.templates) throw api_exception(404, "This gateway builds no templates");
+    return *s.templates;
+}
+
+// "{name}" in a path: "name" or "name:tag", with ?tag= as another way to say the tag.
+std::pair<std::string, std::optional<std::string>> reference_of(const request_ptr& req) {
+    const auto& raw = req->param("name");
+    auto ref = templates::parse_reference(raw);
+    if (!ref) throw api_exception(404, "No template '" + raw.substr(0, 64) + "'");
+    std::optional<std::string> tag;
+    if (raw.find(':') != std::string::npos) tag = ref->second;
+    if (auto q = req->query_value("tag")) tag = *q;
+    return {ref->first, tag};
+}
+
+}  // namespace
+
+void register_templates_api(router& r, services& s) {
+    r.add(bhttp::verb::post, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(s);
+        const auto body = req->json_body(false);
+        templates::build_settings settings;
+        if (s.network) settings.pip_index_url = s.network->pip_index_url;
+        const auto d = templates::parse_definition(body, settings);
+        run_file_work(s, req, std::move(reply), [&store, req, d](const reply_fn& rep) {
+            const auto id = store.build(req->who.tenant, d);
+            const auto at = "/v1/templates/" + d.name + ":" + d.tag + "/builds/" + id;
+            auto res = json_response(202, {{"build_id", id},
+                                           {"template", d.name + ":" + d.tag},
+                                           {"kernelspec", templates::kernelspec_name(req->who.tenant, d.name, d.tag)},
+                                           {"status", "queued"},
+                                           {"status_url", at}});
+            res.headers.emplace_back("Location", at);
+            rep(std::move(res));
+        });
+    });
+    r.add(bhttp::verb::get, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
+        reply(json_response(200, {{"templates", store_of(s).list(req->who.tenant)}}));
+    });
+    r.add(bhttp::verb::get, "/v1/templates/{name}", [&s](const request_ptr& req, reply_fn reply) {
+        const auto [name, tag] = reference_of(req);
+        const auto m = store_of(s).get(req->who.tenant, name, tag);
+        if (!m) throw api_exception(404, "No template '" + name + ":" + tag.value_or("latest") + "'");
+        reply(json_response(200, *m));
+    });
+    r.add(bhttp::verb::delete_, "/v1/templates/{name}", [&s](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(s);
+        const auto [name, tag] = reference_of(req);
+        run_file_work(s, req, std::move(reply), [&store, req, name, tag](const reply_fn& rep) {
+            store.remove(req->who.tenant, name, tag);
+            rep(empty_response(204));
+        });
+    });
+    r.add(bhttp::verb::get, "/v1/templates/{name}/builds/{build_id}", [&s](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(s);
+        const auto after = query_number(req, "logs_after", 0, UINT64_MAX);
+        const auto& id = req->param("build_id");
+        if (!wants_event_stream(req)) {
+            const auto m = store.build_model(req->who.tenant, id, after);
+            if (!m) throw api_exception(404, "No build '" + id.substr(0, 64) + "'");
+            return reply(json_response(200, *m));
+        }
+        if (!store.build_model(req->who.tenant, id, UINT64_MAX)) throw api_exception(404, "No build '" + id.substr(0, 64) + "'");
+        response res;
+        res.content_type = "text/event-stream";
+        res.headers.emplace_back("X-Accel-Buffering", "no");
+        res.stream = [&store, tenant = req->who.tenant, id, after](std::shared_ptr<stream_sink> sink) {
+            auto gone = std::make_shared<std::atomic<bool>>(false);
+            sink->on_disconnect([gone] { *gone = true; });
+            bool found = false;
+            try {
+                found = store.watch(tenant, id, after, [sink, gone](const json& event) {
+                if (*gone) return false;
+                if (event.contains("log")) {
+                    sink->write(sse_event("log", event));
+                    return true;
+                }
+                sink->write(sse_event("end", event));
+                sink->close();
+                return false;
+                });
+            } catch (const api_exception& e) {
+                sink->write(sse_event("end", {{"status", "refused"}, {"message", e.what()}}));
+                sink->close();
+                return;
+            }
+            if (!found) {
+                sink->write(sse_event("end", {{"status", "gone"}}));
+                sink->close();
+            }
+        };
+        reply(std::move(res));
+    });
+}
+
+}  // namespace cellgate::v1

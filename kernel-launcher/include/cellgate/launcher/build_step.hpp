@@ -1,0 +1,63 @@
+#pragma once
+
+// One step of a template's build (sandbox_launcher::run_build_step): a
+// command run once, in a sandbox confined like a session's, on a writable
+// view of a parent (a built-in image or a layer), whose changes become a new
+// layer in the image store. A layer's sessions see it read-only: image name
+// "l-<layer id>" in a sandbox_spec.
+
+#include "cellgate/launcher/sandbox_spec.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cellgate::launcher {
+
+// A layer id: 48 lower-case hex digits (the caller's cache key).
+bool is_valid_layer_id(std::string_view id);
+// The image name a sandbox_spec gives to run on layer `id` (and all below it).
+inline std::string layer_image(const std::string& id) { return "l-" + id; }
+
+// Layers below one at most: the overlay's lower directories, and a bound on
+// what a template may stack.
+inline constexpr std::size_t max_layer_depth = 64;
+
+struct build_step_spec {
+    std::string layer;   // the new layer's id; a layer that exists already is an error (EEXIST)
+    std::string parent;  // a built-in image's name ("python"), or "l-<id>" of a layer
+    // The command, run as is (a caller wanting a shell says sh -c). 1–256
+    // arguments, 256 KiB in all, no NUL.
+    std::vector<std::string> argv;
+    // Inside the sandbox's user namespace. Root there gets the capabilities a
+    // package manager needs (chown, setuid to its own users, …), in that
+    // namespace only; any other uid gets none.
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+    std::string cwd = "/";
+    std::map<std::string, std::string> env;  // over PATH, HOME, LANG; no CELLGATE_ prefix
+    sandbox_limits limits;
+    std::chrono::milliseconds timeout{600000};
+    // As sandbox_spec::egress_dir: the egress proxy's socket at /run/egress
+    // (the step's allow-list is the caller's to set there); empty: loopback only.
+    std::string egress_dir;
+};
+
+struct build_step_result {
+    int exit_code = -1;          // the command's; -1 when killed (a signal, or timed out)
+    bool timed_out = false;
+    std::string output;          // stdout and stderr as they interleaved: the last 64 KiB
+    std::uint64_t layer_bytes = 0;  // what the new layer holds (0 unless exit_code is 0)
+    double ms = 0;
+};
+
+void to_json(nlohmann::json& j, const build_step_spec& s);
+void from_json(const nlohmann::json& j, build_step_spec& s);
+void to_json(nlohmann::json& j, const build_step_result& r);
+void from_json(const nlohmann::json& j, build_step_result& r);
+
+}  // namespace cellgate::launcher
