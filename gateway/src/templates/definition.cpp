@@ -171,10 +171,20 @@ definition parse_definition(const json& body, const build_settings& settings) {
             d.steps.push_back({"RUN", {"apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get "
                                        "install -y --no-install-recommends" + joined_quoted(apt) +
                                        " && rm -rf /var/lib/apt/lists/*", "root"}});
-        if (auto pip = list("pip"); !pip.empty())
-            d.steps.push_back({"RUN", {"python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check" +
-                                       (settings.pip_index_url.empty() ? std::string() : " --index-url " + quoted(settings.pip_index_url)) +
-                                       joined_quoted(pip), "root"}});
+        if (auto pip = list("pip"); !pip.empty()) {
+            std::string index;
+            if (const auto& url = settings.pip_index_url; !url.empty()) {
+                index = " --index-url " + quoted(url);
+                // The operator named a plain-HTTP index (a mirror inside its network): pip trusts it only when told.
+                if (url.starts_with("http://")) {
+                    const auto host = url.substr(7, url.find_first_of(":/", 7) - 7);
+                    index += " --trusted-host " + quoted(host);
+                }
+            }
+            d.steps.push_back({"RUN", {"python3 -m pip install --no-cache-dir --break-system-packages "
+                                       "--disable-pip-version-check --root-user-action=ignore" +
+                                       index + joined_quoted(pip), "root"}});
+        }
         if (auto npm = list("npm"); !npm.empty())
             d.steps.push_back({"RUN", {"npm install -g --no-audit --no-fund" + joined_quoted(npm), "root"}});
     }

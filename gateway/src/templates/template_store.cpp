@@ -516,7 +516,8 @@ std::optional<json> template_store::get(const std::string& tenant, const std::st
     const auto it = templates_.find(kernelspec_name(tenant, name, tag.value_or("latest")));
     if (it == templates_.end()) {
         if (builds.empty()) return std::nullopt;
-        return json{{"name", name}, {"tag", tag.value_or("latest")}, {"status", "building"}, {"builds", builds}};
+        // Not built (yet): what its last build says (queued, building or error).
+        return json{{"name", name}, {"tag", tag.value_or("latest")}, {"status", builds.back()["status"]}, {"builds", builds}};
     }
     auto m = it->second.model();
     m["status"] = "ready";
@@ -533,6 +534,16 @@ void template_store::remove(const std::string& tenant, const std::string& name, 
         retired_[it->second.kernelspec].insert(id);
     }
     specs_.hide(it->second.kernelspec);
+    // Its ended builds go with it (a running one stays, and its result lands).
+    auto& recent = recent_builds_[tenant];
+    std::erase_if(recent, [&](const std::string& id) {
+        const auto b = builds_.find(id);
+        if (b == builds_.end()) return true;
+        if (b->second->name != it->second.name || b->second->tag != it->second.tag) return false;
+        if (b->second->status != "ready" && b->second->status != "error") return false;
+        builds_.erase(b);
+        return true;
+    });
     std::error_code ec;
     fs::remove(record_path(tenant, it->second.name, it->second.tag), ec);
     templates_.erase(it);

@@ -1,0 +1,348 @@
+"""Templates (issue 36) on the real gateway and real runc build sandboxes:
+a template from packages (a wheel from an index this test serves on
+loopback, reached only through the egress proxy and the operator's build
+allow-list), layers reused by a second build and rebuilt from a changed
+step, a failing step that says which, its exit code and its log, a build
+step held to a session's confinement, the caps, another tenant's template
+invisible, and the build's log as Server-Sent Events.
+
+Needs root, runc, build/bin/cellgate and the kernel image; skipped without
+them unless CELLGATE_REQUIRE_SANDBOX=1.
+"""
+import base64
+import hashlib
+import http.server
+import io
+import json
+import socket
+import threading
+import time
+import uuid
+import zipfile
+
+import pytest
+import requests
+
+from support.gateway import Gateway
+from support.prerequisites import require, runtime_missing
+
+TOKEN_A = "tpl-a-" + uuid.uuid4().hex
+TOKEN_B = "tpl-b-" + uuid.uuid4().hex
+TOKEN_C = "tpl-c-" + uuid.uuid4().hex
+MiB = 1 << 20
+# Layers are keyed by tenant and kept in the machine's image store between
+# gateways: tenants of this run's own, so no earlier run's layer is found.
+RUN = uuid.uuid4().hex[:8]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_wheel(name, version, source):
+    """A pure-Python wheel, as pip installs one: the module, METADATA, WHEEL and RECORD with hashes."""
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": source.encode(),
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: cellgate-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = ""
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{path},sha256={digest},{len(data)}\n"
+    record += f"{dist}/RECORD,,\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+        z.writestr(f"{dist}/RECORD", record)
+    return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
+
+
+class PackageIndex:
+    """A PEP 503 simple index on loopback serving one wheel, counting what is fetched."""
+
+    def __init__(self):
+        self.wheel_name, self.wheel = make_wheel("cgdemo", "1.0", "ANSWER = 42\n")
+        self.fetched = []
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                index.fetched.append(self.path)
+                if self.path.rstrip("/") == "/simple/cgdemo":
+                    digest = hashlib.sha256(index.wheel).hexdigest()
+                    body = (f'<html><body><a href="/files/{index.wheel_name}#sha256={digest}">'
+                            f"{index.wheel_name}</a></body></html>").encode()
+                    ctype = "text/html"
+                elif self.path == f"/files/{index.wheel_name}":
+                    body, ctype = index.wheel, "application/octet-stream"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def index():
+    i = PackageIndex()
+    yield i
+    i.close()
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory, index):
+    require("templates", runtime_missing("runc"))
+    d = tmp_path_factory.mktemp("templates")
+    tokens = d / "tokens.json"
+    tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "alpha-" + RUN, "operator": True},
+                                  {"token": TOKEN_B, "tenant": "beta-" + RUN},
+                                  {"token": TOKEN_C, "tenant": "gamma-" + RUN}]))
+    # A second listener the allow-list does not name: a build step must not reach it.
+    g = Gateway("--tokens-file", str(tokens), "--max-kernels", "8",
+                "--egress-resolve", f"pypi.test=127.0.0.1:{index.port}",
+                "--egress-resolve", f"elsewhere.test=127.0.0.1:{index.port}",
+                "--egress-pip-index-url", "http://pypi.test/simple/",
+                "--template-build-allow", "pypi.test",
+                "--max-templates-per-tenant", "4", "--max-template-bytes-per-tenant", str(4 * MiB),
+                "--template-step-timeout", "120",
+                token=TOKEN_A)
+    try:
+        g.start()
+        yield g
+        # What the tests left: deleted, so their layers leave the machine's store.
+        for token in (TOKEN_A, TOKEN_B, TOKEN_C):
+            for t in call(g, token, "GET", "/v1/templates").json()["templates"]:
+                call(g, token, "DELETE", f"/v1/templates/{t['reference']}")
+    finally:
+        g.stop()
+        g.cleanup()
+
+
+def call(gw, token, method, path, **kw):
+    kw.setdefault("timeout", 60)
+    return requests.request(method, gw.url + path, headers={"Authorization": f"token {token}"}, **kw)
+
+
+def build(gw, body, token=TOKEN_A, timeout=300):
+    """Submits a template and waits for its build to end; returns the build's model."""
+    r = call(gw, token, "POST", "/v1/templates", json=body)
+    assert r.status_code == 202, r.text
+    at = r.json()["status_url"]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        b = call(gw, token, "GET", at).json()
+        if b["status"] in ("ready", "error"):
+            return b
+        time.sleep(0.2)
+    raise AssertionError(f"the build did not end within {timeout} s: {b}")
+
+
+def run(gw, session, code, token=TOKEN_A):
+    r = call(gw, token, "POST", f"/v1/sessions/{session}/execute", json={"code": code}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_template_from_packages_installs_a_wheel_from_the_tests_own_index(gw, index):
+    t0 = time.monotonic()
+    b = build(gw, {"name": "analytics:v1", "packages": {"pip": ["cgdemo==1.0"]},
+                   "steps": [{"type": "ENV", "args": ["CGDEMO_MODE", "template"]}],
+                   "kernel": {"preload": ["cgdemo"]}})
+    cold = time.monotonic() - t0
+    assert b["status"] == "ready", b
+    assert b["built_steps"] == 1 and b["cached_steps"] == 0, b
+    assert any("Successfully installed cgdemo-1.0" in line for line in b["logs"]), b["logs"]
+    assert f"/files/{index.wheel_name}" in index.fetched  # through the proxy, from the allowed name
+    print(f"\ntemplates: a cold build of one pip package took {cold:.1f} s")
+
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "analytics:v1"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import cgdemo, os, sys\nprint(cgdemo.ANSWER, os.environ['CGDEMO_MODE'], 'cgdemo' in sys.modules)")
+        assert out["stdout"].split() == ["42", "template", "True"], out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+
+    # A Jupyter client sees it as a kernelspec of this tenant's only.
+    specs = call(gw, TOKEN_A, "GET", "/api/kernelspecs").json()["kernelspecs"]
+    mine = [s for s in specs.values() if s["spec"]["display_name"] == "analytics:v1"]
+    assert len(mine) == 1, specs.keys()
+    name = mine[0]["name"]
+    theirs = call(gw, TOKEN_B, "GET", "/api/kernelspecs").json()["kernelspecs"]
+    assert name not in theirs and all(s["spec"]["display_name"] != "analytics:v1" for s in theirs.values())
+
+    # Another tenant: the same 404 as for a name nobody used, at every way in.
+    for path in ("/v1/templates/analytics:v1", f"/api/kernelspecs/{name}"):
+        assert call(gw, TOKEN_B, "GET", path).status_code == 404, path
+    assert call(gw, TOKEN_B, "GET", "/v1/templates/nobody-built-this:v1").status_code == 404
+    r = call(gw, TOKEN_B, "POST", "/v1/sessions", json={"template": "analytics:v1"})
+    assert r.status_code == 404, r.text
+    r = call(gw, TOKEN_B, "POST", "/api/kernels", json={"name": name})
+    assert r.status_code == 404, r.text
+    assert call(gw, TOKEN_B, "GET", "/v1/templates").json()["templates"] == []
+    assert call(gw, TOKEN_B, "DELETE", "/v1/templates/analytics:v1").status_code == 404
+    b_id = b["build_id"]
+    assert call(gw, TOKEN_B, "GET", f"/v1/templates/analytics:v1/builds/{b_id}").status_code == 404
+
+
+def test_a_second_build_reuses_every_layer_and_a_changed_step_rebuilds_from_it(gw):
+    steps = [{"type": "RUN", "args": ["echo one > /opt/one; sleep 0.5"]},
+             {"type": "RUN", "args": ["echo two > /opt/two"]},
+             {"type": "RUN", "args": ["cat /opt/one /opt/two > /opt/both"]}]
+    first = build(gw, {"name": "layers:v1", "steps": steps})
+    assert first["status"] == "ready" and first["built_steps"] == 3, first
+    t0 = time.monotonic()
+    again = build(gw, {"name": "layers:v1", "steps": steps})
+    cached = time.monotonic() - t0
+    assert again["status"] == "ready" and again["cached_steps"] == 3 and again["built_steps"] == 0, again
+    assert [s["status"] for s in again["steps"]] == ["cached"] * 3
+    changed = [steps[0], {"type": "RUN", "args": ["echo TWO > /opt/two"]}, steps[2]]
+    third = build(gw, {"name": "layers:v1", "steps": changed})
+    assert [s["status"] for s in third["steps"]] == ["cached", "done", "done"], third
+    print(f"\ntemplates: a fully cached rebuild of 3 steps took {cached:.2f} s")
+
+    sid = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "layers:v1"}, timeout=120).json()["id"]
+    try:
+        assert run(gw, sid, "print(open('/opt/both').read().split())")["stdout"].strip() == "['one', 'TWO']"
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    # Forced: every step built again, with new layers.
+    forced = build(gw, {"name": "layers:v1", "steps": changed, "force": True})
+    assert forced["built_steps"] == 3 and forced["cached_steps"] == 0, forced
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/layers:v1").status_code == 204
+    assert call(gw, TOKEN_A, "GET", "/v1/templates/layers:v1").status_code == 404
+
+
+def test_a_failing_step_says_which_its_exit_code_and_the_tail_of_its_log(gw):
+    b = build(gw, {"name": "broken", "steps": [{"type": "RUN", "args": ["echo fine"]},
+                                                {"type": "RUN", "args": ["echo about to fail >&2; exit 7"]},
+                                                {"type": "RUN", "args": ["echo never"]}]})
+    assert b["status"] == "error", b
+    f = b["failure"]
+    assert f["step"] == {"index": 1, "type": "RUN"} and f["exit_code"] == 7, f
+    assert "about to fail" in f["log_tail"] and "exited with code 7" in f["message"], f
+    assert [s["status"] for s in b["steps"]] == ["done", "failed", "pending"], b["steps"]
+    assert not any("never" == line for line in b["logs"])
+    # Nothing was made of it: no template, no kernelspec.
+    assert call(gw, TOKEN_A, "GET", "/v1/templates/broken").json()["status"] == "error"  # only its build is there
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "broken"})
+    assert r.status_code == 404, r.text
+
+
+PROBE = r'''
+import os, socket, ctypes, urllib.request
+found = []
+# Only loopback: the gateway's port on the host is not there.
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect(("127.0.0.1", GATEWAY_PORT)); found.append("reached the gateway's port")
+except OSError:
+    pass
+# Through the proxy, a name the build allow-list does not hold is refused.
+try:
+    urllib.request.urlopen("http://elsewhere.test/simple/cgdemo/", timeout=10); found.append("reached elsewhere.test")
+except Exception as e:
+    print("elsewhere.test:", e)
+# A user namespace: root here is not root on the host.
+if open("/proc/self/uid_map").read().split()[:2] == ["0", "0"]:
+    found.append("root is the host's root")
+# No mount, no raw sockets, no kernel modules.
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.mount(b"none", b"/mnt", b"tmpfs", 0, None) == 0:
+    found.append("mounted a tmpfs")
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW); found.append("opened a raw socket")
+except OSError:
+    pass
+caps = int([l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1], 16)
+if caps & (1 << 21):
+    found.append("has CAP_SYS_ADMIN")
+# The host's files: the gateway's own state is not in this root.
+if os.path.exists("GATEWAY_DIR"):
+    found.append("sees the gateway's directory")
+print("confined" if not found else "ESCAPED: " + "; ".join(found))
+raise SystemExit(1 if found else 0)
+'''
+
+
+def test_a_build_step_is_confined_like_a_session(gw):
+    code = PROBE.replace("GATEWAY_PORT", str(gw.port)).replace("GATEWAY_DIR", str(gw.base_dir))
+    b = build(gw, {"name": "probe", "steps": [{"type": "RUN", "args": ["python3 - <<'EOF'\n" + code + "EOF"]}]})
+    print("\n".join(b["logs"]))
+    assert b["status"] == "ready", b
+    assert "confined" in b["logs"], b["logs"]
+    assert any("403" in line or "Forbidden" in line for line in b["logs"] if line.startswith("elsewhere.test")), b["logs"]
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/probe").status_code == 204
+
+
+def test_the_caps_refuse_with_reasons(gw):
+    # gamma may keep 4 templates: a fifth is refused (ENV only: no layer, no sandbox).
+    for n in range(4):
+        assert build(gw, {"name": f"t{n}", "steps": [{"type": "ENV", "args": ["N", str(n)]}]}, token=TOKEN_C)["status"] == "ready"
+    r = call(gw, TOKEN_C, "POST", "/v1/templates", json={"name": "t4"})
+    assert r.status_code == 429 and "4" in r.json()["message"], r.text
+    # Its layers may hold 4 MiB: a 5 MiB layer is built, then the next build is refused.
+    assert call(gw, TOKEN_C, "DELETE", "/v1/templates/t3").status_code == 204
+    big = build(gw, {"name": "t3", "steps": [{"type": "RUN", "args": ["head -c 5242880 /dev/urandom > /opt/big"]}]},
+                token=TOKEN_C)
+    assert big["status"] == "ready", big
+    r = call(gw, TOKEN_C, "POST", "/v1/templates", json={"name": "t3", "steps": [{"type": "RUN", "args": ["true"]}]})
+    assert r.status_code == 413 and "cap" in r.json()["message"], r.text
+    # Another tenant is not held by gamma's caps.
+    assert build(gw, {"name": "t4", "steps": [{"type": "ENV", "args": ["N", "4"]}]}, token=TOKEN_B)["status"] == "ready"
+    # Deleting gives the room back.
+    assert call(gw, TOKEN_C, "DELETE", "/v1/templates/t3").status_code == 204
+    assert build(gw, {"name": "t3", "steps": [{"type": "RUN", "args": ["true"]}]}, token=TOKEN_C)["status"] == "ready"
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"name": "Bad Name"}, "name"),
+    ({"name": "ok", "stepz": []}, "stepz"),
+    ({"name": "ok", "steps": [{"type": "FROB", "args": []}]}, "FROB"),
+    ({"name": "ok", "steps": [{"type": "RUN", "args": ["true", "nobody"]}]}, "USER"),
+    ({"name": "ok", "packages": {"pip": ["--index-url=http://evil/"]}}, "package"),
+    ({"name": "ok", "steps": [{"type": "RUN", "args": ["true"]}] * 65}, "64"),
+])
+def test_a_bad_definition_gets_400_saying_what(gw, body, says):
+    r = call(gw, TOKEN_A, "POST", "/v1/templates", json=body)
+    assert r.status_code == 400 and says in r.json()["message"], r.text
+
+
+def test_a_builds_log_streams_as_server_sent_events(gw):
+    r = call(gw, TOKEN_A, "POST", "/v1/templates",
+             json={"name": "streamed", "steps": [{"type": "RUN", "args": ["for i in 1 2 3; do echo line $i; sleep 0.2; done"]}]})
+    assert r.status_code == 202, r.text
+    events, current = [], None
+    with requests.get(gw.url + r.json()["status_url"], headers={"Authorization": f"token {TOKEN_A}",
+                                                                 "Accept": "text/event-stream"},
+                      stream=True, timeout=120) as s:
+        assert s.headers["Content-Type"].startswith("text/event-stream")
+        for raw in s.iter_lines(decode_unicode=True):
+            if raw.startswith("event:"):
+                current = raw.split(":", 1)[1].strip()
+            elif raw.startswith("data:"):
+                events.append((current, json.loads(raw.split(":", 1)[1])))
+                if current == "end":
+                    break
+    lines = [e["log"] for kind, e in events if kind == "log"]
+    assert ["line 1", "line 2", "line 3"] == [l for l in lines if l.startswith("line ")], lines
+    assert events[-1][0] == "end" and events[-1][1]["status"] == "ready", events[-1]
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/streamed").status_code == 204
