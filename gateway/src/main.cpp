@@ -411,6 +411,7 @@ int main(int argc, char** argv) {
         core::sessions session_starts(manager, agents.limits(), services.network);
         services.core = &session_starts;
         template_store.kernelspecs_in_use = [&manager] { return manager.spec_names_in_use(); };
+        manager.on_removed([&template_store](const std::string&) { template_store.reclaim(); });
         session_starts.set_templates(&template_store);
         // Builds end before what they use (the proxy, the manager) goes.
         struct stop_builds {

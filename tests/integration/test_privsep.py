@@ -305,6 +305,32 @@ def test_volumes_go_through_the_service(split):
         assert split.api("DELETE", "/v1/volumes/pv").status_code == 204
 
 
+def test_a_template_builds_and_runs_through_the_service(split):
+    """build_step and remove_layer are launchd ops: the unprivileged gateway
+    builds a template's layer, a session runs on it, deleting it removes it."""
+    r = split.api("POST", "/v1/templates", json={"name": "svc", "steps": [
+        {"type": "RUN", "args": [f"echo made-by-launchd > /opt/marker; id -u; : {uuid.uuid4()}"]}]})
+    assert r.status_code == 202, r.text
+    at = r.json()["status_url"]
+    wait_for(lambda: split.api("GET", at).json()["status"] in ("ready", "error"), timeout=120, what="the build")
+    b = split.api("GET", at).json()
+    assert b["status"] == "ready", b
+    assert "0" in b["logs"], b["logs"]  # root inside its user namespace
+    layer = split.api("GET", "/v1/templates/svc").json()["image"][2:]
+    assert (IMAGE_STORE / ".layers" / layer / ".complete").exists()
+    r = split.api("POST", "/v1/sessions", json={"template": "svc"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = split.api("POST", f"/v1/sessions/{sid}/execute", json={"code": "print(open('/opt/marker').read())"}).json()
+        assert out["stdout"] == "made-by-launchd\n\n", out
+    finally:
+        assert split.api("DELETE", f"/v1/sessions/{sid}").status_code == 204
+    assert split.api("DELETE", "/v1/templates/svc").status_code == 204
+    # Removed once no session runs on it (the last one's end reclaims it).
+    wait_for(lambda: not (IMAGE_STORE / ".layers" / layer).exists(), timeout=30, what="the layer to go")
+
+
 @pytest.mark.parametrize("payload, expect", [
     (b'{"op":"spawn","cmd":"id"}\n', "unknown op"),
     (b'{"op":"exec","cmd":"id"}\n', "takes no field"),
@@ -317,6 +343,12 @@ def test_volumes_go_through_the_service(split):
     (b'{"op":"signal","id":"x","signal":"SIGSTOP"}\n', "signal"),
     (b'{"op":"remove","id":"../../etc"}\n', "sandbox id"),
     (b'{"op":"set_cpu_shares","id":"a","shares":1}\n', "shares"),
+    (b'{"op":"build_step","step":{"layer":"zz","parent":"python","argv":["true"]}}\n', "layer id"),
+    (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"/etc","argv":["true"]}}\n', "not a path"),
+    (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"python","argv":["true"],"mounts":[]}}\n', "no field"),
+    (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"python","argv":[]}}\n', "1 to 256"),
+    (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"l-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","argv":["true"]}}\n', "no layer"),
+    (b'{"op":"remove_layer","layer":"../../etc"}\n', "layer id"),
     (b'not json at all\n', "one JSON object"),
     (b'', "one JSON object"),
 ])

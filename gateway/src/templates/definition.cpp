@@ -70,7 +70,8 @@ std::string joined_quoted(const std::vector<std::string>& v) {
 std::uint32_t uid_of(const std::string& user) {
     if (user == "root" || user == "0") return 0;
     if (user == "user" || user == "kernel") return 1000;
-    if (!user.empty() && user.size() <= 5 && std::all_of(user.begin(), user.end(), ::isdigit)) {
+    if (!user.empty() && user.size() <= 5 &&
+        std::all_of(user.begin(), user.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         const auto n = std::stoul(user);
         if (n < 65536) return static_cast<std::uint32_t>(n);
     }
@@ -177,7 +178,9 @@ definition parse_definition(const json& body, const build_settings& settings) {
                 index = " --index-url " + quoted(url);
                 // The operator named a plain-HTTP index (a mirror inside its network): pip trusts it only when told.
                 if (url.starts_with("http://")) {
-                    const auto host = url.substr(7, url.find_first_of(":/", 7) - 7);
+                    auto authority = url.substr(7, url.find('/', 7) - 7);
+                    if (const auto at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
+                    const auto host = authority.substr(0, authority.find(':'));
                     index += " --trusted-host " + quoted(host);
                 }
             }
@@ -198,7 +201,8 @@ definition parse_definition(const json& body, const build_settings& settings) {
             step out;
             if (!s.contains("type")) bad("a step needs a type");
             out.type = string_of(s["type"], "a step's type", 16);
-            std::transform(out.type.begin(), out.type.end(), out.type.begin(), ::toupper);
+            std::transform(out.type.begin(), out.type.end(), out.type.begin(),
+                           [](char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; });
             if (s.contains("args")) out.args = strings_of(s["args"], "a step's args", 512, max_command_bytes);
             if (s.contains("force")) {
                 if (!s["force"].is_boolean()) bad("a step's force is true or false");
@@ -260,6 +264,7 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
     bool forced = d.force;
     for (std::size_t i = 0; i < d.steps.size(); ++i) {
         const auto& s = d.steps[i];
+        forced = forced || s.force;
         planned_step out;
         out.index = i;
         out.type = s.type;
@@ -273,7 +278,6 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
         } else if (s.type == "USER") {
             p.user = s.args[0];
         } else if (s.type == "RUN") {
-            forced = forced || s.force;
             const auto user = s.args.size() == 2 ? s.args[1] : p.user;
             const auto uid = uid_of(user);
             const json what = {{"run", s.args[0]}, {"uid", uid}, {"workdir", p.workdir}, {"env", p.env}};
@@ -295,7 +299,8 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
 }
 
 std::string kernelspec_name(const std::string& tenant, const std::string& name, const std::string& tag) {
-    return "t" + sha256_hex(tenant).substr(0, 12) + "-" + name + "-" + tag;
+    // A name holds no '.', so "<name>.<tag>" parses one way only.
+    return "t" + sha256_hex(tenant).substr(0, 12) + "-" + name + "." + tag;
 }
 
 json to_json(const definition& d) {

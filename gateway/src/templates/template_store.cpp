@@ -550,6 +550,11 @@ void template_store::remove(const std::string& tenant, const std::string& name, 
     reclaim_layers_locked();
 }
 
+void template_store::reclaim() {
+    std::lock_guard lock(mutex_);
+    if (!doomed_layers_.empty()) reclaim_layers_locked();
+}
+
 void template_store::reclaim_layers_locked() {
     // A layer goes once no template of its tenant stands on it, no build is
     // running for the tenant (a build may be about to use it) and no

@@ -116,6 +116,9 @@ public:
     std::optional<std::string> kernelspec_for(const std::string& tenant, const std::string& reference) const;
 
     void render_metrics(std::string& out) const;
+    // Removes the layers of deleted or replaced templates that nothing runs
+    // on any more (a session's end calls it; blocking: not on an io thread).
+    void reclaim();
 
     // The kernelspecs live sessions run on (set before builds start): a
     // layer a deleted or rebuilt template leaves stays until none of them

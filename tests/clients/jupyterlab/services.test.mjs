@@ -487,3 +487,66 @@ describe(`session limits through @jupyterlab/services (${MODE} protocol)`, { tim
     assert.ok(!r.stdout.includes('end'), 'output past the limit was shown');
   });
 });
+
+// A template (docs/templates.md) is a kernelspec of its tenant's: JupyterLab
+// lists it by its display name ("name:tag") and starts kernels from it like
+// any other, and they run on what its steps built.
+describe(`a template's kernelspec through @jupyterlab/services (${MODE} protocol)`, { timeout: 180000 }, () => {
+  const name = `jl-${Math.random().toString(16).slice(2, 10)}`;
+  const auth = { Authorization: `token ${TOKEN}`, 'Content-Type': 'application/json' };
+  let kernelSpecs;
+  let kernels;
+  let kernel;
+
+  before(async () => {
+    const r = await fetch(`${BASE_URL}/v1/templates`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({
+        name: `${name}:v1`,
+        steps: [
+          { type: 'ENV', args: ['TEMPLATE_GREETING', 'hello from a template'] },
+          { type: 'RUN', args: [`echo ${name} > /opt/marker`] }
+        ]
+      })
+    });
+    const text = await r.text();
+    assert.equal(r.status, 202, text);
+    const { status_url: at } = JSON.parse(text);
+    let build;
+    for (let i = 0; i < 600; i++) {
+      build = await (await fetch(`${BASE_URL}${at}`, { headers: auth })).json();
+      if (build.status === 'ready' || build.status === 'error') break;
+      await new Promise(done => setTimeout(done, 200));
+    }
+    assert.equal(build.status, 'ready', JSON.stringify(build));
+    kernelSpecs = new KernelSpecManager({ serverSettings });
+    kernels = new KernelManager({ serverSettings });
+    await withTimeout(Promise.all([kernelSpecs.ready, kernels.ready]), 30000, 'managers ready');
+  });
+
+  after(async () => {
+    try {
+      if (kernel && !kernel.isDisposed) await kernel.shutdown().catch(() => {});
+      await fetch(`${BASE_URL}/v1/templates/${name}:v1`, { method: 'DELETE', headers: auth });
+    } finally {
+      for (const manager of [kernels, kernelSpecs]) {
+        for (const poll of [manager?._pollModels, manager?._pollSpecs]) await poll?.stop?.();
+      }
+      kernels?.dispose();
+      kernelSpecs?.dispose();
+    }
+  });
+
+  test('the template is listed as a kernelspec and a kernel started from it runs on its layers', async () => {
+    await kernelSpecs.refreshSpecs();
+    const spec = Object.values(kernelSpecs.specs.kernelspecs).find(s => s.display_name === `${name}:v1`);
+    assert.ok(spec, `no kernelspec "${name}:v1" in ${JSON.stringify(Object.keys(kernelSpecs.specs.kernelspecs))}`);
+    assert.equal(spec.language, 'python');
+    kernel = await withTimeout(kernels.startNew({ name: spec.name }), 90000, 'start a kernel from the template');
+    const r = await execute(kernel, "import os; print(open('/opt/marker').read().strip(), os.environ['TEMPLATE_GREETING'])");
+    assert.equal(r.reply.content.status, 'ok', JSON.stringify(r.reply.content));
+    assert.equal(r.stdout, `${name} hello from a template\n`);
+    assert.equal((await kernelModel(kernel.id)).name, spec.name);
+  });
+});

@@ -73,9 +73,10 @@ TEST(TemplateDefinition, a_tag_field_overrides_the_names_tag) {
 }
 
 TEST(TemplateDefinition, refuses_invalid_names) {
-    for (const std::string name : {"", "Analytics", "-analytics", "_analytics", "ana/lytics", "ana lytics", "ana.lytics",
-                                   "analytics:", "analytics:.v1", "analytics:-v1", "analytics:v 1", "a:b:c",
-                                   std::string(64, 'a')}) {
+    for (const auto& name :
+         std::vector<std::string>{"", "Analytics", "-analytics", "_analytics", "ana/lytics", "ana lytics", "ana.lytics",
+                                  "analytics:", "analytics:.v1", "analytics:-v1", "analytics:v 1", "a:b:c",
+                                  std::string(64, 'a')}) {
         const auto r = refusal({{"name", name}});
         EXPECT_EQ(r.status, 400u) << "name '" << name << "'";
         EXPECT_TRUE(contains(r.message, "a template's name is")) << r.message;
@@ -94,7 +95,7 @@ TEST(TemplateDefinition, refuses_a_missing_or_non_string_name) {
 }
 
 TEST(TemplateDefinition, refuses_invalid_tags) {
-    for (const std::string tag : {"", ".v1", "-v1", "v 1", "v1;rm", "v1/x", std::string(65, 'a')}) {
+    for (const auto& tag : std::vector<std::string>{"", ".v1", "-v1", "v 1", "v1;rm", "v1/x", std::string(65, 'a')}) {
         const auto r = refusal({{"name", "analytics"}, {"tag", tag}});
         EXPECT_EQ(r.status, 400u) << "tag '" << tag << "'";
     }
@@ -232,7 +233,7 @@ TEST(TemplateDefinition, packages_expand_to_apt_pip_npm_whatever_the_key_order) 
               "--no-install-recommends 'libpoppler-dev' && rm -rf /var/lib/apt/lists/*");
     EXPECT_EQ(d.steps[1].args[0],
               "python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check "
-              "'duckdb==1.1.3' 'polars'");
+              "--root-user-action=ignore 'duckdb==1.1.3' 'polars'");
     EXPECT_EQ(d.steps[2].args[0], "npm install -g --no-audit --no-fund '@scope/pkg@1.2'");
     // The given steps follow the packages'.
     EXPECT_EQ(d.steps[3].args, std::vector<std::string>{"echo done"});
@@ -250,8 +251,19 @@ TEST(TemplateDefinition, the_pip_index_url_is_the_pip_steps_index) {
     ASSERT_EQ(d.steps.size(), 2u);
     EXPECT_EQ(d.steps[1].args[0],
               "python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check "
-              "--index-url 'https://pypi.internal/simple' 'duckdb'");
+              "--root-user-action=ignore --index-url 'https://pypi.internal/simple' 'duckdb'");
     EXPECT_FALSE(contains(d.steps[0].args[0], "index-url")) << d.steps[0].args[0];
+}
+
+TEST(TemplateDefinition, a_plain_http_pip_index_is_a_trusted_host) {
+    const auto pip_step = [](const std::string& url) {
+        return parsed({{"name", "analytics"}, {"packages", {{"pip", {"duckdb"}}}}}, {.pip_index_url = url}).steps.at(0).args.at(0);
+    };
+    EXPECT_EQ(pip_step("http://mirror.lan:8080/simple"),
+              "python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check "
+              "--root-user-action=ignore --index-url 'http://mirror.lan:8080/simple' --trusted-host 'mirror.lan' 'duckdb'");
+    EXPECT_TRUE(contains(pip_step("http://mirror.lan/simple"), " --trusted-host 'mirror.lan' 'duckdb'"));
+    EXPECT_FALSE(contains(pip_step("https://mirror.lan/simple"), "--trusted-host"));
 }
 
 TEST(TemplateDefinition, refuses_packages_that_are_options_or_shell) {
@@ -297,12 +309,11 @@ TEST(TemplateDefinition, from_names_exactly_one_valid_base) {
 // ---- parse_definition: resources, kernel, commands, force ----
 
 TEST(TemplateDefinition, parses_resources_kernel_commands_and_force) {
-    const auto d = parsed({{"name", "analytics"},
-                           {"resources", {{"cpu_millis", 1500}, {"memory_bytes", 536870912}, {"workspace_bytes", 1073741824}}},
-                           {"kernel", {{"language", "python"}, {"preload", {"numpy", "pandas.io", "_x"}}, {"pool", 3}}},
-                           {"start_cmd", "redis-server &"},
-                           {"ready_cmd", "redis-cli ping"},
-                           {"force", true}});
+    // Parsed from text, as the server's body is (its whole numbers unsigned).
+    const auto d = parsed(json::parse(R"({"name": "analytics",
+        "resources": {"cpu_millis": 1500, "memory_bytes": 536870912, "workspace_bytes": 1073741824},
+        "kernel": {"language": "python", "preload": ["numpy", "pandas.io", "_x"], "pool": 3},
+        "start_cmd": "redis-server &", "ready_cmd": "redis-cli ping", "force": true})"));
     EXPECT_EQ(d.cpu_millis, std::optional<std::uint32_t>(1500));
     EXPECT_EQ(d.memory_bytes, std::optional<std::uint64_t>(536870912));
     EXPECT_EQ(d.workspace_bytes, std::optional<std::uint64_t>(1073741824));
@@ -314,7 +325,7 @@ TEST(TemplateDefinition, parses_resources_kernel_commands_and_force) {
 }
 
 TEST(TemplateDefinition, leaves_unset_resources_unset) {
-    const auto d = parsed({{"name", "analytics"}, {"resources", {{"memory_bytes", 1024}}}});
+    const auto d = parsed({{"name", "analytics"}, {"resources", {{"memory_bytes", 1024u}}}});
     EXPECT_FALSE(d.cpu_millis.has_value());
     EXPECT_EQ(d.memory_bytes, std::optional<std::uint64_t>(1024));
     EXPECT_FALSE(d.workspace_bytes.has_value());
@@ -329,13 +340,13 @@ TEST(TemplateDefinition, refuses_a_kernel_language_other_than_python) {
 }
 
 TEST(TemplateDefinition, refuses_bad_resources_pool_and_preload) {
-    EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"cpu_millis", 0}}}}).message,
+    EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"cpu_millis", 0u}}}}).message,
               "resources.cpu_millis must be a positive whole number");
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"memory_bytes", -1}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"memory_bytes", 1.5}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"gpus", 1}}}}).message, "'resources' has no field 'gpus'");
-    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 65}}}}).message, "kernel.pool is 0 to 64");
-    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 64}}}}).status, 0u);
+    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 65u}}}}).message, "kernel.pool is 0 to 64");
+    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 64u}}}}).status, 0u);
     EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"preload", {"os; import x"}}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"force", "yes"}}).message, "force is true or false");
 }
@@ -546,8 +557,8 @@ TEST(TemplateDefinition, to_json_shows_what_was_parsed) {
     const auto d = parsed({{"name", "analytics:v1"},
                            {"from", {{"template", "base:v2"}}},
                            {"steps", {{{"type", "ENV"}, {"args", {"A", "1"}}, {"force", true}}}},
-                           {"resources", {{"cpu_millis", 500}}},
-                           {"kernel", {{"pool", 2}}}});
+                           {"resources", {{"cpu_millis", 500u}}},
+                           {"kernel", {{"pool", 2u}}}});
     const auto j = templates::to_json(d);
     EXPECT_EQ(j["name"], "analytics");
     EXPECT_EQ(j["tag"], "v1");
@@ -556,4 +567,14 @@ TEST(TemplateDefinition, to_json_shows_what_was_parsed) {
     EXPECT_EQ(j["resources"], json::parse(R"({"cpu_millis": 500})"));
     EXPECT_EQ(j["pool"], 2);
     EXPECT_FALSE(j.contains("start_cmd"));
+}
+
+TEST(TemplatePlan, a_forced_env_step_changes_the_keys_of_the_runs_after_it) {
+    const json body = json::parse(R"({"name": "f", "steps": [{"type": "RUN", "args": ["a"]},
+        {"type": "ENV", "args": ["K", "V"], "force": true}, {"type": "RUN", "args": ["b"]}]})");
+    const auto d = templates::parse_definition(body, {});
+    const auto once = templates::make_plan(d, "acme", "python", "image /x", {}, "n1");
+    const auto twice = templates::make_plan(d, "acme", "python", "image /x", {}, "n2");
+    EXPECT_EQ(once.layers.at(0), twice.layers.at(0));
+    EXPECT_NE(once.layers.at(1), twice.layers.at(1));
 }
