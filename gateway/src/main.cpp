@@ -412,6 +412,8 @@ int main(int argc, char** argv) {
         services.core = &session_starts;
         template_store.kernelspecs_in_use = [&manager] { return manager.spec_names_in_use(); };
         manager.on_removed([&template_store](const std::string&) { template_store.reclaim(); });
+        template_store.set_pool = [&manager](const std::string& spec, std::size_t size) { manager.set_pool(spec, size); };
+        template_store.start_pools();
         session_starts.set_templates(&template_store);
         // Builds end before what they use (the proxy, the manager) goes.
         struct stop_builds {

@@ -346,3 +346,40 @@ def test_a_builds_log_streams_as_server_sent_events(gw):
     assert ["line 1", "line 2", "line 3"] == [l for l in lines if l.startswith("line ")], lines
     assert events[-1][0] == "end" and events[-1][1]["status"] == "ready", events[-1]
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/streamed").status_code == 204
+
+
+def metric(gw, name, spec=None):
+    label = f'{{kernelspec="{spec}"}}' if spec else ""
+    for line in call(gw, TOKEN_A, "GET", "/metrics").text.splitlines():
+        if line.startswith(name + label + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def test_a_template_keeps_its_own_warm_pool(gw):
+    b = build(gw, {"name": "warm:v1", "steps": [{"type": "RUN", "args": ["echo warm > /opt/warm"]}],
+                   "kernel": {"pool": 1, "preload": ["json"]}})
+    assert b["status"] == "ready", b
+    spec = call(gw, TOKEN_A, "GET", "/v1/templates/warm:v1").json()["kernelspec"]
+    end = time.monotonic() + 90
+    while metric(gw, "cellgate_pool_ready", spec) != 1 and time.monotonic() < end:
+        time.sleep(0.2)
+    assert metric(gw, "cellgate_pool_ready", spec) == 1, call(gw, TOKEN_A, "GET", "/metrics").text
+    claims, misses = metric(gw, "cellgate_pool_claims_total"), metric(gw, "cellgate_pool_misses_total")
+    t0 = time.monotonic()
+    sid = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "warm:v1"}, timeout=120).json()["id"]
+    try:
+        out = run(gw, sid, "print(open('/opt/warm').read().strip())")
+        first = time.monotonic() - t0
+        assert out["stdout"] == "warm\n", out
+        assert metric(gw, "cellgate_pool_claims_total") == claims + 1
+        assert metric(gw, "cellgate_pool_misses_total") == misses
+        print(f"\ntemplates: create → first result from the template's warm pool: {first * 1000:.0f} ms")
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    # Deleting the template ends its pool.
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/warm:v1").status_code == 204
+    end = time.monotonic() + 30
+    while metric(gw, "cellgate_pool_ready", spec) not in (None, 0) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert metric(gw, "cellgate_pool_ready", spec) in (None, 0)

@@ -142,6 +142,10 @@ public:
     void set_tenant_quota(const std::string& tenant, std::size_t max_kernels);
     kernel_ptr find(const std::string& tenant, const std::string& id) const;
     std::vector<kernel_ptr> list(const std::string& tenant) const;
+    // Keeps `size` warm kernels of kernelspec `spec` from now on (a
+    // template's pool; 0: none): the ready ones it had are stopped first,
+    // since the spec may now run another image.
+    void set_pool(const std::string& spec, std::size_t size);
     // The kernelspecs every kernel held now runs (any tenant's, pooled ones too).
     std::set<std::string> spec_names_in_use() const;
     std::size_t count() const;

@@ -83,6 +83,26 @@ void kernel_manager::drop_from_pool(const kernel_ptr& k, const std::string& why)
     });
 }
 
+void kernel_manager::set_pool(const std::string& spec, std::size_t size) {
+    std::vector<kernel_ptr> stale;
+    {
+        std::lock_guard lock(mutex_);
+        if (shutting_down_) return;
+        stale = pool_.reset(spec, size);
+    }
+    for (auto& k : stale) {
+        k->close("its kernelspec changed");
+        asio::post(launch_pool_, [this, k] {
+            try {
+                launcher_.remove(k->id());
+            } catch (const std::exception& e) {
+                spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
+            }
+        });
+    }
+    asio::post(ioc_, [this] { replenish(); });
+}
+
 void kernel_manager::replenish() {
     std::vector<warm_pool::start> to_start;
     std::vector<kernel_ptr> extra;
@@ -110,7 +130,8 @@ void kernel_manager::replenish() {
                                           metrics_);
         auto spec = spec_for(*k, {});
         if (!order.demand) {
-            spec.preload = config_.pool_preload;
+            // A template's own modules, or the operator's for the pool.
+            if (spec.preload.empty()) spec.preload = config_.pool_preload;
             // Warming up runs at a low CPU weight, so it never slows live sessions.
             spec.limits.cpu_shares = 2;
         }

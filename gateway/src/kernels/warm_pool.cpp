@@ -198,6 +198,17 @@ std::vector<kernel_ptr> warm_pool::drain() {
     return all;
 }
 
+std::vector<kernel_ptr> warm_pool::reset(const std::string& spec, std::size_t size) {
+    if (size == 0) targets_.erase(spec);
+    else targets_[spec] = {size, size};
+    std::vector<kernel_ptr> out;
+    if (const auto it = ready_.find(spec); it != ready_.end()) {
+        for (auto& k : it->second) out.push_back(std::move(k));
+        ready_.erase(it);
+    }
+    return out;
+}
+
 void warm_pool::for_each(const std::function<void(const kernel_ptr&)>& fn) const {
     for (const auto& [name, q] : ready_)
         for (const auto& k : q) fn(k);

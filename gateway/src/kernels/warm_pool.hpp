@@ -90,6 +90,10 @@ public:
     bool remove(const kernel_ptr& k);
     // Every ready kernel, leaving the pool empty (shutdown).
     std::vector<kernel_ptr> drain();
+    // A kernelspec's pool from now on (a template's: `size` ready, no growth;
+    // 0 ends it); returns its ready kernels, which leave (the caller stops
+    // them: they may run what the spec ran before).
+    std::vector<kernel_ptr> reset(const std::string& spec, std::size_t size);
     void for_each(const std::function<void(const kernel_ptr&)>& fn) const;
 
     // Prometheus gauges and counters: cellgate_pool_*.

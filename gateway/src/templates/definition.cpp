@@ -15,6 +15,7 @@ namespace {
 constexpr std::size_t max_steps = launcher::max_layer_depth;
 constexpr std::size_t max_command_bytes = 64u << 10;
 constexpr std::size_t max_packages = 256;
+constexpr std::size_t max_pool = 4;  // warm sandboxes one template may keep
 
 [[noreturn]] void bad(const std::string& why) { throw api_exception(400, why); }
 
@@ -242,7 +243,8 @@ definition parse_definition(const json& body, const build_settings& settings) {
                     bad("kernel.preload names Python modules: '" + m.substr(0, 64) + "' is not one");
         }
         if (k.contains("pool")) {
-            if (!k["pool"].is_number_unsigned() || k["pool"].get<std::uint64_t>() > 64) bad("kernel.pool is 0 to 64");
+            if (!k["pool"].is_number_unsigned() || k["pool"].get<std::uint64_t>() > max_pool)
+                bad("kernel.pool is 0 to " + std::to_string(max_pool) + " warm sandboxes");
             d.pool = k["pool"].get<std::uint32_t>();
         }
     }

@@ -94,6 +94,13 @@ template_store::template_store(launcher::sandbox_launcher& launcher, const launc
 
 template_store::~template_store() { stop(); }
 
+void template_store::start_pools() {
+    std::lock_guard lock(mutex_);
+    if (set_pool)
+        for (const auto& [spec, size] : pools_to_start_) set_pool(spec, size);
+    pools_to_start_.clear();
+}
+
 void template_store::stop() {
     pool_.stop();
     std::lock_guard lock(mutex_);
@@ -404,6 +411,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
     persist(t);
     register_kernelspec(t);
     std::lock_guard lock(mutex_);
+    const bool rebuilt = templates_.count(t.kernelspec) != 0;
     if (const auto old = templates_.find(t.kernelspec); old != templates_.end()) {
         const std::set<std::string> kept(t.layers.begin(), t.layers.end());
         for (const auto& id : old->second.layers)
@@ -413,6 +421,8 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             }
     }
     templates_[t.kernelspec] = t;
+    // Its warm sandboxes start now (a rebuilt template's old ones are stopped).
+    if (set_pool && (t.def.pool > 0 || rebuilt)) set_pool(t.kernelspec, t.def.pool);
     log(b, "cellgate: template " + d.name + ":" + d.tag + " is ready (" + std::to_string(b.built_steps) + " built, " +
                std::to_string(b.cached_steps) + " cached)");
     finish(b, "ready", std::nullopt);
@@ -488,6 +498,7 @@ void template_store::load() {
                     continue;
                 }
                 register_kernelspec(t);
+                if (t.def.pool > 0) pools_to_start_.emplace_back(t.kernelspec, t.def.pool);
                 templates_[t.kernelspec] = std::move(t);
             } catch (const std::exception& e) {
                 spdlog::warn("templates: skipped {}: {}", f.path().string(), e.what());
@@ -534,6 +545,7 @@ void template_store::remove(const std::string& tenant, const std::string& name, 
         retired_[it->second.kernelspec].insert(id);
     }
     specs_.hide(it->second.kernelspec);
+    if (set_pool && it->second.def.pool > 0) set_pool(it->second.kernelspec, 0);
     // Its ended builds go with it (a running one stays, and its result lands).
     auto& recent = recent_builds_[tenant];
     std::erase_if(recent, [&](const std::string& id) {

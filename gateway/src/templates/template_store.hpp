@@ -83,6 +83,8 @@ public:
     ~template_store();  // stop()
     // Lets running builds finish, refuses new ones; idempotent.
     void stop();
+    // Starts the warm pools of the templates load() found (once set_pool is set).
+    void start_pools();
     template_store(const template_store&) = delete;
     template_store& operator=(const template_store&) = delete;
 
@@ -124,6 +126,8 @@ public:
     // layer a deleted or rebuilt template leaves stays until none of them
     // is that template's.
     std::function<std::set<std::string>()> kernelspecs_in_use;
+    // Keeps `size` warm sandboxes of a kernelspec (0: none); set before builds start.
+    std::function<void(const std::string& kernelspec, std::size_t size)> set_pool;
 
 private:
     struct template_record {
@@ -158,7 +162,8 @@ private:
     std::map<std::string, std::deque<std::string>> recent_builds_;  // per tenant, oldest first (kept: 16)
     std::set<std::string> building_;  // tenant + "/" + name + ":" + tag
     std::set<std::string> doomed_layers_;  // tenant/layer: a deleted or replaced template's, removed once unused
-    std::map<std::string, std::set<std::string>> retired_;  // kernelspec → layers its earlier versions ran on
+    std::map<std::string, std::set<std::string>> retired_;
+    std::vector<std::pair<std::string, std::size_t>> pools_to_start_;  // load()'s, for start_pools()  // kernelspec → layers its earlier versions ran on
     std::uint64_t builds_ready_ = 0, builds_failed_ = 0, steps_built_ = 0, steps_cached_ = 0;
     util::file_io_pool pool_;
 };

@@ -345,8 +345,8 @@ TEST(TemplateDefinition, refuses_bad_resources_pool_and_preload) {
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"memory_bytes", -1}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"memory_bytes", 1.5}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"resources", {{"gpus", 1}}}}).message, "'resources' has no field 'gpus'");
-    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 65u}}}}).message, "kernel.pool is 0 to 64");
-    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 64u}}}}).status, 0u);
+    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 5u}}}}).message, "kernel.pool is 0 to 4 warm sandboxes");
+    EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"pool", 4u}}}}).status, 0u);
     EXPECT_EQ(refusal({{"name", "a"}, {"kernel", {{"preload", {"os; import x"}}}}}).status, 400u);
     EXPECT_EQ(refusal({{"name", "a"}, {"force", "yes"}}).message, "force is true or false");
 }
