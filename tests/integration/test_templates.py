@@ -383,3 +383,12 @@ def test_a_template_keeps_its_own_warm_pool(gw):
     while metric(gw, "cellgate_pool_ready", spec) not in (None, 0) and time.monotonic() < end:
         time.sleep(0.2)
     assert metric(gw, "cellgate_pool_ready", spec) in (None, 0)
+
+
+def test_a_plain_pip_install_step_installs_from_the_operators_index(gw):
+    """What E2B's pipInstall sends: `pip install …` as root, no flags; the
+    build's pip finds the operator's index and may install into the image."""
+    b = build(gw, {"name": "plainpip", "steps": [{"type": "RUN", "args": ["pip install cgdemo", "root"]}]})
+    assert b["status"] == "ready", b["logs"]
+    assert any("Successfully installed cgdemo-1.0" in line for line in b["logs"]), b["logs"]
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/plainpip").status_code == 204

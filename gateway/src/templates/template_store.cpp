@@ -291,7 +291,20 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             fs::remove_all(dir, ec);
         }
     } guard{nullptr, egress_session, egress_dir};
-    std::map<std::string, std::string> network_env;
+    // A plain `pip install` in a RUN step (E2B's pipInstall) installs into the
+    // image, as it would in a container image: Debian's Python refuses that
+    // by default (PEP 668) unless told.
+    std::map<std::string, std::string> network_env = {{"PIP_BREAK_SYSTEM_PACKAGES", "1"},
+                                                      {"PIP_ROOT_USER_ACTION", "ignore"},
+                                                      {"PIP_DISABLE_PIP_VERSION_CHECK", "1"}};
+    if (const auto& url = options_.build.pip_index_url; network && !url.empty()) {
+        network_env["PIP_INDEX_URL"] = url;
+        if (url.starts_with("http://")) {
+            auto authority = url.substr(7, url.find('/', 7) - 7);
+            if (const auto at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
+            network_env["PIP_TRUSTED_HOST"] = authority.substr(0, authority.find(':'));
+        }
+    }
     if (network) {
         std::error_code ec;
         fs::create_directories(egress_dir, ec);
