@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from support.gateway import Gateway
-from support.prerequisites import require, runtime_missing
+from support.prerequisites import IMAGE_STORE, require, runtime_missing
 
 TOKEN_A = "tpl-a-" + uuid.uuid4().hex
 TOKEN_B = "tpl-b-" + uuid.uuid4().hex
@@ -240,6 +240,10 @@ def test_a_failing_step_says_which_its_exit_code_and_the_tail_of_its_log(gw):
     assert "about to fail" in f["log_tail"] and "exited with code 7" in f["message"], f
     assert [s["status"] for s in b["steps"]] == ["done", "failed", "pending"], b["steps"]
     assert not any("never" == line for line in b["logs"])
+    # The layer its first step made goes with it.
+    made = [line.split()[2] for line in b["logs"] if line.startswith(" ---> layer ")]
+    assert len(made) == 1, b["logs"]
+    assert not list((IMAGE_STORE / ".layers").glob(made[0] + "*"))
     # Nothing was made of it: no template, no kernelspec.
     assert call(gw, TOKEN_A, "GET", "/v1/templates/broken").json()["status"] == "error"  # only its build is there
     r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "broken"})

@@ -173,7 +173,9 @@ std::string template_store::build(const std::string& tenant, const definition& d
         } catch (const std::exception& e) {
             std::lock_guard lock(mutex_);
             log(*b, std::string("cellgate: the build failed: ") + e.what());
+            for (const auto& id : b->made) doomed_layers_.insert(b->tenant + "/" + id);
             finish(*b, "error", json{{"message", std::string("the build failed: ") + e.what()}});
+            reclaim_layers_locked();
         }
     });
     if (accepted != util::file_io_pool::admission::accepted)
@@ -327,7 +329,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         }
     }
 
-    std::vector<std::string> made;
+    auto& made = b.made;
     const auto total = p.steps.size();
     for (const auto& step : p.steps) {
         const auto i = step.index;
@@ -356,7 +358,8 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
                 log(b, head + "\ncellgate: " + why);
                 b.steps[i].status = "failed";
                 for (const auto& id : made) doomed_layers_.insert(b.tenant + "/" + id);
-                return finish(b, "error", json{{"step", {{"index", i}, {"type", step.type}}}, {"message", why}});
+                finish(b, "error", json{{"step", {{"index", i}, {"type", step.type}}}, {"message", why}});
+                return reclaim_layers_locked();
             }
             log(b, head);
             b.steps[i].status = "running";
@@ -395,11 +398,12 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
                                                std::to_string(r.exit_code);
             log(b, "cellgate: " + why);
             for (const auto& id : made) doomed_layers_.insert(b.tenant + "/" + id);
-            return finish(b, "error", json{{"step", {{"index", i}, {"type", step.type}}},
-                                           {"exit_code", r.exit_code},
-                                           {"timed_out", r.timed_out},
-                                           {"message", why},
-                                           {"log_tail", tail_of(r.output, 4096)}});
+            finish(b, "error", json{{"step", {{"index", i}, {"type", step.type}}},
+                                    {"exit_code", r.exit_code},
+                                    {"timed_out", r.timed_out},
+                                    {"message", why},
+                                    {"log_tail", tail_of(r.output, 4096)}});
+            return reclaim_layers_locked();
         }
         log(b, " ---> layer " + step.spec.layer.substr(0, 12) + " (" + std::to_string(r.layer_bytes) + " bytes, " +
                    std::to_string(static_cast<long long>(r.ms)) + " ms)");

@@ -71,6 +71,7 @@ struct build_record {
     std::optional<nlohmann::json> failure;  // {step: {index, type}, exit_code, message, log_tail}
     std::int64_t created_ms = 0, finished_ms = 0;
     std::size_t cached_steps = 0, built_steps = 0;
+    std::vector<std::string> made;  // layers this build made (removed if it fails)
     // Streams following it (SSE): each is told every event, and dropped
     // once it answers false or the build ends. At most 8.
     std::vector<std::function<bool(const nlohmann::json& event)>> watchers;
