@@ -43,10 +43,13 @@ bool launcher::impl::forks_from_zygote(const sandbox_spec& spec, const oci_runti
         const std::lock_guard lock(filters_mutex);
         if (filters_unreadable) return false;
     }
-    for (const auto& [name, value] : spec.env)
-        if (name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
-            name == "NUMEXPR_MAX_THREADS")
-            return false;
+    // What the zygote's imports were made under must hold for the kernel too
+    // (a template's environment counts as much as the caller's).
+    for (const auto* env : {&spec.env, &spec.image_env})
+        for (const auto& [name, value] : *env)
+            if (name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
+                name == "NUMEXPR_MAX_THREADS" || name.starts_with("PYTHON"))
+                return false;
     return zygote_processes.ready(info.image);
 }
 

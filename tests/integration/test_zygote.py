@@ -13,11 +13,13 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from support.gateway import Gateway
+from support.waiting import wait_for
 
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH, PTRACE_SECCOMP_GET_FILTER = 0x4206, 0x4207, 17, 0x420C
@@ -254,3 +256,32 @@ def test_a_zygote_that_ends_costs_no_session_and_is_made_again(g):
     assert s["sandbox"]["zygote"] is True and run(g, s["id"], "print(6 * 7)")["stdout"].strip() == "42"
     for sid in (first["id"], s["id"]):
         g.api("DELETE", f"/v1/sessions/{sid}")
+
+
+def test_a_templates_kernels_fork_from_a_zygote_of_its_own_image(g):
+    """A template's image gets a zygote of its own at its first session;
+    the sessions after it are forked from it, on the template's layers."""
+    marker = uuid.uuid4().hex
+    r = g.api("POST", "/v1/templates", json={"name": "zy-" + marker[:8], "steps": [
+        {"type": "RUN", "args": [f"echo {marker} > /opt/marker"]}]})
+    assert r.status_code == 202, r.text
+    at = r.json()["status_url"]
+    wait_for(lambda: g.api("GET", at).json()["status"] in ("ready", "error"), "the build", timeout=120)
+    assert g.api("GET", at).json()["status"] == "ready"
+    forked = None
+    try:
+        for _ in range(20):
+            model = create(g, template="zy-" + marker[:8])
+            sid = model["id"]
+            out = run(g, sid, "print(open('/opt/marker').read().strip())")
+            assert out["stdout"].strip() == marker, out
+            if model["sandbox"]["zygote"]:
+                forked = sid
+                break
+            g.api("DELETE", f"/v1/sessions/{sid}")
+            time.sleep(1)
+        assert forked, "no session of the template was forked from a zygote"
+    finally:
+        if forked:
+            g.api("DELETE", f"/v1/sessions/{forked}")
+        g.api("DELETE", f"/v1/templates/zy-{marker[:8]}")
