@@ -295,6 +295,8 @@ private:
     void claim(const kernel_ptr& k, const std::string& tenant, const std::map<std::string, std::string>& env,
                const kernel_policy& policy, done_kernel callback);
     void drop_from_pool(const kernel_ptr& k, const std::string& why);
+    // Closes a kernel that left the pool and removes its sandbox on the launch pool, then `then`.
+    void stop_warm(const kernel_ptr& k, const std::string& why, std::function<void()> then = {});
 
     boost::asio::io_context& ioc_;
     launcher::sandbox_launcher& launcher_;

@@ -72,14 +72,18 @@ void kernel_manager::drop_from_pool(const kernel_ptr& k, const std::string& why)
         if (!pool_.remove(k)) return;
     }
     spdlog::warn("warm kernel {}: {}; replacing it", k->id(), why);
+    stop_warm(k, why, [this] { asio::post(ioc_, [this] { replenish(); }); });
+}
+
+void kernel_manager::stop_warm(const kernel_ptr& k, const std::string& why, std::function<void()> then) {
     k->close(why);
-    asio::post(launch_pool_, [this, k] {
+    asio::post(launch_pool_, [this, k, then = std::move(then)] {
         try {
             launcher_.remove(k->id());
         } catch (const std::exception& e) {
             spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
         }
-        asio::post(ioc_, [this] { replenish(); });
+        if (then) then();
     });
 }
 
@@ -90,16 +94,7 @@ void kernel_manager::set_pool(const std::string& spec, std::size_t size) {
         if (shutting_down_) return;
         stale = pool_.reset(spec, size);
     }
-    for (auto& k : stale) {
-        k->close("its kernelspec changed");
-        asio::post(launch_pool_, [this, k] {
-            try {
-                launcher_.remove(k->id());
-            } catch (const std::exception& e) {
-                spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
-            }
-        });
-    }
+    for (auto& k : stale) stop_warm(k, "its kernelspec changed");
     asio::post(ioc_, [this] { replenish(); });
 }
 
@@ -116,14 +111,7 @@ void kernel_manager::replenish() {
     }
     for (auto& k : extra) {
         spdlog::info("warm kernel {}: above the pool's target since misses stopped; stopping it", k->id());
-        k->close("the warm pool shrank");
-        asio::post(launch_pool_, [this, k] {
-            try {
-                launcher_.remove(k->id());
-            } catch (const std::exception& e) {
-                spdlog::warn("warm kernel {}: removing its sandbox failed: {}", k->id(), e.what());
-            }
-        });
+        stop_warm(k, "the warm pool shrank");
     }
     for (const auto& order : to_start) {
         auto k = std::make_shared<kernel>(make_node_id(), order.spec, std::string(), reactor_, config_.kernel,
