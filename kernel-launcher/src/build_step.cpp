@@ -13,6 +13,7 @@
 #include "layers.hpp"
 #include "cellgate/protocol/message.hpp"
 #include "spec_validation.hpp"
+#include "workspace.hpp"
 
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -54,6 +55,9 @@ void validate_step(const build_step_spec& s, const launcher_config& cfg) {
     validate_egress_dir(s.egress_dir, cfg);
     if (s.timeout < std::chrono::seconds(1) || s.timeout > std::chrono::hours(24))
         throw spec_error("a build step's time limit is between 1 s and 24 h");
+    if (s.disk_bytes < (64ull << 20) || s.disk_bytes > cfg.max_limits.workspace_bytes)
+        throw spec_error("a build step's disk is between 64 MiB and " + std::to_string(cfg.max_limits.workspace_bytes) +
+                         " bytes");
 }
 
 std::uint64_t files_bytes(const fs::path& dir) {
@@ -114,12 +118,12 @@ json step_config(const build_step_spec& s, const fs::path& rootfs, std::uint32_t
 void to_json(json& j, const build_step_spec& s) {
     j = {{"layer", s.layer}, {"parent", s.parent}, {"argv", s.argv}, {"uid", s.uid}, {"gid", s.gid},
          {"cwd", s.cwd}, {"env", s.env}, {"limits", s.limits}, {"timeout_ms", s.timeout.count()},
-         {"egress_dir", s.egress_dir}};
+         {"egress_dir", s.egress_dir}, {"disk_bytes", s.disk_bytes}};
 }
 
 void from_json(const json& j, build_step_spec& s) {
     static const std::set<std::string> known = {"layer", "parent", "argv", "uid", "gid", "cwd",
-                                                "env", "limits", "timeout_ms", "egress_dir"};
+                                                "env", "limits", "timeout_ms", "egress_dir", "disk_bytes"};
     if (!j.is_object()) throw spec_error("a build step is a JSON object");
     for (const auto& [key, value] : j.items())
         if (known.count(key) == 0) throw spec_error("a build step has no field '" + key.substr(0, 64) + "'");
@@ -134,6 +138,7 @@ void from_json(const json& j, build_step_spec& s) {
         if (j.contains("limits")) s.limits = j.at("limits").get<sandbox_limits>();
         s.timeout = std::chrono::milliseconds(j.value("timeout_ms", std::int64_t{600000}));
         s.egress_dir = j.value("egress_dir", std::string());
+        s.disk_bytes = j.value("disk_bytes", std::uint64_t{8} << 30);
     } catch (const nlohmann::json::exception& e) {
         throw spec_error(std::string("a build step's fields have the wrong types: ") + e.what());
     }
@@ -174,8 +179,9 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
     const fs::path dir = cfg.state_dir / "builds" / id;
     const fs::path slot = cfg.workspace_root / id;
     const std::string runc_root = (cfg.state_dir / "runc-build").string();
+    const fs::path scratch_image = store / (".tmp-" + id + ".img");
     bool container = false;
-    teardown_guard guard;
+    teardown_guard guard;  // after what its undo step reads, so it runs before they go
     guard.add([&] {
         if (container) {
             run_command({cfg.runc_path, "--root", runc_root, "delete", "--force", id}, std::chrono::seconds(30));
@@ -183,6 +189,7 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
         for (const auto& m : mounts_under(dir)) unmount("teardown", m);
         fs::remove_all(dir, ec);
         fs::remove_all(tmp, ec);
+        fs::remove(scratch_image, ec);
         workspaces.remove(slot);
     });
 
@@ -193,9 +200,19 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
     mount_tmpfs(step, dir, 16ull << 20, 0711);
     const std::uint32_t base = workspaces.host_id_base(slot);
     make_dir(step, tmp, 0700, true);
-    make_dir(step, tmp / "diff", 0755);
-    change_owner(step, tmp / "diff", base, base, 0755, S_IFDIR);
-    make_dir(step, tmp / "work", 0700);
+    // What the step writes lands on a file system of its own, of
+    // spec.disk_bytes: past it the step gets ENOSPC, and the host's disk
+    // never holds more (the layer is copied out of it once the step is done).
+    const fs::path scratch = dir / "scratch";
+    make_dir(step, scratch, 0700);
+    make_ext4_image(scratch_image, s.disk_bytes, 0, 0, "build");
+    const auto mounted = run_command({"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", scratch_image.string(),
+                                      scratch.string()},
+                                     std::chrono::seconds(30));
+    if (mounted.exit_code != 0) throw launch_error(step, "mounting the step's scratch file system: " + mounted.output);
+    make_dir(step, scratch / "diff", 0755);
+    change_owner(step, scratch / "diff", base, base, 0755, S_IFDIR);
+    make_dir(step, scratch / "work", 0700);
 
     std::string lowerdir;
     for (std::size_t i = 0; i < lowers.size(); ++i) {
@@ -205,8 +222,8 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
     }
     const fs::path rootfs = dir / "rootfs";
     make_dir(step, rootfs, 0755);
-    const std::string options = "lowerdir=" + lowerdir + ",upperdir=" + (tmp / "diff").string() +
-                                ",workdir=" + (tmp / "work").string() + ",redirect_dir=off,index=off,metacopy=off";
+    const std::string options = "lowerdir=" + lowerdir + ",upperdir=" + (scratch / "diff").string() +
+                                ",workdir=" + (scratch / "work").string() + ",redirect_dir=off,index=off,metacopy=off";
     if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) != 0)
         throw launch_error(step, "mounting the step's root", errno);
 
@@ -228,10 +245,15 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
     for (std::size_t i = 0; i < lowers.size(); ++i) unmount(step, dir / ("l" + std::to_string(i)));
 
     if (out.exit_code == 0) {
-        fs::remove_all(tmp / "work", ec);
         // The step's files were made by ids of the slot; a layer keeps the
         // image's own, so any later step or session maps them afresh.
-        remap_owners(tmp / "diff", base, 0);
+        remap_owners(scratch / "diff", base, 0);
+        // Everything as overlayfs left it: owners, modes, hard links,
+        // whiteouts (character devices) and its opaque-directory xattrs.
+        const auto copied = run_command({"cp", "-a", "--no-target-directory", (scratch / "diff").string(),
+                                         (tmp / "diff").string()},
+                                        std::chrono::minutes(30));
+        if (copied.exit_code != 0) throw launch_error(step, "copying the layer out of the step: " + copied.output);
         out.layer_bytes = files_bytes(tmp / "diff");
         const auto parent = s.parent.starts_with("l-") ? "layer " + s.parent.substr(2)
                                                         : "image " + lowers.back().string();

@@ -120,7 +120,8 @@ def gw(tmp_path_factory, index):
                 "--egress-pip-index-url", "http://pypi.test/simple/",
                 "--template-build-allow", "pypi.test",
                 "--max-templates-per-tenant", "4", "--max-template-bytes-per-tenant", str(4 * MiB),
-                "--template-step-timeout", "120",
+                "--template-step-timeout", "120", "--max-template-pool-per-tenant", "2",
+                "--template-step-disk", str(96 * MiB),
                 token=TOKEN_A)
     try:
         g.start()
@@ -287,6 +288,13 @@ raise SystemExit(1 if found else 0)
 '''
 
 
+def test_a_step_that_writes_past_its_disk_fails_and_the_host_keeps_its_space(gw):
+    b = build(gw, {"name": "filler", "steps": [{"type": "RUN", "args": ["head -c 200000000 /dev/zero > /opt/fill"]}]})
+    assert b["status"] == "error", b
+    assert "No space left on device" in b["failure"]["log_tail"], b["failure"]
+    assert list((IMAGE_STORE / ".layers").glob(".tmp-*")) == []  # its scratch file system is gone
+
+
 def test_a_build_step_is_confined_like_a_session(gw):
     code = PROBE.replace("GATEWAY_PORT", str(gw.port)).replace("GATEWAY_DIR", str(gw.base_dir))
     b = build(gw, {"name": "probe", "steps": [{"type": "RUN", "args": ["python3 - <<'EOF'\n" + code + "EOF"]}]})
@@ -298,6 +306,9 @@ def test_a_build_step_is_confined_like_a_session(gw):
 
 
 def test_the_caps_refuse_with_reasons(gw):
+    # gamma's templates may keep 2 warm sandboxes together.
+    r = call(gw, TOKEN_C, "POST", "/v1/templates", json={"name": "pooled", "kernel": {"pool": 3}})
+    assert r.status_code == 429 and "warm sandboxes" in r.json()["message"], r.text
     # gamma may keep 4 templates: a fifth is refused (ENV only: no layer, no sandbox).
     for n in range(4):
         assert build(gw, {"name": f"t{n}", "steps": [{"type": "ENV", "args": ["N", str(n)]}]}, token=TOKEN_C)["status"] == "ready"

@@ -720,6 +720,22 @@ std::vector<option> command_line_options() {
              if (c.templates.max_layer_bytes_per_tenant < (1u << 20))
                  throw config_error("max_template_bytes_per_tenant must be at least 1048576 (1 MiB)");
          }},
+        {.name = "max_template_pool_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`4`",
+         .help = "Warm sandboxes one tenant's templates may keep together (each template's `kernel.pool`, 0 to "
+                 "4); a build that would pass it gets `429`. 0 turns templates' pools off.",
+         .sample = "2",
+         .set = [](auto& c, const auto& v) { c.templates.max_pool_per_tenant = to_u64("max_template_pool_per_tenant", v); }},
+        {.name = "template_step_disk", .section = heading::surfaces, .value = "BYTES",
+         .fallback = "`8589934592` (8 GiB)",
+         .help = "What one RUN step of a template's build may write: its own file system of this size (or of "
+                 "the tenant's room left under `max_template_bytes_per_tenant`, if less; 64 MiB at least), past "
+                 "which the step gets ENOSPC and fails. 64 MiB to the largest workspace a session may have.",
+         .sample = "2147483648",
+         .set = [](auto& c, const auto& v) {
+             c.templates.step_disk_bytes = to_u64("template_step_disk", v);
+             if (c.templates.step_disk_bytes < (64u << 20))
+                 throw config_error("template_step_disk must be at least 67108864 (64 MiB)");
+         }},
         {.name = "template_builds", .section = heading::surfaces, .value = "N", .fallback = "`2`",
          .help = "Template builds running at once on this gateway, one per tenant; 4 more wait per tenant (64 "
                  "in all), and past that a build gets `429`. At least 1.",

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -142,6 +143,13 @@ std::string template_store::build(const std::string& tenant, const definition& d
     if (!templates_.count(ks) && count >= options_.max_templates_per_tenant)
         throw api_exception(429, "This tenant has " + std::to_string(count) + " templates, the most it may keep (" +
                                      std::to_string(options_.max_templates_per_tenant) + "); delete one first");
+    std::size_t pooled = d.pool;
+    for (const auto& [name, t] : templates_)
+        if (t.tenant == tenant && name != ks) pooled += t.def.pool;
+    if (pooled > options_.max_pool_per_tenant)
+        throw api_exception(429, "This tenant's templates would keep " + std::to_string(pooled) +
+                                     " warm sandboxes, past its " + std::to_string(options_.max_pool_per_tenant) +
+                                     "; lower kernel.pool here or on another template");
     if (d.base.starts_with("template:")) {
         const auto ref = d.base.substr(9);
         const auto colon = ref.rfind(':');
@@ -171,7 +179,7 @@ std::string template_store::build(const std::string& tenant, const definition& d
         try {
             run(b, d, nonce);
         } catch (const std::exception& e) {
-            std::lock_guard lock(mutex_);
+            std::lock_guard relock(mutex_);
             log(*b, std::string("cellgate: the build failed: ") + e.what());
             for (const auto& id : b->made) doomed_layers_.insert(b->tenant + "/" + id);
             finish(*b, "error", json{{"message", std::string("the build failed: ") + e.what()}});
@@ -340,6 +348,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             b.steps[i].status = "done";
             continue;
         }
+        std::uint64_t disk = options_.step_disk_bytes;
         if (layer_exists(step.spec.layer)) {
             std::lock_guard lock(mutex_);
             log(b, head + "\n ---> cached (layer " + step.spec.layer.substr(0, 12) + ")");
@@ -363,8 +372,12 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             }
             log(b, head);
             b.steps[i].status = "running";
+            // What the step may write: the tenant's room left, at most the step's own cap.
+            disk = std::clamp<std::uint64_t>(options_.max_layer_bytes_per_tenant - used, 64ull << 20,
+                                             options_.step_disk_bytes);
         }
         auto spec = step.spec;
+        spec.disk_bytes = disk;
         spec.argv = step_argv(step.spec.argv.back(), step.spec.cwd, network);
         spec.cwd = "/";
         for (const auto& [k, v] : network_env) spec.env.emplace(k, v);

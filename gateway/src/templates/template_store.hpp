@@ -40,10 +40,12 @@ namespace cellgate::templates {
 struct store_options {
     std::filesystem::path state_dir;          // templates/ is made here
     std::size_t max_templates_per_tenant = 32;
+    std::size_t max_pool_per_tenant = 4;      // warm sandboxes of all its templates together
     std::uint64_t max_layer_bytes_per_tenant = 16ull << 30;
     std::size_t max_builds_per_tenant = 1;    // running at once; 4 more may wait
     std::size_t build_threads = 2;            // builds at once, in all
     std::chrono::seconds step_timeout{900};   // per RUN step
+    std::uint64_t step_disk_bytes = 8ull << 30;  // what one RUN step may write (and the tenant's room left)
     launcher::sandbox_limits step_limits{.memory_bytes = 4ull << 30, .pids = 4096, .cpu_millis = 2000};
     // Where a build's steps may connect (egress/policy.hpp entries), through
     // the proxy; empty: nowhere (steps that fetch packages fail).

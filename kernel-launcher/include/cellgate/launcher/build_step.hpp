@@ -42,6 +42,10 @@ struct build_step_spec {
     std::map<std::string, std::string> env;  // over PATH, HOME, LANG; no CELLGATE_ prefix
     sandbox_limits limits;
     std::chrono::milliseconds timeout{600000};
+    // What the step may write (its layer, and what it deletes or changes of
+    // the layers below): a file system of this size, 64 MiB to the largest
+    // workspace a spec may ask for; past it the step gets ENOSPC.
+    std::uint64_t disk_bytes = 8ull << 30;
     // As sandbox_spec::egress_dir: the egress proxy's socket at /run/egress
     // (the step's allow-list is the caller's to set there); empty: loopback only.
     std::string egress_dir;
