@@ -55,14 +55,17 @@ sys_clock::time_point latest_end(const surface& e, const sandbox_record& r) {
 }
 
 // E2B's templates: the code interpreter's and the base one are the default
-// kernelspec; a kernelspec may also be named directly.
-std::string spec_for_template(const surface& e, const std::string& template_id) {
+// kernelspec; a kernelspec may also be named directly; and the tenant's own
+// templates by name[:tag] (docs/templates.md).
+std::string spec_for_template(const surface& e, const std::string& tenant, const std::string& template_id) {
     const auto& specs = e.services.kernels.specs();
     if (template_id.empty() || template_id == "code-interpreter-v1" || template_id == "code-interpreter" ||
         template_id == "base")
         return specs.default_name();
-    if (specs.find(template_id) != nullptr) return template_id;
-    throw api_exception(404, "Template '" + template_id.substr(0, 100) + "' not found (cellgate serves code-interpreter-v1, base and its kernelspecs)");
+    if (specs.find_for(template_id, tenant) != nullptr) return template_id;
+    if (e.services.templates)
+        if (auto ks = e.services.templates->kernelspec_for(tenant, template_id)) return *ks;
+    throw api_exception(404, "Template '" + template_id.substr(0, 100) + "' not found (cellgate serves code-interpreter-v1, base, its kernelspecs and your templates)");
 }
 
 std::string template_of(const json& body) {
@@ -196,7 +199,7 @@ void create(surface& e, const request_ptr& req, reply_fn reply) {
     // A snapshot another node took (its id names the node): created there.
     if (kit::relay_to_maker(e.services, req, template_id, reply)) return;
     const auto snap = snapshot_template(e, req->who.tenant, template_id);
-    const auto spec = snap ? snap->spec_name : spec_for_template(e, template_id);
+    const auto spec = snap ? snap->spec_name : spec_for_template(e, req->who.tenant, template_id);
     const auto timeout = timeout_of(body, e.agents.limits()).value_or(e.options.default_timeout);
     auto metadata = string_map(body, "metadata", max_metadata_entries, max_metadata_bytes);
     auto env = string_map(body, "envVars", max_env_entries, max_env_bytes);
@@ -335,7 +338,7 @@ void create_snapshot(surface& e, const request_ptr& req, reply_fn reply) {
             throw api_exception(400, "'name' must not hold spaces, control characters, '/' or ':'");
         bool built_in = true;
         try {
-            spec_for_template(e, name);
+            spec_for_template(e, req->who.tenant, name);
         } catch (const api_exception&) {
             built_in = false;
         }
@@ -377,14 +380,29 @@ void list_snapshots(surface& e, const request_ptr& req, reply_fn reply) {
 // template and its builds, in E2B's words). 404 when none: the SDK's false.
 void delete_template(surface& e, const request_ptr& req, reply_fn reply) {
     const auto& id = req->param("id");
+    // One of the tenant's built templates (every tag of its name, or the one named).
+    if (const auto ref = templates::parse_reference(id); ref && e.services.templates) {
+        const bool tagged = id.find(':') != std::string::npos;
+        std::vector<std::string> tags;
+        for (const auto& m : e.services.templates->list(req->who.tenant))
+            if (m.value("name", "") == ref->first && (!tagged || m.value("tag", "") == ref->second))
+                tags.push_back(m.value("tag", ""));
+        if (!tags.empty()) {
+            auto* store = e.services.templates;
+            return kit::run_file_work(e.services, req, std::move(reply), [store, req, name = ref->first, tags](const reply_fn& rep) {
+                for (const auto& t : tags) store->remove(req->who.tenant, name, t);
+                rep(empty_response(204));
+            });
+        }
+    }
     std::vector<std::string> ids;
     if (const auto snap = e.services.kernels.find_snapshot(req->who.tenant, id)) ids.push_back(snap->id);
     else if (const auto match = snapshot_template(e, req->who.tenant, id))
         for (const auto& s : e.services.kernels.snapshots(req->who.tenant))
             if (s.name == match->name) ids.push_back(s.id);
     if (ids.empty())
-        throw api_exception(404, "Snapshot '" + id.substr(0, 100) +
-                                     "' not found (cellgate's templates are built in; only snapshots can be deleted)");
+        throw api_exception(404, "Template '" + id.substr(0, 100) +
+                                     "' not found among your templates and snapshots (the built in ones cannot be deleted)");
     struct pending {
         std::mutex mutex;
         std::size_t left;

@@ -69,6 +69,8 @@ std::unique_ptr<contents::contents_store> sandbox_store(const kernels::kernel_pt
 [[noreturn]] void rethrow_contents(const contents::contents_error& e);
 
 void register_control_plane(http::router& r, surface& e);
+// E2B's template wire: /v3/templates, builds, their status and logs (template_builds.cpp).
+void register_template_builds(http::router& r, surface& e);
 void register_code_interpreter(http::router& r, surface& e);
 void register_envd(http::router& r, surface& e);
 void register_process_service(http::router& r, surface& e);

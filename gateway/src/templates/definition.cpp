@@ -216,8 +216,10 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (bytes > (256u << 10)) bad("a template's steps are larger than 256 KiB");
     }
     if (d.steps.size() > max_steps) bad("a template has at most " + std::to_string(max_steps) + " steps, packages included");
-    if (body.contains("start_cmd")) d.start_cmd = string_of(body["start_cmd"], "start_cmd", max_command_bytes);
-    if (body.contains("ready_cmd")) d.ready_cmd = string_of(body["ready_cmd"], "ready_cmd", max_command_bytes);
+    for (const char* k : {"start_cmd", "ready_cmd"})
+        if (body.contains(k))
+            bad(std::string(k) + ": this gateway does not run a template's start command yet; a session's code runs "
+                                 "in its kernel (docs/templates.md)");
     if (body.contains("resources")) {
         const auto& r = body["resources"];
         only_fields(r, "'resources'", {"cpu_millis", "memory_bytes", "workspace_bytes"});

@@ -308,20 +308,26 @@ TEST(TemplateDefinition, from_names_exactly_one_valid_base) {
 
 // ---- parse_definition: resources, kernel, commands, force ----
 
-TEST(TemplateDefinition, parses_resources_kernel_commands_and_force) {
+TEST(TemplateDefinition, parses_resources_kernel_and_force) {
     // Parsed from text, as the server's body is (its whole numbers unsigned).
     const auto d = parsed(json::parse(R"({"name": "analytics",
         "resources": {"cpu_millis": 1500, "memory_bytes": 536870912, "workspace_bytes": 1073741824},
         "kernel": {"language": "python", "preload": ["numpy", "pandas.io", "_x"], "pool": 3},
-        "start_cmd": "redis-server &", "ready_cmd": "redis-cli ping", "force": true})"));
+        "force": true})"));
     EXPECT_EQ(d.cpu_millis, std::optional<std::uint32_t>(1500));
     EXPECT_EQ(d.memory_bytes, std::optional<std::uint64_t>(536870912));
     EXPECT_EQ(d.workspace_bytes, std::optional<std::uint64_t>(1073741824));
     EXPECT_EQ(d.preload, (std::vector<std::string>{"numpy", "pandas.io", "_x"}));
     EXPECT_EQ(d.pool, 3u);
-    EXPECT_EQ(d.start_cmd, std::optional<std::string>("redis-server &"));
-    EXPECT_EQ(d.ready_cmd, std::optional<std::string>("redis-cli ping"));
     EXPECT_TRUE(d.force);
+}
+
+TEST(TemplateDefinition, refuses_a_start_command_it_would_not_run) {
+    for (const char* k : {"start_cmd", "ready_cmd"}) {
+        const auto r = refusal({{"name", "analytics"}, {k, "redis-server &"}});
+        EXPECT_EQ(r.status, 400u);
+        EXPECT_NE(r.message.find("does not run a template's start command yet"), std::string::npos) << r.message;
+    }
 }
 
 TEST(TemplateDefinition, leaves_unset_resources_unset) {

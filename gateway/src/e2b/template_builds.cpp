@@ -1,0 +1,265 @@
+// E2B's template wire (what an unmodified Template.build() sends), over the
+// core's templates (templates/template_store.hpp): POST /v3/templates asks
+// for a build, POST /v2/templates/{id}/builds/{build} starts it with the
+// SDK's steps, GET …/status follows it with its logs; aliases, list and
+// delete. A template's id is its name; Sandbox.create('name:tag') starts a
+// session from it (control_plane.cpp). See docs/e2b.md, docs/templates.md.
+#include "e2b/surface.hpp"
+
+#include "templates/template_store.hpp"
+#include "util/api_error.hpp"
+
+#include <deque>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+namespace cellgate::e2b {
+
+using namespace http;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t max_requests_per_tenant = 16;
+
+// A build the SDK asked for (POST /v3/templates) and, once it sent its
+// steps, the core's build that runs it.
+struct build_request {
+    std::string tenant, name, tag, e2b_id, core_build;
+    std::optional<std::uint64_t> cpu_count, memory_mb;
+    std::int64_t created_ms = 0;
+};
+
+class build_requests {
+public:
+    build_request add(build_request r) {
+        std::lock_guard lock(mutex_);
+        r.e2b_id = random_id();
+        auto& mine = by_tenant_[r.tenant];
+        mine.push_back(r.e2b_id);
+        while (mine.size() > max_requests_per_tenant) {
+            requests_.erase(mine.front());
+            mine.pop_front();
+        }
+        requests_[r.e2b_id] = r;
+        return r;
+    }
+    std::optional<build_request> find(const std::string& tenant, const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        const auto it = requests_.find(id);
+        if (it == requests_.end() || it->second.tenant != tenant) return std::nullopt;
+        return it->second;
+    }
+    void started(const std::string& id, const std::string& core_build) {
+        std::lock_guard lock(mutex_);
+        if (const auto it = requests_.find(id); it != requests_.end()) it->second.core_build = core_build;
+    }
+
+private:
+    static std::string random_id() {
+        static thread_local std::mt19937_64 rng{std::random_device{}()};
+        std::ostringstream s;
+        s << std::hex << rng() << rng();
+        auto out = s.str();
+        out.resize(32, '0');
+        return out.substr(0, 8) + "-" + out.substr(8, 4) + "-" + out.substr(12, 4) + "-" + out.substr(16, 4) + "-" +
+               out.substr(20, 12);
+    }
+    mutable std::mutex mutex_;
+    std::map<std::string, build_request> requests_;
+    std::map<std::string, std::deque<std::string>> by_tenant_;
+};
+
+templates::template_store& store_of(surface& e) {
+    if (!e.services.templates) throw api_exception(404, "This gateway builds no templates");
+    return *e.services.templates;
+}
+
+// The SDK's base → the core's: its Python images and E2B's own bases are the
+// Python data image; another template of the tenant's by name; nothing else
+// without a registry.
+json base_of(const json& body) {
+    if (const auto it = body.find("fromImageRegistry"); it != body.end() && !it->is_null())
+        throw api_exception(400, "fromImageRegistry: this gateway pulls no images from a registry; build from "
+                                 "fromPythonImage(), fromBaseImage() or fromTemplate(…)");
+    if (const auto it = body.find("fromTemplate"); it != body.end() && it->is_string()) {
+        const auto t = it->get<std::string>();
+        if (t == "base" || t == "code-interpreter-v1" || t == "code-interpreter") return {{"image", "python"}};
+        return {{"template", t}};
+    }
+    std::string image = "e2bdev/base";
+    if (const auto it = body.find("fromImage"); it != body.end() && it->is_string()) image = it->get<std::string>();
+    const auto repo = image.substr(0, image.find(':'));
+    if (repo == "python" || repo == "e2bdev/base" || repo.starts_with("e2bdev/code-interpreter") ||
+        repo == "library/python" || repo == "docker.io/library/python")
+        return {{"image", "python"}};
+    throw api_exception(400, "fromImage '" + image.substr(0, 100) +
+                                 "': this gateway pulls no images from a registry; its bases are the Python data "
+                                 "image (fromPythonImage(), fromBaseImage()) and your templates (fromTemplate(…))");
+}
+
+// POST /v2/templates/{id}/builds/{build}'s body as the core's definition.
+json definition_of(const build_request& r, const json& body) {
+    if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
+    json d = {{"name", r.name}, {"tag", r.tag}, {"from", base_of(body)}, {"steps", json::array()}};
+    if (const auto it = body.find("steps"); it != body.end() && !it->is_null()) {
+        if (!it->is_array()) throw api_exception(400, "'steps' must be an array");
+        for (const auto& s : *it) {
+            if (!s.is_object()) throw api_exception(400, "a step must be an object");
+            json step = {{"type", s.value("type", "")}, {"args", s.value("args", json::array())}};
+            if (s.contains("force") && s["force"].is_boolean()) step["force"] = s["force"];
+            d["steps"].push_back(step);
+        }
+    }
+    for (const char* k : {"startCmd", "readyCmd"})
+        if (const auto it = body.find(k); it != body.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
+            throw api_exception(400, std::string(k) + ": this gateway does not run a template's start command "
+                                                      "yet; a session's code runs in its kernel (docs/templates.md)");
+    if (const auto it = body.find("force"); it != body.end() && it->is_boolean()) d["force"] = *it;
+    json resources = json::object();
+    if (r.cpu_count) resources["cpu_millis"] = *r.cpu_count * 1000;
+    if (r.memory_mb) resources["memory_bytes"] = *r.memory_mb << 20;
+    if (!resources.empty()) d["resources"] = resources;
+    return d;
+}
+
+std::string iso_ms(std::int64_t ms) {
+    return kernels::iso8601(std::chrono::system_clock::time_point(std::chrono::milliseconds(ms)));
+}
+
+json template_json(const surface& e, const json& model) {
+    const auto name = model.value("name", ""), tag = model.value("tag", "latest");
+    const auto created = iso_ms(model.value("created_at_ms", std::int64_t{0}));
+    const auto& res = model["definition"].value("resources", json::object());
+    return {{"templateID", name},
+            {"buildID", model.value("build_id", "")},
+            {"cpuCount", std::max<std::uint64_t>(1, res.value("cpu_millis", std::uint64_t{1000}) / 1000)},
+            {"memoryMB", res.value("memory_bytes", std::uint64_t{2} << 30) >> 20},
+            {"diskSizeMB", res.value("workspace_bytes", std::uint64_t{1} << 30) >> 20},
+            {"public", false},
+            {"aliases", json::array({name})},
+            {"names", json::array({name + ":" + tag})},
+            {"createdAt", created},
+            {"updatedAt", created},
+            {"createdBy", nullptr},
+            {"lastSpawnedAt", nullptr},
+            {"spawnCount", 0},
+            {"buildCount", 1},
+            {"envdVersion", e.options.envd_version},
+            {"buildStatus", "ready"}};
+}
+
+}  // namespace
+
+void register_template_builds(router& r, surface& e) {
+    auto requests = std::make_shared<build_requests>();
+    auto add = [&r](bhttp::verb v, const std::string& pattern, handler_fn h) {
+        r.add_guarded(v, "/e2b" + pattern, control_guard, rest_handler(std::move(h)));
+    };
+    // 1. A build is asked for: its name and tags, its resources.
+    add(bhttp::verb::post, "/v3/templates", [&e, requests](const request_ptr& req, reply_fn reply) {
+        store_of(e);
+        const auto body = req->json_body();
+        if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
+        const auto raw = body.value("name", std::string());
+        const auto ref = templates::parse_reference(raw);
+        if (!ref) throw api_exception(400, "'name' is a template's name[:tag]: [a-z0-9][a-z0-9_-]{0,62}, a tag [A-Za-z0-9_.-]{1,64}");
+        build_request b{.tenant = req->who.tenant, .name = ref->first, .tag = ref->second};
+        std::vector<std::string> tags;
+        if (const auto it = body.find("tags"); it != body.end() && it->is_array() && !it->empty()) {
+            for (const auto& t : *it)
+                if (!t.is_string() || !templates::valid_tag(t.get<std::string>())) throw api_exception(400, "a tag is [A-Za-z0-9_.-]{1,64}");
+            b.tag = (*it)[0].get<std::string>();
+            if (it->size() > 1) throw api_exception(400, "this gateway builds one tag at a time");
+        }
+        for (const char* k : {"cpuCount", "memoryMB"})
+            if (const auto it = body.find(k); it != body.end() && !it->is_null()) {
+                if (!it->is_number_unsigned() || it->get<std::uint64_t>() == 0 || it->get<std::uint64_t>() > (1u << 20))
+                    throw api_exception(400, std::string("'") + k + "' must be a positive whole number");
+                (std::string(k) == "cpuCount" ? b.cpu_count : b.memory_mb) = it->get<std::uint64_t>();
+            }
+        b.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+        const auto made = requests->add(b);
+        reply(json_response(202, {{"templateID", made.name},
+                                  {"buildID", made.e2b_id},
+                                  {"public", false},
+                                  {"names", json::array({made.name + ":" + made.tag})},
+                                  {"tags", json::array({made.tag})},
+                                  {"aliases", json::array({made.name})}}));
+    });
+    // 2. The files a COPY step uploads (not taken yet: a clear refusal, before any upload).
+    add(bhttp::verb::get, "/templates/{id}/files/{hash}", [](const request_ptr&, reply_fn) {
+        throw api_exception(400, "copy(): this gateway does not take COPY steps in templates yet; put the files "
+                                 "in a RUN step, or upload them to each sandbox (docs/templates.md)");
+    });
+    // 3. The steps: the build starts.
+    add(bhttp::verb::post, "/v2/templates/{id}/builds/{build}", [&e, requests](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(e);
+        const auto b = requests->find(req->who.tenant, req->param("build"));
+        if (!b || b->name != req->param("id")) throw api_exception(404, "Build '" + req->param("build").substr(0, 64) + "' not found");
+        if (!b->core_build.empty()) throw api_exception(409, "Build '" + b->e2b_id + "' has started already");
+        templates::build_settings settings;
+        if (e.services.network) settings.pip_index_url = e.services.network->pip_index_url;
+        const auto d = templates::parse_definition(definition_of(*b, req->json_body()), settings);
+        kit::run_file_work(e.services, req, std::move(reply), [&store, requests, req, d, id = b->e2b_id](const reply_fn& rep) {
+            requests->started(id, store.build(req->who.tenant, d));
+            rep(empty_response(202));
+        });
+    });
+    // 4. Its status and logs, from logsOffset on.
+    add(bhttp::verb::get, "/templates/{id}/builds/{build}/status", [&e, requests](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(e);
+        const auto b = requests->find(req->who.tenant, req->param("build"));
+        if (!b || b->name != req->param("id")) throw api_exception(404, "Build '" + req->param("build").substr(0, 64) + "' not found");
+        json out = {{"templateID", b->name}, {"buildID", b->e2b_id}, {"logs", json::array()}, {"logEntries", json::array()}};
+        if (b->core_build.empty()) {
+            out["status"] = "waiting";
+            return reply(json_response(200, out));
+        }
+        const auto offset = kit::query_number(req, "logsOffset", 0, UINT64_MAX);
+        const auto m = store.build_model(req->who.tenant, b->core_build, offset);
+        if (!m) throw api_exception(404, "Build '" + b->e2b_id + "' not found");
+        const auto status = (*m)["status"].get<std::string>();
+        out["status"] = status == "ready" || status == "error" ? status : "building";
+        const auto now = kernels::iso8601(std::chrono::system_clock::now());
+        for (const auto& line : (*m)["logs"]) {
+            out["logs"].push_back(line);
+            out["logEntries"].push_back({{"timestamp", now}, {"level", "info"}, {"message", line}});
+        }
+        if (const auto f = m->find("failure"); f != m->end()) {
+            json reason = {{"message", f->value("message", "the build failed")}, {"logEntries", json::array()}};
+            if (f->contains("step")) reason["step"] = std::to_string((*f)["step"].value("index", 0) + 1);
+            if (f->contains("log_tail")) reason["logEntries"].push_back({{"timestamp", now}, {"level", "error"}, {"message", (*f)["log_tail"]}});
+            out["reason"] = reason;
+        }
+        reply(json_response(200, out));
+    });
+    // 5. Management: whether a name exists, the list, one.
+    add(bhttp::verb::get, "/templates/aliases/{alias}", [&e](const request_ptr& req, reply_fn reply) {
+        const auto ref = templates::parse_reference(req->param("alias"));
+        if (!ref || !store_of(e).get(req->who.tenant, ref->first, std::nullopt))
+            throw api_exception(404, "Template '" + req->param("alias").substr(0, 100) + "' not found");
+        reply(json_response(200, {{"templateID", ref->first}, {"public", false}}));
+    });
+    auto list = [&e](const request_ptr& req, reply_fn reply) {
+        json out = json::array();
+        for (const auto& m : store_of(e).list(req->who.tenant)) out.push_back(template_json(e, m));
+        reply(json_response(200, out));
+    };
+    add(bhttp::verb::get, "/templates", list);
+    add(bhttp::verb::get, "/v2/templates", list);
+    add(bhttp::verb::get, "/templates/{id}", [&e](const request_ptr& req, reply_fn reply) {
+        const auto ref = templates::parse_reference(req->param("id"));
+        const auto m = ref ? store_of(e).get(req->who.tenant, ref->first, std::nullopt) : std::nullopt;
+        if (!m || m->value("status", "") != "ready") throw api_exception(404, "Template '" + req->param("id").substr(0, 100) + "' not found");
+        auto t = template_json(e, *m);
+        t["builds"] = json::array({{{"buildID", m->value("build_id", "")}, {"status", "ready"},
+                                    {"createdAt", t["createdAt"]}, {"updatedAt", t["updatedAt"]},
+                                    {"cpuCount", t["cpuCount"]}, {"memoryMB", t["memoryMB"]}}});
+        reply(json_response(200, t));
+    });
+}
+
+}  // namespace cellgate::e2b

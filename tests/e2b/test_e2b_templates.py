@@ -1,0 +1,95 @@
+"""Templates (issue 36) through the unmodified E2B JS SDK (npm `e2b` and
+`@e2b/code-interpreter`, pinned in package-lock.json, installed with
+`npm ci`, never patched) against the REAL cellgate: built binary, runc build
+sandboxes, the kernel image, and a package index this test serves on
+loopback, reached only through the egress proxy and the operator's build
+allow-list. e2b_templates.test.mjs drives the SDK; the tests here check
+the wire: statuses and bodies, another tenant's view.
+
+Needs root, runc, build/bin/cellgate, the kernel image, Node.js ≥ 20 and
+npm; without them the tests are skipped, unless CELLGATE_REQUIRE_SANDBOX=1
+(CI).
+"""
+import uuid
+
+import pytest
+import requests
+
+from e2b_support import e2b_env, run_node_suite, tokens_gateway
+from support.package_index import PackageIndex
+
+KEY = "e2b-tpl-" + uuid.uuid4().hex
+OTHER = "e2b-tpl-other-" + uuid.uuid4().hex
+RUN = uuid.uuid4().hex[:8]  # tenants of this run's own: no earlier run's layer is found
+
+
+@pytest.fixture(scope="module")
+def index():
+    i = PackageIndex()
+    yield i
+    i.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, index):
+    yield from tokens_gateway(tmp_path_factory, "templates",
+                              [{"token": KEY, "tenant": "e2b-tpl-" + RUN},
+                               {"token": OTHER, "tenant": "e2b-tpl-other-" + RUN}],
+                              "--max-kernels", "8",
+                              "--egress-resolve", f"pypi.test=127.0.0.1:{index.port}",
+                              "--egress-pip-index-url", "http://pypi.test/simple/",
+                              "--template-build-allow", "pypi.test")
+
+
+def _api(gw, method, path, key=KEY, **kw):
+    return requests.request(method, f"{gw.url}/e2b{path}", headers={"X-API-KEY": key}, timeout=120, **kw)
+
+
+def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, index):
+    run_node_suite(gateway, "e2b_templates.test.mjs", e2b_env(gateway, KEY))
+    assert any(p.startswith("/files/cgdemo") for p in index.fetched)
+    # Nothing is left: the suite deleted what it built.
+    assert _api(gateway, "GET", "/templates").json() == []
+
+
+def test_the_template_wire(gateway):
+    r = _api(gateway, "POST", "/v3/templates", json={"name": "wire:v2", "cpuCount": 1, "memoryMB": 1024})
+    assert r.status_code == 202, r.text
+    req = r.json()
+    assert req["templateID"] == "wire" and req["tags"] == ["v2"] and req["names"] == ["wire:v2"], req
+    build = req["buildID"]
+    # Before its steps: waiting. Another tenant sees no such build.
+    st = _api(gateway, "GET", f"/templates/wire/builds/{build}/status").json()
+    assert st["status"] == "waiting" and st["logEntries"] == [], st
+    assert _api(gateway, "GET", f"/templates/wire/builds/{build}/status", key=OTHER).status_code == 404
+    assert _api(gateway, "POST", f"/v2/templates/wire/builds/{build}", key=OTHER,
+                json={"steps": []}).status_code == 404
+    # Bad steps: 400 saying what.
+    r = _api(gateway, "POST", f"/v2/templates/wire/builds/{build}",
+             json={"fromImage": "python:3", "steps": [{"type": "FROB", "args": []}]})
+    assert r.status_code == 400 and "FROB" in r.json()["message"], r.text
+    r = _api(gateway, "POST", f"/v2/templates/wire/builds/{build}",
+             json={"fromImage": "python:3", "steps": [{"type": "RUN", "args": ["echo wired > /opt/wired"]}]})
+    assert r.status_code == 202, r.text
+    assert _api(gateway, "POST", f"/v2/templates/wire/builds/{build}",
+                json={"steps": []}).status_code == 409
+    for _ in range(600):
+        st = _api(gateway, "GET", f"/templates/wire/builds/{build}/status").json()
+        if st["status"] in ("ready", "error"):
+            break
+    assert st["status"] == "ready", st
+    # The list and one template, in E2B's shapes; another tenant sees none.
+    listed = _api(gateway, "GET", "/templates").json()
+    assert [t["templateID"] for t in listed] == ["wire"] and listed[0]["names"] == ["wire:v2"], listed
+    assert listed[0]["memoryMB"] == 1024 and listed[0]["cpuCount"] == 1
+    assert _api(gateway, "GET", "/templates", key=OTHER).json() == []
+    assert _api(gateway, "GET", "/templates/aliases/wire").status_code == 200
+    assert _api(gateway, "GET", "/templates/aliases/wire", key=OTHER).status_code == 404
+    r = _api(gateway, "POST", "/sandboxes", key=OTHER, json={"templateID": "wire:v2"})
+    assert r.status_code == 404, r.text
+    r = _api(gateway, "POST", "/sandboxes", json={"templateID": "wire:v2", "timeout": 120})
+    assert r.status_code == 201, r.text
+    assert _api(gateway, "DELETE", f"/sandboxes/{r.json()['sandboxID']}").status_code == 204
+    assert _api(gateway, "DELETE", "/templates/wire", key=OTHER).status_code == 404
+    assert _api(gateway, "DELETE", "/templates/wire").status_code == 204
+    assert _api(gateway, "GET", "/templates").json() == []
