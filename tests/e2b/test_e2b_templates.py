@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from e2b_support import e2b_env, run_node_suite, tokens_gateway
-from support.package_index import PackageIndex
+from support.package_index import package_index  # noqa: F401 (a fixture)
 
 KEY = "e2b-tpl-" + uuid.uuid4().hex
 OTHER = "e2b-tpl-other-" + uuid.uuid4().hex
@@ -24,19 +24,12 @@ RUN = uuid.uuid4().hex[:8]  # tenants of this run's own: no earlier run's layer 
 
 
 @pytest.fixture(scope="module")
-def index():
-    i = PackageIndex()
-    yield i
-    i.close()
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory, index):
+def gateway(tmp_path_factory, package_index):
     yield from tokens_gateway(tmp_path_factory, "templates",
                               [{"token": KEY, "tenant": "e2b-tpl-" + RUN},
                                {"token": OTHER, "tenant": "e2b-tpl-other-" + RUN}],
                               "--max-kernels", "8",
-                              "--egress-resolve", f"pypi.test=127.0.0.1:{index.port}",
+                              "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
                               "--egress-pip-index-url", "http://pypi.test/simple/",
                               "--template-build-allow", "pypi.test")
 
@@ -45,9 +38,9 @@ def _api(gw, method, path, key=KEY, **kw):
     return requests.request(method, f"{gw.url}/e2b{path}", headers={"X-API-KEY": key}, timeout=120, **kw)
 
 
-def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, index):
+def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, package_index):
     run_node_suite(gateway, "e2b_templates.test.mjs", e2b_env(gateway, KEY))
-    assert any(p.startswith("/files/cgdemo") for p in index.fetched)
+    assert any(p.startswith("/files/cgdemo") for p in package_index.fetched)
     # Nothing is left: the suite deleted what it built.
     assert _api(gateway, "GET", "/templates").json() == []
 

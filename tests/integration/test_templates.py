@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from support.gateway import Gateway
-from support.package_index import PackageIndex
+from support.package_index import package_index  # noqa: F401 (a fixture)
 from support.prerequisites import IMAGE_STORE, require, runtime_missing
 
 TOKEN_A = "tpl-a-" + uuid.uuid4().hex
@@ -37,14 +37,7 @@ def free_port():
 
 
 @pytest.fixture(scope="module")
-def index():
-    i = PackageIndex()
-    yield i
-    i.close()
-
-
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory, index):
+def gw(tmp_path_factory, package_index):
     require("templates", runtime_missing("runc"))
     d = tmp_path_factory.mktemp("templates")
     tokens = d / "tokens.json"
@@ -53,8 +46,8 @@ def gw(tmp_path_factory, index):
                                   {"token": TOKEN_C, "tenant": "gamma-" + RUN}]))
     # A second listener the allow-list does not name: a build step must not reach it.
     g = Gateway("--tokens-file", str(tokens), "--max-kernels", "8",
-                "--egress-resolve", f"pypi.test=127.0.0.1:{index.port}",
-                "--egress-resolve", f"elsewhere.test=127.0.0.1:{index.port}",
+                "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
+                "--egress-resolve", f"elsewhere.test=127.0.0.1:{package_index.port}",
                 "--egress-pip-index-url", "http://pypi.test/simple/",
                 "--template-build-allow", "pypi.test",
                 "--max-templates-per-tenant", "4", "--max-template-bytes-per-tenant", str(4 * MiB),
@@ -98,7 +91,7 @@ def run(gw, session, code, token=TOKEN_A):
     return r.json()
 
 
-def test_a_template_from_packages_installs_a_wheel_from_the_tests_own_index(gw, index):
+def test_a_template_from_packages_installs_a_wheel_from_the_tests_own_index(gw, package_index):
     t0 = time.monotonic()
     b = build(gw, {"name": "analytics:v1", "packages": {"pip": ["cgdemo==1.0"]},
                    "steps": [{"type": "ENV", "args": ["CGDEMO_MODE", "template"]}],
@@ -107,7 +100,7 @@ def test_a_template_from_packages_installs_a_wheel_from_the_tests_own_index(gw, 
     assert b["status"] == "ready", b
     assert b["built_steps"] == 1 and b["cached_steps"] == 0, b
     assert any("Successfully installed cgdemo-1.0" in line for line in b["logs"]), b["logs"]
-    assert f"/files/{index.wheel_name}" in index.fetched  # through the proxy, from the allowed name
+    assert f"/files/{package_index.wheel_name}" in package_index.fetched  # through the proxy, from the allowed name
     print(f"\ntemplates: a cold build of one pip package took {cold:.1f} s")
 
     r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "analytics:v1"}, timeout=120)

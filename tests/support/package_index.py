@@ -9,6 +9,8 @@ import io
 import threading
 import zipfile
 
+import pytest
+
 
 def make_wheel(name, version, source):
     """A pure-Python wheel, as pip installs one: the module, METADATA, WHEEL and RECORD with hashes."""
@@ -67,3 +69,11 @@ class PackageIndex:
         self.server.shutdown()
 
 
+
+
+@pytest.fixture(scope="module")
+def package_index():
+    """A PackageIndex for the module's tests (import this fixture into the module)."""
+    i = PackageIndex()
+    yield i
+    i.close()
