@@ -212,6 +212,45 @@ test('create_session and close_session', async () => {
   assert.match(textOf(gone), /not found/);
 });
 
+test('create_session starts from one of the tenant\'s templates; another tenant\'s is not found', async () => {
+  const name = `mcp-${process.pid}`;
+  const headers = { Authorization: `Bearer ${process.env.CELLGATE_TOKEN}`, 'Content-Type': 'application/json' };
+  const r = await fetch(`${process.env.CELLGATE_URL}/v1/templates`, {
+    method: 'POST', headers,
+    body: JSON.stringify({ name: `${name}:v1`, steps: [{ type: 'RUN', args: [`echo ${name} > /opt/mcp-marker`] }] }),
+  });
+  const started = JSON.parse(await r.text());
+  assert.equal(r.status, 202, JSON.stringify(started));
+  let build;
+  for (let i = 0; i < 600; i++) {
+    build = await (await fetch(`${process.env.CELLGATE_URL}${started.status_url}`, { headers })).json();
+    if (build.status === 'ready' || build.status === 'error') break;
+    await new Promise((done) => setTimeout(done, 200));
+  }
+  assert.equal(build.status, 'ready', JSON.stringify(build));
+  const { tools } = await main.client.listTools();
+  assert.ok(tools.find((t) => t.name === 'create_session').inputSchema.properties.template, 'create_session takes a template');
+  try {
+    const c = await call(main.client, 'create_session', { template: `${name}:v1` });
+    assert.equal(c.isError ?? false, false, textOf(c));
+    const id = sessionOf(c);
+    const out = await call(main.client, 'execute_code', { code: "print(open('/opt/mcp-marker').read().strip())", session_id: id });
+    assert.match(textOf(out), new RegExp(name));
+    await call(main.client, 'close_session', { session_id: id });
+    const other = await connect(process.env.CELLGATE_OTHER_TOKEN);
+    try {
+      const theirs = await call(other.client, 'create_session', { template: `${name}:v1` });
+      assert.equal(theirs.isError, true);
+      assert.match(textOf(theirs), /No template/);
+    } finally {
+      await other.transport.terminateSession().catch(() => {});
+      await other.client.close();
+    }
+  } finally {
+    await fetch(`${process.env.CELLGATE_URL}/v1/templates/${name}:v1`, { method: 'DELETE', headers });
+  }
+});
+
 test('fork_session copies a session\'s files into new sessions that diverge; snapshot_session + create_session from_snapshot', async () => {
   const c = await call(main.client, 'create_session', {});
   const src = sessionOf(c);

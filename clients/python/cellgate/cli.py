@@ -203,6 +203,58 @@ def cmd_notebook_run(args):
     return 0 if run.ok else 1
 
 
+def cmd_template_build(args):
+    """Builds a template from a JSON definition file (as POST /v1/templates takes it), the log streamed to stderr."""
+    from .templates import TemplateBuildError, build_template
+
+    with (sys.stdin if args.definition == "-" else open(args.definition)) as f:
+        d = json.load(f)
+    if not isinstance(d, dict) or "name" not in d:
+        _err("cellgate: a template definition is a JSON object with a name")
+        return 2
+    base = d.get("from", {})
+    try:
+        build = build_template(d["name"] if "tag" not in d else f"{d['name']}:{d['tag']}", steps=d.get("steps"),
+                               packages=d.get("packages"), kernel=d.get("kernel"), resources=d.get("resources"),
+                               base=base.get("image") or (f"template:{base['template']}" if "template" in base else None),
+                               force=args.force or d.get("force", False), on_log=_err, url=args.url, token=args.token)
+    except TemplateBuildError as e:
+        _err(f"cellgate: {e.message}")
+        return 1
+    print(f"{build['template']}: ready ({build['built_steps']} built, {build['cached_steps']} cached)")
+    return 0
+
+
+def cmd_template_list(args):
+    from .templates import list_templates
+
+    templates = list_templates(args.url, args.token)
+    if args.json:
+        print(json.dumps(templates, indent=2))
+        return 0
+    if not templates:
+        _err("no templates")
+        return 0
+    print(f"{'TEMPLATE':40} {'KERNELSPEC':44} LAYERS")
+    for t in templates:
+        print(f"{t['reference']:40} {t['kernelspec']:44} {t['layers']}")
+    return 0
+
+
+def cmd_template_rm(args):
+    from .templates import delete_template
+
+    status = 0
+    for name in args.names:
+        try:
+            delete_template(name, args.url, args.token)
+            print(name)
+        except CellgateError as e:
+            _err(f"cellgate: {name}: {e.message or e.reason}")
+            status = 1
+    return status
+
+
 def build_parser():
     def connection_options(default):
         parser = argparse.ArgumentParser(add_help=False)
@@ -244,6 +296,19 @@ def build_parser():
     rm = sub.add_parser("rm", parents=[common], help="delete sessions")
     rm.add_argument("session_ids", nargs="+", metavar="SESSION_ID")
     rm.set_defaults(func=cmd_rm)
+
+    tp = sub.add_parser("template", help="your environments (templates)")
+    tp_sub = tp.add_subparsers(dest="template_command", required=True)
+    tpb = tp_sub.add_parser("build", parents=[common], help="build a template from a JSON definition, log to stderr")
+    tpb.add_argument("definition", help="the definition file ('-' for stdin), as POST /v1/templates takes it")
+    tpb.add_argument("--force", action="store_true", help="build every step again")
+    tpb.set_defaults(func=cmd_template_build)
+    tpl = tp_sub.add_parser("list", parents=[common], help="list your templates")
+    tpl.add_argument("--json", action="store_true")
+    tpl.set_defaults(func=cmd_template_list)
+    tpr = tp_sub.add_parser("rm", parents=[common], help="delete templates")
+    tpr.add_argument("names", nargs="+", metavar="NAME[:TAG]")
+    tpr.set_defaults(func=cmd_template_rm)
 
     nb = sub.add_parser("notebook", help="notebooks")
     nb_sub = nb.add_subparsers(dest="notebook_command", required=True)

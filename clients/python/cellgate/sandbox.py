@@ -141,6 +141,9 @@ class Sandbox:
     ``on_idle="pause"`` pauses the session after ``idle_timeout`` instead of
     deleting it; ``auto_resume`` (default True) lets the next cell resume a
     paused session by itself.
+    ``template`` ("name" or "name:tag", build_template()) starts the session
+    from one of your templates instead of ``kernel``; an unknown one raises
+    NotFound.
     ``from_snapshot`` (a Snapshot or its id) starts the session on a copy of
     that snapshot's files, with a new kernel of the snapshot's kernelspec,
     environment and network: ``kernel``, ``env`` and ``network`` cannot be
@@ -159,16 +162,16 @@ class Sandbox:
     no session is left.
     """
 
-    def __init__(self, url=None, token=None, *, kernel=None, timeout=None, idle_timeout=None, lifetime=None,
-                 env=None, output_limit=None, network=None, on_idle=None, auto_resume=None, from_snapshot=None,
-                 volumes=None, workspace=None, request_timeout=60.0, _session=None):
+    def __init__(self, url=None, token=None, *, kernel=None, template=None, timeout=None, idle_timeout=None,
+                 lifetime=None, env=None, output_limit=None, network=None, on_idle=None, auto_resume=None,
+                 from_snapshot=None, volumes=None, workspace=None, request_timeout=60.0, _session=None):
         self._client = Client(url, token, timeout=request_timeout)
         self._closed = False
         if _session is None:
             body = {}
             if from_snapshot is not None:
                 body["from_snapshot"] = _snapshot_id(from_snapshot)
-            for key, value in (("kernel", kernel), ("timeout_s", timeout), ("idle_timeout_s", idle_timeout),
+            for key, value in (("kernel", kernel), ("template", template), ("timeout_s", timeout), ("idle_timeout_s", idle_timeout),
                                ("lifetime_s", lifetime), ("output_limit_bytes", output_limit), ("env", env)):
                 if value is not None:
                     body[key] = _seconds(value)

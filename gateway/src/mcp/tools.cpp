@@ -75,6 +75,11 @@ json tools_json(long default_timeout_s, long max_timeout_s) {
                          "without a session_id does the same implicitly."},
          {"inputSchema",
           schema({{"kernel", {{"type", "string"}, {"description", "Kernelspec name (default: the server's default)."}}},
+                  {"template",
+                   {{"type", "string"},
+                    {"description", "One of your templates, name or name:tag (built with POST /v1/templates or "
+                                    "E2B's Template.build): its packages and files are there (do not pass kernel "
+                                    "with it)."}}},
                   {"timeout_s", {{"type", "integer"}, {"minimum", 1}, {"description", "Default per-cell time limit, seconds."}}},
                   {"idle_timeout_s", {{"type", "integer"}, {"minimum", 0}, {"description", "Seconds idle before the session ends."}}},
                   {"lifetime_s", {{"type", "integer"}, {"minimum", 0}, {"description", "Seconds before the session ends, busy or not."}}},

@@ -1,0 +1,93 @@
+"""Templates: your own environments, built once into cached layers and
+started by name (the gateway's docs/templates.md).
+
+    from cellgate import Sandbox, build_template
+    build_template("analytics:v1", packages={"pip": ["duckdb==1.1.3"]},
+                   steps=["python3 -c 'import duckdb'"], on_log=print)
+    with Sandbox(template="analytics:v1") as sb:
+        sb.run_code("import duckdb")
+"""
+import json
+
+from ._http import Client, close_response, iter_sse, quote_path
+from .errors import CellgateError, NotFound
+
+
+class TemplateNotFound(NotFound):
+    """404 on a template: never built by this token's tenant, or deleted."""
+
+
+class TemplateBuildError(CellgateError):
+    """A template's build failed. ``failure`` is the gateway's account of it:
+    ``{"step": {"index", "type"}, "exit_code", "message", "log_tail"}``;
+    ``build`` the whole build model (its ``logs`` included)."""
+
+    def __init__(self, build):
+        self.build = build
+        self.failure = build.get("failure") or {}
+        super().__init__(None, "build_failed", self.failure.get("message", "the build failed"))
+
+
+def _step(s):
+    """A step: a dict as the gateway takes it, or a string (a RUN as root)."""
+    if isinstance(s, str):
+        return {"type": "RUN", "args": [s]}
+    return dict(s)
+
+
+def build_template(name, *, steps=None, packages=None, base=None, kernel=None, resources=None, force=False,
+                   on_log=None, url=None, token=None, timeout=1800):
+    """Builds template ``name`` ("name" or "name:tag") and waits for it.
+
+    ``steps``: RUN commands (strings) or step dicts (``{"type": "ENV", "args":
+    ["K", "V"]}``, WORKDIR, USER); ``packages``: ``{"apt": [...], "pip": [...],
+    "npm": [...]}``, installed ahead of the steps; ``base``: a built-in image
+    ("python", the default) or another template of yours ("template:name:tag");
+    ``kernel``: ``{"preload": [...], "pool": n}``; ``resources``:
+    ``{"cpu_millis", "memory_bytes", "workspace_bytes"}``; ``force`` builds
+    every step again. ``on_log(line)`` gets the build's log as it comes.
+    Returns the build model (``cached_steps``, ``built_steps``, ``logs``);
+    raises TemplateBuildError when a step fails, CellgateError 400 for a bad
+    definition, 429 or 413 past the tenant's caps."""
+    body = {"name": name}
+    if base:
+        body["from"] = {"template": base[len("template:"):]} if base.startswith("template:") else {"image": base}
+    for key, value in (("packages", packages), ("kernel", kernel), ("resources", resources)):
+        if value is not None:
+            body[key] = value
+    if steps is not None:
+        body["steps"] = [_step(s) for s in steps]
+    if force:
+        body["force"] = True
+    client = Client(url, token)
+    started = client.request("POST", "/v1/templates", json_body=body, timeout=120)
+    at = started["status_url"]
+    resp = client.open("GET", at, headers={"Accept": "text/event-stream"}, timeout=timeout)
+    try:
+        for event, data in iter_sse(resp):
+            if event == "log" and on_log is not None:
+                on_log(json.loads(data)["log"])
+            elif event == "end":
+                break
+    finally:
+        close_response(resp)
+    build = client.request("GET", at)
+    if build["status"] != "ready":
+        raise TemplateBuildError(build)
+    return build
+
+
+def list_templates(url=None, token=None):
+    """Your templates (the gateway's models: name, tag, kernelspec, image, env, definition)."""
+    return (Client(url, token).request("GET", "/v1/templates") or {}).get("templates", [])
+
+
+def get_template(name, url=None, token=None):
+    """One of your templates by "name" or "name:tag"; TemplateNotFound otherwise."""
+    return Client(url, token).request("GET", f"/v1/templates/{quote_path(name)}", not_found=TemplateNotFound)
+
+
+def delete_template(name, url=None, token=None):
+    """Deletes one of your templates ("name" is its "latest" tag); its sessions run on until they end."""
+    Client(url, token).request("DELETE", f"/v1/templates/{quote_path(name)}", not_found=TemplateNotFound,
+                               timeout=120)

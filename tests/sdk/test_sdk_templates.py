@@ -1,0 +1,73 @@
+"""The Python SDK's templates end to end against the real gateway: build_template
+with its log streamed to on_log, Sandbox(template=…), list/get/delete, a
+failing build as TemplateBuildError, TemplateNotFound, and the CLI's
+`cellgate template build|list|rm`. Each run's steps carry a word of its own,
+so no earlier run's layer is found."""
+import json
+import uuid
+
+import pytest
+
+import sdk_support
+from cellgate import (CellgateError, Sandbox, TemplateBuildError, TemplateNotFound, build_template, delete_template,
+                      get_template, list_templates)
+
+
+@pytest.fixture
+def word():
+    return uuid.uuid4().hex[:10]
+
+
+def test_build_start_list_and_delete_a_template(gateway, word):
+    lines = []
+    build = build_template(f"sdk-{word}:v1", steps=[{"type": "ENV", "args": ["SDK_WORD", word]},
+                                                    f"echo {word} > /opt/word", "cat /opt/word"],
+                           url=gateway.url, token=gateway.token, on_log=lines.append)
+    assert build["status"] == "ready" and build["built_steps"] == 2, build
+    assert word in lines, lines  # the second step's output, through the stream
+    assert any(line.startswith("Step 2/3: RUN echo") for line in lines), lines
+    with Sandbox(gateway.url, gateway.token, template=f"sdk-{word}:v1") as sb:
+        ex = sb.run_code("import os\nprint(open('/opt/word').read().strip(), os.environ['SDK_WORD'])")
+        assert ex.logs.stdout == f"{word} {word}\n", ex.logs
+    names = [t["reference"] for t in list_templates(gateway.url, gateway.token)]
+    assert f"sdk-{word}:v1" in names
+    assert get_template(f"sdk-{word}:v1", gateway.url, gateway.token)["env"]["SDK_WORD"] == word
+    again = build_template(f"sdk-{word}:v1", steps=[{"type": "ENV", "args": ["SDK_WORD", word]},
+                                                    f"echo {word} > /opt/word", "cat /opt/word"],
+                           url=gateway.url, token=gateway.token)
+    assert again["cached_steps"] == 2 and again["built_steps"] == 0, again
+    delete_template(f"sdk-{word}:v1", gateway.url, gateway.token)
+    with pytest.raises(TemplateNotFound):
+        get_template(f"sdk-{word}:v1", gateway.url, gateway.token)
+    with pytest.raises(TemplateNotFound):
+        delete_template(f"sdk-{word}:v1", gateway.url, gateway.token)
+    with pytest.raises(CellgateError) as e:
+        Sandbox(gateway.url, gateway.token, template=f"sdk-{word}:v1")
+    assert e.value.status == 404
+
+
+def test_a_failing_build_raises_with_its_step_and_log(gateway, word):
+    with pytest.raises(TemplateBuildError) as e:
+        build_template(f"sdk-bad-{word}", steps=[f"echo {word} >&2; exit 4"], url=gateway.url, token=gateway.token)
+    f = e.value.failure
+    assert f["step"]["index"] == 0 and f["exit_code"] == 4 and word in f["log_tail"], f
+    assert "exited with code 4" in str(e.value)
+    with pytest.raises(CellgateError) as bad:
+        build_template("Not A Name", url=gateway.url, token=gateway.token)
+    assert bad.value.status == 400 and "name" in bad.value.message
+
+
+def test_the_cli_builds_lists_and_removes_templates(gateway, word, tmp_path):
+    definition = tmp_path / "t.json"
+    definition.write_text(json.dumps({"name": f"cli-{word}", "tag": "v2", "steps": [
+        {"type": "RUN", "args": [f"echo cli-{word}"]}]}))
+    r = sdk_support.run_cli(gateway, "template", "build", definition)
+    assert r.returncode == 0, r.stderr
+    assert f"cli-{word}:v2: ready (1 built, 0 cached)" in r.stdout and f"cli-{word}" in r.stderr, (r.stdout, r.stderr)
+    r = sdk_support.run_cli(gateway, "template", "list", "--json")
+    assert f"cli-{word}:v2" in [t["reference"] for t in json.loads(r.stdout)], r.stdout
+    r = sdk_support.run_cli(gateway, "template", "rm", f"cli-{word}:v2", "never-built")
+    assert r.returncode == 1 and r.stdout.split() == [f"cli-{word}:v2"] and "never-built" in r.stderr, (r.stdout, r.stderr)
+    definition.write_text(json.dumps({"name": f"cli-bad-{word}", "steps": [{"type": "RUN", "args": ["exit 9"]}]}))
+    r = sdk_support.run_cli(gateway, "template", "build", definition)
+    assert r.returncode == 1 and "exited with code 9" in r.stderr, (r.stdout, r.stderr)
