@@ -175,16 +175,21 @@ def cmd_sessions(args):
     return 0
 
 
-def cmd_rm(args):
+def _remove_each(names, remove):
+    """remove(name) for each name, printing the ones removed; 1 if any failed."""
     status = 0
-    for sid in args.session_ids:
+    for name in names:
         try:
-            Sandbox.connect(sid, args.url, args.token).close()
-            print(sid)
+            remove(name)
+            print(name)
         except CellgateError as e:
-            _err(f"cellgate: {sid}: {e.message or e.reason}")
+            _err(f"cellgate: {name}: {e.message or e.reason}")
             status = 1
     return status
+
+
+def cmd_rm(args):
+    return _remove_each(args.session_ids, lambda sid: Sandbox.connect(sid, args.url, args.token).close())
 
 
 def cmd_notebook_run(args):
@@ -244,15 +249,7 @@ def cmd_template_list(args):
 def cmd_template_rm(args):
     from .templates import delete_template
 
-    status = 0
-    for name in args.names:
-        try:
-            delete_template(name, args.url, args.token)
-            print(name)
-        except CellgateError as e:
-            _err(f"cellgate: {name}: {e.message or e.reason}")
-            status = 1
-    return status
+    return _remove_each(args.names, lambda name: delete_template(name, args.url, args.token))
 
 
 def build_parser():
