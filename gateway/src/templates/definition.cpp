@@ -56,15 +56,9 @@ bool package_name(const std::string& p) {
     });
 }
 
-std::string quoted(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
 std::string joined_quoted(const std::vector<std::string>& v) {
     std::string out;
-    for (const auto& p : v) out += " " + quoted(p);
+    for (const auto& p : v) out += " " + shell_quote(p);
     return out;
 }
 
@@ -176,14 +170,9 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (auto pip = list("pip"); !pip.empty()) {
             std::string index;
             if (const auto& url = settings.pip_index_url; !url.empty()) {
-                index = " --index-url " + quoted(url);
+                index = " --index-url " + shell_quote(url);
                 // The operator named a plain-HTTP index (a mirror inside its network): pip trusts it only when told.
-                if (url.starts_with("http://")) {
-                    auto authority = url.substr(7, url.find('/', 7) - 7);
-                    if (const auto at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
-                    const auto host = authority.substr(0, authority.find(':'));
-                    index += " --trusted-host " + quoted(host);
-                }
+                if (const auto host = pip_trusted_host(url); !host.empty()) index += " --trusted-host " + shell_quote(host);
             }
             d.steps.push_back({"RUN", {"python3 -m pip install --no-cache-dir --break-system-packages "
                                        "--disable-pip-version-check --root-user-action=ignore" +
@@ -300,6 +289,19 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
         p.steps.push_back(std::move(out));
     }
     return p;
+}
+
+std::string shell_quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string pip_trusted_host(const std::string& index_url) {
+    if (!index_url.starts_with("http://")) return {};
+    auto authority = index_url.substr(7, index_url.find('/', 7) - 7);
+    if (const auto at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
+    return authority.substr(0, authority.find(':'));
 }
 
 std::string kernelspec_name(const std::string& tenant, const std::string& name, const std::string& tag) {

@@ -93,4 +93,10 @@ std::string kernelspec_name(const std::string& tenant, const std::string& name, 
 
 nlohmann::json to_json(const definition& d);
 
+// `s` as one single-quoted shell word.
+std::string shell_quote(const std::string& s);
+// The host pip must be told to trust for a plain-HTTP index URL (its login
+// and port left out); "" for an https:// one, which needs no telling.
+std::string pip_trusted_host(const std::string& index_url);
+
 }  // namespace cellgate::templates

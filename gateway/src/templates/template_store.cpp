@@ -37,12 +37,6 @@ std::string random_id() {
     return out;
 }
 
-std::string quoted(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
 // What a RUN step runs: the egress forwarder first when the build has a
 // network (as a session's kernel starts it), then the command in its
 // working directory (made if missing, as Docker's WORKDIR does).
@@ -58,7 +52,7 @@ std::vector<std::string> step_argv(const std::string& command, const std::string
             "        socket.create_connection((\"127.0.0.1\", 3128), 0.2).close(); break\n"
             "    except OSError: time.sleep(0.025)'\n"
             "fi\n";
-    script += "mkdir -p " + quoted(workdir) + " 2>/dev/null; cd " + quoted(workdir) + " || exit 1\n" + command + "\n";
+    script += "mkdir -p " + shell_quote(workdir) + " 2>/dev/null; cd " + shell_quote(workdir) + " || exit 1\n" + command + "\n";
     return {"/bin/sh", "-c", script};
 }
 
@@ -309,11 +303,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
                                                       {"PIP_DISABLE_PIP_VERSION_CHECK", "1"}};
     if (const auto& url = options_.build.pip_index_url; network && !url.empty()) {
         network_env["PIP_INDEX_URL"] = url;
-        if (url.starts_with("http://")) {
-            auto authority = url.substr(7, url.find('/', 7) - 7);
-            if (const auto at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
-            network_env["PIP_TRUSTED_HOST"] = authority.substr(0, authority.find(':'));
-        }
+        if (const auto host = pip_trusted_host(url); !host.empty()) network_env["PIP_TRUSTED_HOST"] = host;
     }
     if (network) {
         std::error_code ec;
