@@ -231,7 +231,9 @@ std::shared_ptr<void> register_routes(http::router& routes, kit::services& servi
     v1::register_templates_api(routes, services);
     auto terminals = jupyter::register_terminals_api(routes, services, processes);
     web::register_static_api(routes, web::web_options{cfg.static_dir, cfg.output_scripts});
-    auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, cfg.e2b);
+    auto e2b_options = cfg.e2b;
+    e2b_options.https = cfg.certfile.has_value();
+    auto e2b = e2b::register_e2b_api(routes, services, agents, processes, e2b_book, e2b_options);
     auto mcp_options = cfg.mcp;
     mcp_options.allow_origins = cfg.server.allow_origins;
     mcp_options.version = services.version;

@@ -6,6 +6,7 @@
 // step fails; and the seccomp filter read for zygote forks. Restore
 // (checkpoint.cpp) reuses start_container and wait_until_serving.
 
+#include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/launcher.hpp"
 
 #include "cellgate/protocol/hmac_signer.hpp"
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string_view>
 
@@ -35,10 +37,42 @@ json connection_json(const std::string& ip, const std::string& key) {
             {"kernel_name", "python3"}};
 }
 
+// What runs between tini and the kernel when a template has a start
+// command or ready check (sandbox_spec): the commands come in the
+// environment, so no quoting is needed; the start command gets a session
+// of its own (an interrupt of the kernel does not reach it) and its output
+// goes to /tmp/.cellgate-start.log; the check is tried every 200 ms for
+// `seconds`, and a check that never passes ends the sandbox with the log's
+// tail, which the launcher's start failure reports.
+std::string start_script(std::int64_t seconds) {
+    return R"SH(dir=$CELLGATE_START_DIR; start=$CELLGATE_START_CMD; ready=$CELLGATE_READY_CMD
+unset CELLGATE_START_DIR CELLGATE_START_CMD CELLGATE_READY_CMD
+mkdir -p "$dir" 2>/dev/null
+if [ -n "$start" ]; then
+  (cd "$dir" 2>/dev/null || cd /; exec setsid /bin/sh -c "$start" </dev/null >>/tmp/.cellgate-start.log 2>&1) &
+fi
+if [ -n "$ready" ]; then
+  deadline=$(( $(date +%s) + )SH" + std::to_string(seconds) + R"SH( ))
+  until (cd "$dir" 2>/dev/null || cd /; exec /bin/sh -c "$ready") </dev/null >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo ")SH" + std::string(ready_check_failed) + R"SH( in )SH" + std::to_string(seconds) + R"SH( s: $ready" >&2
+      tail -n 20 /tmp/.cellgate-start.log >&2 2>/dev/null
+      exit 1
+    fi
+    sleep 0.2
+  done
+fi
+exec "$@"
+)SH";
+}
+
 }  // namespace
 
 bool launcher::impl::forks_from_zygote(const sandbox_spec& spec, const oci_runtime& rt, const sandbox_info& info) {
     if (!cfg.zygote || rt.name() != "runc" || info.memory_merge || spec.limits.cpu_millis > 1000) return false;
+    // A template's start command runs in the sandbox before its kernel; a
+    // forked kernel has no such place to wait in.
+    if (!spec.start_cmd.empty() || !spec.ready_cmd.empty()) return false;
     {
         const std::lock_guard lock(filters_mutex);
         if (filters_unreadable) return false;
@@ -135,6 +169,13 @@ oci_inputs launcher::impl::oci_inputs_for(const sandbox_info& info, const sandbo
     in.gid = spec.gid;
     in.limits = spec.limits;
     in.args = relayed ? relayed_kernel_args() : kernel_args();
+    if (!spec.start_cmd.empty() || !spec.ready_cmd.empty()) {
+        // tini, then the start command and its check, then the kernel as before.
+        const auto after_tini = std::find(in.args.begin(), in.args.end(), "--") + 1;
+        const auto seconds = std::max<std::int64_t>(1, (spec.start_timeout.count() - 3000) / 1000);
+        const std::vector<std::string> wrap = {"/bin/sh", "-c", start_script(seconds), "cellgate-start"};
+        in.args.insert(after_tini, wrap.begin(), wrap.end());
+    }
     if (rt.name() == "runsc")
         in.gvisor = oci_inputs::gvisor_inputs{relay_paths_of(fs::path(info.run_dir)).script_dir.string()};
     in.env = base_environment(spec.limits);
@@ -146,6 +187,10 @@ oci_inputs launcher::impl::oci_inputs_for(const sandbox_info& info, const sandbo
         in.env.push_back("CELLGATE_MEMORY_MERGE=1");
         if (!spec.env.contains("PYTHONHASHSEED")) in.env.push_back("PYTHONHASHSEED=0");
     }
+    if (!spec.start_cmd.empty()) in.env.push_back("CELLGATE_START_CMD=" + spec.start_cmd);
+    if (!spec.ready_cmd.empty()) in.env.push_back("CELLGATE_READY_CMD=" + spec.ready_cmd);
+    if (!spec.start_cmd.empty() || !spec.ready_cmd.empty())
+        in.env.push_back("CELLGATE_START_DIR=" + (spec.start_dir.empty() ? std::string("/workspace") : spec.start_dir));
     if (!spec.preload.empty()) {
         std::string modules;
         for (const auto& m : spec.preload) modules += (modules.empty() ? "" : ",") + m;

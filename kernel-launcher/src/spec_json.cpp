@@ -95,12 +95,16 @@ void to_json(json& j, const sandbox_spec& s) {
              {"volumes", s.volumes},
              {"start_timeout_ms", static_cast<std::uint64_t>(s.start_timeout.count())}};
     if (!s.image_env.empty()) j["image_env"] = s.image_env;
+    if (!s.start_cmd.empty()) j["start_cmd"] = s.start_cmd;
+    if (!s.ready_cmd.empty()) j["ready_cmd"] = s.ready_cmd;
+    if (!s.start_dir.empty()) j["start_dir"] = s.start_dir;
 }
 
 void from_json(const json& j, sandbox_spec& s) {
     require_object(j, "sandbox spec",
                    {"id", "image", "runtime", "limits", "workspace_dir", "env", "uid", "gid",
-                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot", "volumes", "image_env"});
+                    "preload", "start_timeout_ms", "egress_dir", "from_snapshot", "volumes", "image_env",
+                    "start_cmd", "ready_cmd", "start_dir"});
     read_string(j, "id", s.id);
     read_string(j, "image", s.image);
     read_string(j, "runtime", s.runtime);
@@ -108,6 +112,9 @@ void from_json(const json& j, sandbox_spec& s) {
     read_string(j, "workspace_dir", s.workspace_dir);
     read_string(j, "egress_dir", s.egress_dir);
     read_string(j, "from_snapshot", s.from_snapshot);
+    read_string(j, "start_cmd", s.start_cmd);
+    read_string(j, "ready_cmd", s.ready_cmd);
+    read_string(j, "start_dir", s.start_dir);
     if (const auto it = j.find("volumes"); it != j.end()) {
         if (!it->is_array() || it->size() > 8) throw spec_error("'volumes' must be an array of at most 8 mounts");
         s.volumes.clear();

@@ -159,6 +159,15 @@ void validate_spec(const sandbox_spec& spec, const launcher_config& config) {
 
     validate_limits(spec.limits, config);
     validate_image_env(spec.image_env);
+    for (const auto* cmd : {&spec.start_cmd, &spec.ready_cmd})
+        if (cmd->size() > (64u << 10) || cmd->find('\0') != std::string::npos)
+            throw spec_error("a start command or ready check is at most 64 KiB, without NUL bytes");
+    if (!spec.start_dir.empty()) {
+        const fs::path d(spec.start_dir);
+        if (spec.start_dir.size() > 4096 || !d.is_absolute() || d.lexically_normal() != d ||
+            spec.start_dir.find('\0') != std::string::npos)
+            throw spec_error("start_dir is an absolute, normalised path");
+    }
 
     if (!spec.workspace_dir.empty()) {
         const fs::path p(spec.workspace_dir);

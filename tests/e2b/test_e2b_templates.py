@@ -86,3 +86,34 @@ def test_the_template_wire(gateway):
     assert _api(gateway, "DELETE", "/templates/wire", key=OTHER).status_code == 404
     assert _api(gateway, "DELETE", "/templates/wire").status_code == 204
     assert _api(gateway, "GET", "/templates").json() == []
+
+
+def test_the_files_wire_signs_each_upload_for_its_tenant(gateway):
+    h = uuid.uuid4().hex + uuid.uuid4().hex
+    r = _api(gateway, "GET", f"/templates/wire/files/{h}")
+    assert r.status_code == 200 and r.json()["present"] is False, r.text
+    url = r.json()["url"]
+    assert url.startswith(gateway.url + "/e2b/templates/wire/files/" + h + "?"), url
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    body = buf.getvalue()
+    # Not signed, signed for another hash or tenant, or expired: 403, nothing kept.
+    bare = url.split("?")[0]
+    assert requests.put(bare, data=body, timeout=30).status_code in (401, 403)
+    other_hash = url.replace(h, h[:-1] + ("0" if h[-1] != "0" else "1"))
+    assert requests.put(other_hash, data=body, timeout=30).status_code == 403
+    other_tenant = url.replace("tenant=e2b-tpl-", "tenant=e2b-tpl-other-")
+    assert requests.put(other_tenant, data=body, timeout=30).status_code == 403
+    expired = url.split("&expires=")[0] + "&expires=1000&signature=" + url.split("&signature=")[1]
+    assert requests.put(expired, data=body, timeout=30).status_code == 403
+    assert _api(gateway, "GET", f"/templates/wire/files/{h}").json()["present"] is False
+    # The URL as given (no key with it, as to a bucket): kept, for this tenant only.
+    assert requests.put(url, data=body, timeout=30).status_code == 200
+    assert _api(gateway, "GET", f"/templates/wire/files/{h}").json() == {"present": True}
+    assert _api(gateway, "GET", f"/templates/wire/files/{h}", key=OTHER).json()["present"] is False
+    assert _api(gateway, "GET", "/templates/wire/files/not-a-hash!").status_code in (400, 404)

@@ -338,3 +338,124 @@ def test_a_plain_pip_install_step_installs_from_the_operators_index(gw):
     assert b["status"] == "ready", b["logs"]
     assert any("Successfully installed cgdemo-1.0" in line for line in b["logs"]), b["logs"]
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/plainpip").status_code == 204
+
+
+def tar_of(files, gzip=True):
+    """A tar archive (gzip'd by default) of {path: bytes}, as a client uploads one."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if gzip else "w") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            info.mode = 0o644
+            info.uid = 4242  # the client's own ids: never the files' owner in the image
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_copy_steps_unpack_the_tenants_uploaded_archive(gw):
+    key = "files-" + uuid.uuid4().hex
+    archive = tar_of({"app/main.py": b"print('hello from app')\n", "app/data/rows.csv": b"a,b\n1,2\n",
+                      "README.md": b"# readme\n"})
+    assert call(gw, TOKEN_A, "GET", f"/v1/templates/files/{key}").status_code == 404
+    r = call(gw, TOKEN_A, "PUT", f"/v1/templates/files/{key}", data=archive)
+    assert r.status_code == 201, r.text
+    import hashlib
+    assert r.json()["sha256"] == hashlib.sha256(archive).hexdigest() and r.json()["bytes"] == len(archive)
+    assert call(gw, TOKEN_A, "GET", f"/v1/templates/files/{key}").json()["sha256"] == r.json()["sha256"]
+    # Another tenant neither sees them nor builds from them.
+    assert call(gw, TOKEN_B, "GET", f"/v1/templates/files/{key}").status_code == 404
+    steps = [{"type": "USER", "args": ["user"]}, {"type": "WORKDIR", "args": ["/srv"]},
+             {"type": "COPY", "args": ["app", "app/"], "files": key},
+             {"type": "COPY", "args": ["README.md", "/opt/readme.txt", "root", "0600"], "files": key}]
+    theirs = build(gw, {"name": "copied", "steps": steps}, token=TOKEN_B)
+    assert theirs["status"] == "error" and "no files were uploaded" in theirs["failure"]["message"], theirs
+
+    b = build(gw, {"name": "copied", "steps": steps})
+    assert b["status"] == "ready", b["logs"]
+    assert b["built_steps"] == 2, b
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "copied"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import os, subprocess\n"
+                           "print(subprocess.run(['python3', '/srv/app/main.py'], capture_output=True, text=True).stdout.strip())\n"
+                           "print(open('/srv/app/data/rows.csv').read().split())\n"
+                           "for p in ('/srv/app/main.py', '/srv/app', '/opt/readme.txt'):\n"
+                           "    st = os.stat(p); print(p, st.st_uid, oct(st.st_mode & 0o777))")
+        lines = out["stdout"].splitlines()
+        assert lines[0] == "hello from app", out
+        assert lines[1] == "['a,b', '1,2']", out
+        assert lines[2].endswith(" 0o644") and lines[4].endswith(" 0o600"), out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    # In the layers (as a later step and the image keep them): the template's
+    # USER owns what the first COPY placed, root what the second did, never
+    # the uid the client's archive named.
+    made = [line.split()[2] for line in b["logs"] if line.startswith(" ---> layer ")]
+    layers = [d for d in (IMAGE_STORE / ".layers").iterdir() if d.name.startswith(tuple(made))]
+    owners = {}
+    for d in layers:
+        for rel in ("srv/app/main.py", "srv/app", "opt/readme.txt"):
+            p = d / "diff" / rel
+            if p.exists():
+                owners[rel] = (p.stat().st_uid, oct(p.stat().st_mode & 0o777))
+    assert owners["srv/app/main.py"] == (1000, "0o644"), owners
+    assert owners["srv/app"][0] == 1000, owners
+    assert owners["opt/readme.txt"] == (0, "0o600"), owners
+
+    # The same archive again: cached. Changed files under a new key: that step and those after it are built.
+    again = build(gw, {"name": "copied", "steps": steps})
+    assert again["cached_steps"] == 2 and again["built_steps"] == 0, again
+    key2 = "files-" + uuid.uuid4().hex
+    changed = tar_of({"app/main.py": b"print('changed')\n", "README.md": b"# readme\n"}, gzip=False)
+    assert call(gw, TOKEN_A, "PUT", f"/v1/templates/files/{key2}", data=changed).status_code == 201
+    steps2 = [steps[0], steps[1], {**steps[2], "files": key2}, steps[3]]
+    rebuilt = build(gw, {"name": "copied", "steps": steps2})
+    assert rebuilt["status"] == "ready", rebuilt["logs"]
+    assert rebuilt["built_steps"] == 2 and rebuilt["cached_steps"] == 0, rebuilt
+
+    # A pattern nothing matches fails its step, saying so.
+    bad = build(gw, {"name": "copybad", "steps": [{"type": "COPY", "args": ["nothing/*.py", "/opt/"], "files": key}]})
+    assert bad["status"] == "error" and bad["failure"]["step"]["index"] == 0, bad
+    assert "nothing in the uploaded files matches" in bad["failure"]["log_tail"], bad
+    r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "x", "steps": [{"type": "COPY", "args": ["a", "/b"]}]})
+    assert r.status_code == 400 and "files" in r.json()["message"], r.text
+    r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "x", "steps": [{"type": "COPY", "args": ["../etc", "/b"], "files": key}]})
+    assert r.status_code == 400 and "source" in r.json()["message"], r.text
+    assert call(gw, TOKEN_A, "PUT", "/v1/templates/files/bad", data=b"x").status_code == 400
+    for name in ("copied", "copybad"):
+        call(gw, TOKEN_A, "DELETE", f"/v1/templates/{name}")
+
+
+def test_a_start_command_runs_and_its_ready_check_passes_before_the_first_cell(gw):
+    serve = ("python3 -c \"import http.server, os; os.chdir('/srv/site'); "
+             "http.server.ThreadingHTTPServer(('127.0.0.1', 8731), http.server.SimpleHTTPRequestHandler).serve_forever()\"")
+    ready = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8731), 1)\""
+    b = build(gw, {"name": "served", "start_cmd": "sleep 1; " + serve, "ready_cmd": ready,
+                   "steps": [{"type": "RUN", "args": ["mkdir -p /srv/site && echo served-page > /srv/site/index.html"]},
+                             {"type": "WORKDIR", "args": ["/srv/site"]}]})
+    assert b["status"] == "ready", b["logs"]
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "served"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        # The server slept a second before it listened: the sandbox waited for it.
+        out = run(gw, sid, "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8731/', timeout=5).read().decode().strip())")
+        assert out["stdout"].strip() == "served-page", out
+        # An interrupt of the kernel does not reach the server.
+        assert call(gw, TOKEN_A, "POST", f"/v1/sessions/{sid}/interrupt").status_code in (200, 202, 204)
+        out = run(gw, sid, "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8731/', timeout=5).status)")
+        assert out["stdout"].strip() == "200", out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+
+    # A check that never passes: the session does not start, and says why.
+    b = build(gw, {"name": "neverready", "start_cmd": "echo starting; exit 3", "ready_cmd": "false"})
+    assert b["status"] == "ready", b
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "neverready"}, timeout=120)
+    assert r.status_code >= 500 and "ready check" in r.text, r.text
+    for name in ("served", "neverready"):
+        call(gw, TOKEN_A, "DELETE", f"/v1/templates/{name}")

@@ -34,6 +34,9 @@ struct e2b_options {
     std::string domain;
     std::size_t max_page = 100;  // sandboxes per list page
     std::size_t max_watches_per_tenant = 16;  // --max-watches-per-tenant (WatchDir, CreateWatcher)
+    // Whether clients reach the gateway over TLS: the upload URLs it hands
+    // out (a template's files) say https then.
+    bool https = false;
 };
 
 // Adds the routes; the handlers refer to what the returned handle holds,

@@ -6,9 +6,13 @@
 // session from it (control_plane.cpp). See docs/e2b.md, docs/templates.md.
 #include "e2b/surface.hpp"
 
+#include "kit/template_uploads.hpp"
 #include "templates/template_store.hpp"
 #include "util/api_error.hpp"
+#include "util/cluster_secret.hpp"
+#include "util/encoding.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -22,6 +26,11 @@ using nlohmann::json;
 namespace {
 
 constexpr std::size_t max_requests_per_tenant = 16;
+constexpr std::int64_t upload_url_seconds = 3600;
+
+std::int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // A build the SDK asked for (POST /v3/templates) and, once it sent its
 // steps, the core's build that runs it.
@@ -71,6 +80,13 @@ private:
     std::map<std::string, std::deque<std::string>> by_tenant_;
 };
 
+std::string random_key() {
+    std::random_device rd;
+    std::string key(32, '\0');
+    for (auto& c : key) c = static_cast<char>(rd());
+    return key;
+}
+
 templates::template_store& store_of(surface& e) {
     if (!e.services.templates) throw api_exception(404, "This gateway builds no templates");
     return *e.services.templates;
@@ -109,13 +125,12 @@ json definition_of(const build_request& r, const json& body) {
             if (!s.is_object()) throw api_exception(400, "a step must be an object");
             json step = {{"type", s.value("type", "")}, {"args", s.value("args", json::array())}};
             if (s.contains("force") && s["force"].is_boolean()) step["force"] = s["force"];
+            if (const auto h = s.find("filesHash"); h != s.end() && h->is_string()) step["files"] = *h;
             d["steps"].push_back(step);
         }
     }
-    for (const char* k : {"startCmd", "readyCmd"})
-        if (const auto it = body.find(k); it != body.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
-            throw api_exception(400, std::string(k) + ": this gateway does not run a template's start command "
-                                                      "yet; a session's code runs in its kernel (docs/templates.md)");
+    for (auto [from, to] : {std::pair{"startCmd", "start_cmd"}, std::pair{"readyCmd", "ready_cmd"}})
+        if (const auto it = body.find(from); it != body.end() && !it->is_null()) d[to] = *it;
     if (const auto it = body.find("force"); it != body.end() && it->is_boolean()) d["force"] = *it;
     json resources = json::object();
     if (r.cpu_count) resources["cpu_millis"] = *r.cpu_count * 1000;
@@ -189,11 +204,47 @@ void register_template_builds(router& r, surface& e) {
                                   {"tags", json::array({made.tag})},
                                   {"aliases", json::array({made.name})}}));
     });
-    // 2. The files a COPY step uploads (not taken yet: a clear refusal, before any upload).
-    add(bhttp::verb::get, "/templates/{id}/files/{hash}", [](const request_ptr&, reply_fn) {
-        throw api_exception(400, "copy(): this gateway does not take COPY steps in templates yet; put the files "
-                                 "in a RUN step, or upload them to each sandbox (docs/templates.md)");
+    // 2. The files a COPY step unpacks: whether the tenant has them, else a
+    // URL to PUT them to (signed for this tenant and hash, an hour; the SDK
+    // sends no key with it, as to a bucket's signed URL).
+    auto signer = std::make_shared<util::cluster_secret>(random_key());
+    add(bhttp::verb::get, "/templates/{id}/files/{hash}", [&e, signer](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(e);
+        const auto& hash = req->param("hash");
+        if (!templates::file_store::valid_key(hash)) throw api_exception(400, "A files hash is 8 to 128 of [A-Za-z0-9_-]");
+        kit::run_file_work(e.services, req, std::move(reply), [&e, &store, signer, req, hash](const reply_fn& rep) {
+            if (store.files().find(req->who.tenant, hash)) return rep(json_response(200, {{"present", true}}));
+            const auto expires = std::to_string(unix_now() + upload_url_seconds);
+            const auto& tenant = req->who.tenant;
+            const auto host = req->req[bhttp::field::host];
+            const auto url = std::string(e.options.https ? "https://" : "http://") + std::string(host.data(), host.size()) +
+                             "/e2b/templates/" + url_encode_path(req->param("id")) + "/files/" + hash +
+                             "?tenant=" + url_encode_path(tenant) + "&expires=" + expires +
+                             "&signature=" + signer->sign("e2b template files", {tenant, hash, expires});
+            rep(json_response(200, {{"present", false}, {"url", url}}));
+        });
     });
+    auto upload_guard = [signer](request_context& ctx, const authenticator&) -> std::optional<response> {
+        const auto tenant = ctx.query_value("tenant"), expires = ctx.query_value("expires"),
+                   signature = ctx.query_value("signature");
+        const auto& hash = ctx.param("hash");
+        if (!tenant || !expires || !signature || !signer->verify(*signature, "e2b template files", {*tenant, hash, *expires}))
+            return rest_error(403, "This upload URL is not one this gateway signed");
+        if (expires->empty() || expires->size() > 12 ||
+            !std::all_of(expires->begin(), expires->end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+            std::stoll(*expires) < unix_now())
+            return rest_error(403, "This upload URL has expired: ask for the files' link again");
+        ctx.who = identity{};
+        ctx.who.tenant = *tenant;
+        return std::nullopt;
+    };
+    r.add_guarded(bhttp::verb::put, "/e2b/templates/{id}/files/{hash}", upload_guard, [](const request_ptr&, reply_fn) {
+        throw api_exception(400, "Send the archive as the request's body");
+    });
+    r.add_upload(bhttp::verb::put, "/e2b/templates/{id}/files/{hash}",
+                 kit::template_files_upload(
+                     e.services, [](const request_ptr& req) { return req->param("hash"); },
+                     [](const request_ptr&, const templates::file_archive&, const reply_fn& rep) { rep(empty_response(200)); }));
     // 3. The steps: the build starts.
     add(bhttp::verb::post, "/v2/templates/{id}/builds/{build}", [&e, requests](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(e);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <exception>
 #include <string>
 
 namespace cellgate::kernels {
@@ -23,5 +24,11 @@ struct failure {
     failure_kind kind;
     std::string message;
 };
+
+// What a client is told when its sandbox did not start: no more than that,
+// unless its template's ready check never passed, when the check and the
+// start command's log tail (the sandbox's own output, in `launcher_error`)
+// follow.
+std::string start_failure_message(const std::exception& launcher_error);
 
 }  // namespace cellgate::kernels

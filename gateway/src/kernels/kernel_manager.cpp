@@ -19,6 +19,13 @@ namespace cellgate::kernels {
 
 namespace asio = boost::asio;
 
+std::string start_failure_message(const std::exception& launcher_error) {
+    const std::string_view what = launcher_error.what();
+    const auto at = what.find(launcher::ready_check_failed);
+    if (at == std::string_view::npos) return "The kernel's sandbox could not be started";
+    return "The kernel's sandbox could not be started: " + std::string(what.substr(at, 2000));
+}
+
 namespace {
 
 std::map<std::string, warm_pool::target> pool_targets(const manager_config& c) {
@@ -268,7 +275,7 @@ void kernel_manager::launch_new(const kernel_ptr& k, const launcher::sandbox_spe
         return refuse(failure{failure_kind::invalid, e.what()});
     } catch (const std::exception& e) {
         spdlog::error("kernel {}: sandbox start failed: {}", k->id(), util::log_safe(e.what()));
-        return refuse(failure{failure_kind::start_failed, "The kernel's sandbox could not be started"});
+        return refuse(failure{failure_kind::start_failed, start_failure_message(e)});
     }
     ++metrics_.sandbox_starts;
     bool stopping = false;

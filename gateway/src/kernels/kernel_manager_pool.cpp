@@ -171,7 +171,7 @@ void kernel_manager::start_pooled(const kernel_ptr& k, const launcher::sandbox_s
             if (order.demand) w = pool_.start_ended(name, true, nullptr);
             else pool_.start_failed(name, steady::now());
         }
-        if (w) w->refuse("The kernel's sandbox could not be started");
+        if (w) w->refuse(start_failure_message(e));
         asio::post(ioc_, [this] { replenish(); });
         return;
     }

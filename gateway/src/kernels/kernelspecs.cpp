@@ -18,6 +18,9 @@ launcher::sandbox_spec kernelspec::to_sandbox_spec(const std::string& kernel_id,
     spec.start_timeout = start_timeout;
     spec.env = env;
     spec.image_env = image_env;
+    spec.start_cmd = start_cmd;
+    spec.ready_cmd = ready_cmd;
+    spec.start_dir = start_dir;
     return spec;
 }
 

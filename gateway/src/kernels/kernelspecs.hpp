@@ -35,6 +35,9 @@ struct kernelspec {
     // environment (its ENV steps).
     std::string owner;
     std::map<std::string, std::string> image_env;
+    // Its start command, ready check and the directory they run in
+    // (sandbox_spec's): empty for none.
+    std::string start_cmd, ready_cmd, start_dir;
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
     launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,

@@ -89,11 +89,70 @@ void check_step(const step& s) {
         if (s.args.size() != 1) bad("a USER step's args are [user]");
         uid_of(s.args[0]);
     } else if (s.type == "COPY") {
-        bad("COPY needs an uploaded file archive, which POST /v1/templates does not take yet: use the E2B "
-            "template API, or a RUN step");
+        if (s.args.size() < 2 || s.args.size() > 4)
+            bad("a COPY step's args are [source, destination, owner?, mode?]");
+        const auto& src = s.args[0];
+        if (src.empty() || src[0] == '/' || src == ".." || src.starts_with("../") || src.find("/../") != std::string::npos ||
+            src.ends_with("/.."))
+            bad("a COPY step's source is a path (or glob) inside its archive, not '" + src.substr(0, 64) + "'");
+        if (s.args[1].empty()) bad("a COPY step's destination is empty");
+        if (s.args.size() > 2 && !s.args[2].empty()) uid_of(s.args[2].substr(0, s.args[2].find(':')));
+        if (s.args.size() > 3 && !s.args[3].empty() &&
+            (s.args[3].size() > 4 || !std::all_of(s.args[3].begin(), s.args[3].end(), [](char c) { return c >= '0' && c <= '7'; })))
+            bad("a COPY step's mode is octal, e.g. 0644");
+        if (s.files.empty())
+            bad("a COPY step names the archive it copies from: 'files' is the key it was uploaded under "
+                "(PUT /v1/templates/files/{key})");
+        if (s.files.size() < 8 || s.files.size() > 128 ||
+            !std::all_of(s.files.begin(), s.files.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; }))
+            bad("a COPY step's 'files' is 8 to 128 of [A-Za-z0-9_-]");
     } else {
-        bad("unknown step type '" + s.type.substr(0, 32) + "' (RUN, ENV, WORKDIR, USER)");
+        bad("unknown step type '" + s.type.substr(0, 32) + "' (RUN, COPY, ENV, WORKDIR, USER)");
     }
+}
+
+// A COPY step's command, run as root in the build sandbox with
+// $1 source (a path or glob in the archive), $2 destination (relative to the
+// working directory), $3 uid:gid, $4 mode (octal, or empty), $5 the archive.
+// Docker's rules: a directory's contents go into the destination; a file
+// goes to the destination, or into it when it is a directory, ends in '/'
+// or several files match.
+std::string copy_script() {
+    return R"SH(src=$1 dest=$2 owner=$3 mode=$4 archive=$5
+case $dest in /*) ;; *) dest=$(pwd)/$dest ;; esac
+t=$(mktemp -d /.cellgate-copy.XXXXXX) || exit 1
+trap 'rm -rf "$t"' EXIT
+tar -xf "$archive" -C "$t" --no-same-owner || { echo "COPY: the uploaded archive is not a tar archive tar can read" >&2; exit 1; }
+cd "$t" || exit 1
+IFS='
+'
+set -f; pattern=$src; set +f
+matches=0
+for m in $pattern; do [ -e "$m" ] || [ -L "$m" ] && matches=$((matches + 1)); done
+if [ "$matches" -eq 0 ]; then echo "COPY: nothing in the uploaded files matches '$src'" >&2; exit 1; fi
+into=
+case $dest in */) into=1 ;; esac
+[ -d "$dest" ] && into=1
+[ "$matches" -gt 1 ] && into=1
+place() {  # $1 what was copied: its owner, and its mode if a file
+  chown -h "$owner" "$1"
+  if [ -n "$mode" ] && [ -f "$1" ] && [ ! -L "$1" ]; then chmod "$mode" "$1"; fi
+}
+for m in $pattern; do
+  [ -e "$m" ] || [ -L "$m" ] || continue
+  if [ -d "$m" ] && [ ! -L "$m" ]; then
+    made=; [ -d "$dest" ] || made=1
+    mkdir -p "$dest" && cp -a "$m/." "$dest/" || exit 1
+    [ -z "$made" ] || chown "$owner" "$dest"  # cp -a gave it the archive's directory's owner
+    (cd "$m" && find . -mindepth 1) | while IFS= read -r p; do place "$dest/${p#./}"; done
+  elif [ -n "$into" ]; then
+    [ -d "$dest" ] || { mkdir -p "$dest" && chown "$owner" "$dest"; } || exit 1
+    cp -a "$m" "$dest/" && place "$dest/${m##*/}" || exit 1
+  else
+    mkdir -p "$(dirname "$dest")" && cp -a "$m" "$dest" && place "$dest" || exit 1
+  fi
+done
+)SH";
 }
 
 std::string summary_of(const step& s) {
@@ -164,9 +223,9 @@ definition parse_definition(const json& body, const build_settings& settings) {
         };
         // Always in this order: system libraries first, then what builds on them.
         if (auto apt = list("apt"); !apt.empty())
-            d.steps.push_back({"RUN", {"apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get "
+            d.steps.push_back({.type = "RUN", .args = {"apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get "
                                        "install -y --no-install-recommends" + joined_quoted(apt) +
-                                       " && rm -rf /var/lib/apt/lists/*", "root"}});
+                                       " && rm -rf /var/lib/apt/lists/*", "root"}, .force = false, .files = {}, .digest = {}});
         if (auto pip = list("pip"); !pip.empty()) {
             std::string index;
             if (const auto& url = settings.pip_index_url; !url.empty()) {
@@ -174,12 +233,12 @@ definition parse_definition(const json& body, const build_settings& settings) {
                 // The operator named a plain-HTTP index (a mirror inside its network): pip trusts it only when told.
                 if (const auto host = pip_trusted_host(url); !host.empty()) index += " --trusted-host " + shell_quote(host);
             }
-            d.steps.push_back({"RUN", {"python3 -m pip install --no-cache-dir --break-system-packages "
+            d.steps.push_back({.type = "RUN", .args = {"python3 -m pip install --no-cache-dir --break-system-packages "
                                        "--disable-pip-version-check --root-user-action=ignore" +
-                                       index + joined_quoted(pip), "root"}});
+                                       index + joined_quoted(pip), "root"}, .force = false, .files = {}, .digest = {}});
         }
         if (auto npm = list("npm"); !npm.empty())
-            d.steps.push_back({"RUN", {"npm install -g --no-audit --no-fund" + joined_quoted(npm), "root"}});
+            d.steps.push_back({.type = "RUN", .args = {"npm install -g --no-audit --no-fund" + joined_quoted(npm), "root"}, .force = false, .files = {}, .digest = {}});
     }
     if (body.contains("steps")) {
         const auto& steps = body["steps"];
@@ -187,7 +246,7 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (steps.size() > max_steps) bad("a template has at most " + std::to_string(max_steps) + " steps");
         std::size_t bytes = 0;
         for (const auto& s : steps) {
-            only_fields(s, "a step", {"type", "args", "force"});
+            only_fields(s, "a step", {"type", "args", "force", "files"});
             step out;
             if (!s.contains("type")) bad("a step needs a type");
             out.type = string_of(s["type"], "a step's type", 16);
@@ -198,6 +257,7 @@ definition parse_definition(const json& body, const build_settings& settings) {
                 if (!s["force"].is_boolean()) bad("a step's force is true or false");
                 out.force = s["force"].get<bool>();
             }
+            if (s.contains("files")) out.files = string_of(s["files"], "a step's files", 128);
             for (const auto& a : out.args) bytes += a.size();
             check_step(out);
             d.steps.push_back(std::move(out));
@@ -205,10 +265,11 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (bytes > (256u << 10)) bad("a template's steps are larger than 256 KiB");
     }
     if (d.steps.size() > max_steps) bad("a template has at most " + std::to_string(max_steps) + " steps, packages included");
-    for (const char* k : {"start_cmd", "ready_cmd"})
-        if (body.contains(k))
-            bad(std::string(k) + ": this gateway does not run a template's start command yet; a session's code runs "
-                                 "in its kernel (docs/templates.md)");
+    for (auto [key, out] : {std::pair{"start_cmd", &d.start_cmd}, std::pair{"ready_cmd", &d.ready_cmd}})
+        if (body.contains(key) && !body[key].is_null()) {
+            *out = string_of(body[key], key, max_command_bytes);
+            if ((*out)->empty()) out->reset();
+        }
     if (body.contains("resources")) {
         const auto& r = body["resources"];
         only_fields(r, "'resources'", {"cpu_millis", "memory_bytes", "workspace_bytes"});
@@ -270,15 +331,32 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
             if (p.workdir.size() > 1 && p.workdir.back() == '/') p.workdir.pop_back();
         } else if (s.type == "USER") {
             p.user = s.args[0];
-        } else if (s.type == "RUN") {
-            const auto user = s.args.size() == 2 ? s.args[1] : p.user;
-            const auto uid = uid_of(user);
-            const json what = {{"run", s.args[0]}, {"uid", uid}, {"workdir", p.workdir}, {"env", p.env}};
-            key = sha256_hex(key + "\nRUN\n" + what.dump() + (forced ? "\n" + nonce : ""));
+        } else if (s.type == "RUN" || s.type == "COPY") {
+            std::uint32_t uid = 0;
+            std::string command;
+            json what;
+            if (s.type == "RUN") {
+                uid = uid_of(s.args.size() == 2 ? s.args[1] : p.user);
+                command = s.args[0];
+                what = {{"run", s.args[0]}, {"uid", uid}, {"workdir", p.workdir}, {"env", p.env}};
+            } else {
+                // Unpacked and placed by root (it sets the owner); the owner
+                // is the step's, else the current USER's, as E2B's copy().
+                const auto owner = s.args.size() > 2 && !s.args[2].empty() ? s.args[2].substr(0, s.args[2].find(':')) : p.user;
+                const auto owner_id = std::to_string(uid_of(owner));
+                const std::vector<std::string> args = {s.args[0], s.args[1], owner_id + ":" + owner_id,
+                                                       s.args.size() > 3 ? s.args[3] : "", copy_archive_path(i)};
+                command = "set --";
+                for (const auto& a : args) command += " " + shell_quote(a);
+                command += "\n" + copy_script();
+                what = {{"copy", s.args}, {"owner", owner_id}, {"digest", s.digest}, {"workdir", p.workdir}};
+                p.copies.push_back(i);
+            }
+            key = sha256_hex(key + "\n" + s.type + "\n" + what.dump() + (forced ? "\n" + nonce : ""));
             out.makes_layer = true;
             out.spec.layer = key.substr(0, 48);
             out.spec.parent = parent;
-            out.spec.argv = {"/bin/sh", "-c", s.args[0]};
+            out.spec.argv = {"/bin/sh", "-c", command};
             out.spec.uid = out.spec.gid = uid;
             out.spec.cwd = p.workdir;
             out.spec.env = p.env;
@@ -289,6 +367,10 @@ plan make_plan(const definition& d, const std::string& tenant, const std::string
         p.steps.push_back(std::move(out));
     }
     return p;
+}
+
+std::string copy_archive_path(std::size_t step_index) {
+    return "/run/egress/files-" + std::to_string(step_index) + ".tar";
 }
 
 std::string shell_quote(const std::string& s) {
@@ -311,7 +393,11 @@ std::string kernelspec_name(const std::string& tenant, const std::string& name, 
 
 json to_json(const definition& d) {
     json steps = json::array();
-    for (const auto& s : d.steps) steps.push_back({{"type", s.type}, {"args", s.args}, {"force", s.force}});
+    for (const auto& s : d.steps) {
+        json j = {{"type", s.type}, {"args", s.args}, {"force", s.force}};
+        if (!s.files.empty()) j["files"] = s.files;
+        steps.push_back(j);
+    }
     json j = {{"name", d.name}, {"tag", d.tag}, {"base", d.base}, {"steps", steps}, {"preload", d.preload},
               {"pool", d.pool}, {"force", d.force}};
     if (d.start_cmd) j["start_cmd"] = *d.start_cmd;

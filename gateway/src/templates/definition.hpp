@@ -6,7 +6,8 @@
 //
 // A template is a base (a built-in image, or another template of the
 // tenant's) and ordered steps: RUN (a shell command, as root or the sandbox
-// user), ENV, WORKDIR, USER. A `packages` map expands into RUN steps ahead
+// user), COPY (from a tar archive the tenant uploaded, template_files.hpp),
+// ENV, WORKDIR, USER. A `packages` map expands into RUN steps ahead
 // of the given ones, always in the order apt, pip, npm. Each RUN makes a
 // layer, keyed by the tenant, the layer below, the step and the state it
 // runs in (environment, directory, user): the same step on the same layer is
@@ -25,10 +26,17 @@
 namespace cellgate::templates {
 
 struct step {
-    std::string type;               // RUN, ENV, WORKDIR, USER
-    std::vector<std::string> args;  // RUN: [command, user?]; ENV: [name, value, …]; WORKDIR: [dir]; USER: [user]
+    std::string type;               // RUN, COPY, ENV, WORKDIR, USER
+    // RUN: [command, user?]; COPY: [source, destination, owner?, mode?];
+    // ENV: [name, value, …]; WORKDIR: [dir]; USER: [user]
+    std::vector<std::string> args;
     bool force = false;             // rebuilt even when its layer exists
+    std::string files;              // COPY: the key of the tenant's uploaded archive it copies from
+    std::string digest;             // COPY: that archive's SHA-256, found by the build (never the client's)
 };
+
+// Where a COPY step finds its archive inside the build sandbox.
+std::string copy_archive_path(std::size_t step_index);
 
 struct definition {
     std::string name;            // [a-z0-9][a-z0-9_-]{0,62}
@@ -76,6 +84,7 @@ struct plan {
     std::map<std::string, std::string> env;   // after every ENV step
     std::string workdir = "/";
     std::string user = "root";
+    std::vector<std::size_t> copies;  // the steps that unpack an archive (copy_archive_path)
 };
 
 // The plan for `d`, owned by `tenant`, over a base whose image is

@@ -80,6 +80,7 @@ template_store::template_store(launcher::sandbox_launcher& launcher, const launc
       specs_(specs),
       options_(std::move(options)),
       build_policy_(egress::policy::parse(options_.build_allow, {})),
+      files_(options_.state_dir / "template-files"),
       pool_(util::file_io_pool::options{.threads = std::max<std::size_t>(1, options_.build_threads),
                                         .per_tenant_running = std::max<std::size_t>(1, options_.max_builds_per_tenant),
                                         .per_tenant_queued = 4,
@@ -119,6 +120,16 @@ std::uint64_t template_store::layer_bytes(const std::string& id) const {
 }
 
 std::uint64_t template_store::tenant_bytes_locked(const std::string& tenant) const {
+    return layer_bytes_locked(tenant) + files_.bytes(tenant);
+}
+
+std::uint64_t template_store::files_room(const std::string& tenant) const {
+    std::lock_guard lock(mutex_);
+    const auto layers = layer_bytes_locked(tenant);
+    return layers >= options_.max_layer_bytes_per_tenant ? 0 : options_.max_layer_bytes_per_tenant - layers;
+}
+
+std::uint64_t template_store::layer_bytes_locked(const std::string& tenant) const {
     std::set<std::string> layers;
     for (const auto& [_, t] : templates_)
         if (t.tenant == tenant) layers.insert(t.layers.begin(), t.layers.end());
@@ -277,24 +288,55 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         }
         base_identity = "image " + rootfs.string();
     }
+    // What each COPY step unpacks: the tenant's archive, by its own digest.
+    std::map<std::size_t, file_archive> archives;
+    for (std::size_t i = 0; i < d.steps.size(); ++i) {
+        auto& s = d.steps[i];
+        if (s.type != "COPY") continue;
+        const auto found = files_.find(b.tenant, s.files);
+        if (!found) {
+            std::lock_guard lock(mutex_);
+            const auto why = "step " + std::to_string(i + 1) + " (COPY " + s.args[0] + "): no files were uploaded as '" +
+                             s.files + "' (or they were dropped to make room); upload them again";
+            log(b, "cellgate: " + why);
+            b.steps[i].status = "failed";
+            return finish(b, "error", json{{"step", {{"index", i}, {"type", s.type}}}, {"message", why}});
+        }
+        s.digest = found->digest;
+        archives[i] = *found;
+    }
     const auto p = make_plan(d, b.tenant, base_image, base_identity, base_env, nonce);
+    if (!p.copies.empty() && launcher_config_.egress_root.empty()) {
+        std::lock_guard lock(mutex_);
+        const auto why = std::string("COPY steps need the gateway's egress root (egress is off here)");
+        log(b, "cellgate: " + why);
+        return finish(b, "error", json{{"message", why}});
+    }
 
     // The build's way out: the proxy, with the operator's build allow-list.
     const bool network = options_.proxy != nullptr && !options_.build_allow.empty() &&
                          !launcher_config_.egress_root.empty();
     const std::string egress_session = "build-" + b.id;
     const fs::path egress_dir = launcher_config_.egress_root / ("b-" + b.id);
-    struct egress_guard {
+    // The build's side directory (/run/egress in its steps): the proxy's
+    // socket and CA when it has a network, the archives its COPY steps unpack.
+    struct side_dir {
         egress::proxy* proxy;
         std::string session;
         fs::path dir;
-        ~egress_guard() {
-            if (!proxy) return;
-            proxy->detach(session);
+        bool made = false;
+        ~side_dir() {
+            if (proxy) proxy->detach(session);
             std::error_code ec;
-            fs::remove_all(dir, ec);
+            if (made) fs::remove_all(dir, ec);
         }
     } guard{nullptr, egress_session, egress_dir};
+    if (network || !p.copies.empty()) {
+        std::error_code ec;
+        fs::create_directories(egress_dir, ec);
+        fs::permissions(egress_dir, fs::perms(0755), ec);
+        guard.made = true;
+    }
     // A plain `pip install` in a RUN step (E2B's pipInstall) installs into the
     // image, as it would in a container image: Debian's Python refuses that
     // by default (PEP 668) unless told.
@@ -306,9 +348,6 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         if (const auto host = pip_trusted_host(url); !host.empty()) network_env["PIP_TRUSTED_HOST"] = host;
     }
     if (network) {
-        std::error_code ec;
-        fs::create_directories(egress_dir, ec);
-        fs::permissions(egress_dir, fs::perms(0755), ec);
         options_.proxy->attach(egress_session, egress_dir / "proxy.sock",
                                egress::session_rules{b.tenant, {build_policy_}, {}});
         guard.proxy = options_.proxy;
@@ -371,11 +410,21 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         spec.argv = step_argv(step.spec.argv.back(), step.spec.cwd, network);
         spec.cwd = "/";
         for (const auto& [k, v] : network_env) spec.env.emplace(k, v);
+        if (const auto a = archives.find(i); a != archives.end()) {
+            // The archive, where the step finds it (a link: the shelf may drop its name meanwhile).
+            const auto at = egress_dir / fs::path(copy_archive_path(i)).filename();
+            std::error_code ec;
+            fs::remove(at, ec);
+            fs::create_hard_link(a->second.path, at, ec);
+            if (ec) fs::copy_file(a->second.path, at, ec);
+            fs::permissions(at, fs::perms(0644), ec);
+            if (ec) throw std::runtime_error("cannot hand step " + std::to_string(i + 1) + " its files: " + ec.message());
+        }
+        if (guard.made) spec.egress_dir = egress_dir.string();
         spec.limits = options_.step_limits;
         if (d.memory_bytes) spec.limits.memory_bytes = std::max(spec.limits.memory_bytes, *d.memory_bytes);
         spec.limits.memory_bytes = std::min(spec.limits.memory_bytes, launcher_config_.max_limits.memory_bytes);
         spec.timeout = options_.step_timeout;
-        if (network) spec.egress_dir = egress_dir.string();
         launcher::build_step_result r;
         try {
             r = launcher_.run_build_step(spec);
@@ -425,6 +474,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
     t.build_id = b.id;
     t.def = d;
     t.env = p.env;
+    t.workdir = p.workdir;
     t.layers = inherited;
     t.layers.insert(t.layers.end(), p.layers.begin(), p.layers.end());
     t.created_ms = now_ms();
@@ -458,6 +508,9 @@ void template_store::register_kernelspec(const template_record& t) {
     k.owner = t.tenant;
     k.image_env = t.env;
     if (!t.def.preload.empty()) k.preload = t.def.preload;
+    k.start_cmd = t.def.start_cmd.value_or("");
+    k.ready_cmd = t.def.ready_cmd.value_or("");
+    if (t.workdir != "/") k.start_dir = t.workdir;
     const auto& max = launcher_config_.max_limits;
     if (t.def.cpu_millis) k.limits.cpu_millis = std::min(*t.def.cpu_millis, max.cpu_millis);
     if (t.def.memory_bytes) k.limits.memory_bytes = std::min(*t.def.memory_bytes, max.memory_bytes);
@@ -470,7 +523,7 @@ void template_store::persist(const template_record& t) const {
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
     const json j = {{"tenant", t.tenant}, {"name", t.name},     {"tag", t.tag},       {"kernelspec", t.kernelspec},
-                    {"image", t.image},   {"build_id", t.build_id}, {"env", t.env},   {"layers", t.layers},
+                    {"image", t.image},   {"build_id", t.build_id}, {"env", t.env},   {"layers", t.layers}, {"workdir", t.workdir},
                     {"created_ms", t.created_ms}, {"definition", to_json(t.def)}};
     const auto tmp = path.string() + ".tmp";
     {
@@ -498,13 +551,14 @@ void template_store::load() {
                 t.build_id = j.value("build_id", "");
                 t.env = j.value("env", std::map<std::string, std::string>{});
                 t.layers = j.value("layers", std::vector<std::string>{});
+                t.workdir = j.value("workdir", std::string("/"));
                 t.created_ms = j.value("created_ms", std::int64_t{0});
                 const auto& def = j.at("definition");
                 t.def.name = t.name;
                 t.def.tag = t.tag;
                 t.def.base = def.value("base", "python");
                 for (const auto& s : def.value("steps", json::array()))
-                    t.def.steps.push_back({s.at("type"), s.at("args"), s.value("force", false)});
+                    t.def.steps.push_back({.type = s.at("type"), .args = s.at("args"), .force = s.value("force", false), .files = s.value("files", ""), .digest = {}});
                 t.def.preload = def.value("preload", std::vector<std::string>{});
                 t.def.pool = def.value("pool", 0u);
                 if (def.contains("start_cmd")) t.def.start_cmd = def["start_cmd"].get<std::string>();

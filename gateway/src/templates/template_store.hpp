@@ -19,6 +19,7 @@
 #include "kernels/kernelspecs.hpp"
 #include "metrics/metrics.hpp"
 #include "templates/definition.hpp"
+#include "templates/template_files.hpp"
 #include "util/file_io_pool.hpp"
 
 #include <nlohmann/json.hpp>
@@ -117,6 +118,12 @@ public:
     // when 8 streams follow it already.
     bool watch(const std::string& tenant, const std::string& build_id, std::size_t logs_after,
                std::function<bool(const nlohmann::json& event)> event);
+    // The archives its COPY steps unpack (template_files.hpp).
+    file_store& files() { return files_; }
+    // What `tenant`'s uploaded archives may hold in all: its template
+    // storage cap less what its layers hold.
+    std::uint64_t files_room(const std::string& tenant) const;
+
     // The kernelspec a session of `tenant` starts from for "name[:tag]"; nullopt when it is not a ready template of its.
     std::optional<std::string> kernelspec_for(const std::string& tenant, const std::string& reference) const;
 
@@ -135,6 +142,7 @@ public:
 private:
     struct template_record {
         std::string tenant, name, tag, kernelspec, image, build_id;
+        std::string workdir = "/";  // after its WORKDIR steps: where its start command runs
         definition def;
         std::map<std::string, std::string> env;
         std::vector<std::string> layers;
@@ -147,7 +155,8 @@ private:
     void register_kernelspec(const template_record& t);
     void persist(const template_record& t) const;
     void load();
-    std::uint64_t tenant_bytes_locked(const std::string& tenant) const;
+    std::uint64_t tenant_bytes_locked(const std::string& tenant) const;  // layers and uploaded archives
+    std::uint64_t layer_bytes_locked(const std::string& tenant) const;
     std::uint64_t layer_bytes(const std::string& id) const;
     bool layer_exists(const std::string& id) const;
     std::filesystem::path record_path(const std::string& tenant, const std::string& name, const std::string& tag) const;
@@ -168,6 +177,7 @@ private:
     std::map<std::string, std::set<std::string>> retired_;
     std::vector<std::pair<std::string, std::size_t>> pools_to_start_;  // load()'s, for start_pools()  // kernelspec → layers its earlier versions ran on
     std::uint64_t builds_ready_ = 0, builds_failed_ = 0, steps_built_ = 0, steps_cached_ = 0;
+    mutable file_store files_;
     util::file_io_pool pool_;
 };
 

@@ -1,10 +1,14 @@
 #include "util/encoding.hpp"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace cellgate {
 
@@ -163,6 +167,24 @@ std::string sha256_hex(std::string_view data) {
     unsigned char out[EVP_MAX_MD_SIZE];
     unsigned len = 0;
     EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+    return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
+}
+
+std::optional<std::string> sha256_hex_of_file(int fd) {
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return std::nullopt;
+    std::vector<char> buf(1u << 16);
+    for (off_t at = 0;;) {
+        const auto n = ::pread(fd, buf.data(), buf.size(), at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return std::nullopt;
+        if (n == 0) break;
+        EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n));
+        at += n;
+    }
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    EVP_DigestFinal_ex(ctx.get(), out, &len);
     return hex_encode(std::string_view(reinterpret_cast<const char*>(out), len));
 }
 

@@ -19,6 +19,8 @@ std::size_t utf8_complete_length(std::string_view s) noexcept;
 std::string hex_encode(std::string_view data);
 // SHA-256 of `data`, 64 lower-case hex digits.
 std::string sha256_hex(std::string_view data);
+// SHA-256 of what file `fd` holds, read from its start (pread): nullopt on a read error.
+std::optional<std::string> sha256_hex_of_file(int fd);
 // Bytes below 0x20 other than tab, LF and CR: text with them is binary in
 // practice, and JSON escapes most of them as six bytes (\u0000).
 bool has_control_bytes(std::string_view s) noexcept;

@@ -2,7 +2,10 @@
 // POST builds one (202 and a build id), GET lists and shows them, DELETE
 // removes one; a build's status and log at …/builds/{id}, also as
 // Server-Sent Events. Sessions start from one with POST /v1/sessions
-// {"template": "name:tag"}. See docs/templates.md.
+// {"template": "name:tag"}. The archives COPY steps unpack are uploaded
+// first, each under a key: PUT /v1/templates/files/{key} (a tar, gzip or
+// not), GET to see whether it is there. See docs/templates.md.
+#include "kit/template_uploads.hpp"
 #include "templates/template_store.hpp"
 #include "v1/v1_api.hpp"
 #include "util/api_error.hpp"
@@ -36,6 +39,24 @@ std::pair<std::string, std::optional<std::string>> reference_of(const request_pt
 }  // namespace
 
 void register_templates_api(router& r, services& s) {
+    auto files_model = [](const std::string& key, const templates::file_archive& a) {
+        return json{{"key", key}, {"bytes", a.bytes}, {"sha256", a.digest}};
+    };
+    r.add_upload(bhttp::verb::put, "/v1/templates/files/{key}",
+                 template_files_upload(
+                     s, [](const request_ptr& req) { return req->param("key"); },
+                     [files_model](const request_ptr& req, const templates::file_archive& a, const reply_fn& rep) {
+                         rep(json_response(201, files_model(req->param("key"), a)));
+                     }));
+    r.add(bhttp::verb::get, "/v1/templates/files/{key}", [&s, files_model](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(s);
+        run_file_work(s, req, std::move(reply), [&store, req, files_model](const reply_fn& rep) {
+            const auto& key = req->param("key");
+            const auto a = store.files().find(req->who.tenant, key);
+            if (!a) throw api_exception(404, "No files uploaded as '" + key.substr(0, 128) + "'");
+            rep(json_response(200, files_model(key, *a)));
+        });
+    });
     r.add(bhttp::verb::post, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(s);
         const auto body = req->json_body(false);

@@ -138,13 +138,36 @@ TEST(TemplateDefinition, parses_steps_in_order_with_their_force) {
 TEST(TemplateDefinition, refuses_an_unknown_step_type) {
     const auto r = refusal({{"name", "analytics"}, {"steps", {{{"type", "FROM"}, {"args", {"debian"}}}}}});
     EXPECT_EQ(r.status, 400u);
-    EXPECT_EQ(r.message, "unknown step type 'FROM' (RUN, ENV, WORKDIR, USER)");
+    EXPECT_EQ(r.message, "unknown step type 'FROM' (RUN, COPY, ENV, WORKDIR, USER)");
 }
 
-TEST(TemplateDefinition, refuses_copy_as_it_needs_an_uploaded_archive) {
+TEST(TemplateDefinition, a_copy_step_names_its_uploaded_archive) {
     const auto r = refusal({{"name", "analytics"}, {"steps", {{{"type", "COPY"}, {"args", {"a", "/b"}}}}}});
     EXPECT_EQ(r.status, 400u);
-    EXPECT_TRUE(contains(r.message, "COPY needs an uploaded file archive")) << r.message;
+    EXPECT_TRUE(contains(r.message, "'files' is the key it was uploaded under")) << r.message;
+    const auto d = parsed({{"name", "analytics"},
+                           {"steps", {{{"type", "COPY"}, {"args", {"app", "/srv/", "user", "0640"}}, {"files", "abcdef0123"}}}}});
+    ASSERT_EQ(d.steps.size(), 1u);
+    EXPECT_EQ(d.steps[0].files, "abcdef0123");
+    EXPECT_TRUE(d.steps[0].digest.empty());  // the build finds it; a client never sets it
+}
+
+TEST(TemplateDefinition, refuses_a_copy_step_that_leaves_its_archive_or_names_bad_owners) {
+    for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"../etc/passwd", "/x"}, "source"},
+             {{"/etc/passwd", "/x"}, "source"},
+             {{"a/../../b", "/x"}, "source"},
+             {{"a"}, "args"},
+             {{"a", ""}, "destination"},
+             {{"a", "/x", "nobody"}, "USER"},
+             {{"a", "/x", "", "0999"}, "octal"},
+             {{"a", "/x", "", "rwx"}, "octal"}}) {
+        const auto r = refusal({{"name", "analytics"}, {"steps", {{{"type", "COPY"}, {"args", args}, {"files", "abcdef0123"}}}}});
+        EXPECT_EQ(r.status, 400u);
+        EXPECT_TRUE(contains(r.message, says)) << args[0] << ": " << r.message;
+    }
+    const auto r = refusal({{"name", "a"}, {"steps", {{{"type", "COPY"}, {"args", {"a", "/b"}}, {"files", "../../x"}}}}});
+    EXPECT_TRUE(contains(r.message, "[A-Za-z0-9_-]")) << r.message;
 }
 
 TEST(TemplateDefinition, refuses_a_run_step_with_a_bad_user) {
@@ -322,12 +345,13 @@ TEST(TemplateDefinition, parses_resources_kernel_and_force) {
     EXPECT_TRUE(d.force);
 }
 
-TEST(TemplateDefinition, refuses_a_start_command_it_would_not_run) {
-    for (const char* k : {"start_cmd", "ready_cmd"}) {
-        const auto r = refusal({{"name", "analytics"}, {k, "redis-server &"}});
-        EXPECT_EQ(r.status, 400u);
-        EXPECT_NE(r.message.find("does not run a template's start command yet"), std::string::npos) << r.message;
-    }
+TEST(TemplateDefinition, takes_a_start_command_and_a_ready_check) {
+    const auto d = parsed({{"name", "analytics"}, {"start_cmd", "redis-server"}, {"ready_cmd", "redis-cli ping"}});
+    EXPECT_EQ(d.start_cmd, std::optional<std::string>("redis-server"));
+    EXPECT_EQ(d.ready_cmd, std::optional<std::string>("redis-cli ping"));
+    EXPECT_FALSE(parsed({{"name", "a"}, {"start_cmd", ""}, {"ready_cmd", nullptr}}).start_cmd.has_value());
+    EXPECT_EQ(refusal({{"name", "a"}, {"start_cmd", 3}}).status, 400u);
+    EXPECT_EQ(refusal({{"name", "a"}, {"ready_cmd", std::string(70000, 'x')}}).status, 400u);
 }
 
 TEST(TemplateDefinition, leaves_unset_resources_unset) {
@@ -383,6 +407,23 @@ TEST(TemplatePlan, run_steps_make_a_chain_of_layers) {
     EXPECT_EQ(p.steps[0].type, "RUN");
     EXPECT_EQ(p.steps[0].summary, "RUN apt-get install -y curl");
     EXPECT_EQ(p.steps[1].summary, "ENV A 1");
+}
+
+TEST(TemplatePlan, a_copy_step_is_keyed_by_its_archives_digest_not_the_clients_key) {
+    auto d = with_steps({run("make"), {"COPY", {"app", "/srv/"}}});
+    d.steps[1].files = "client-key-1";
+    d.steps[1].digest = std::string(64, 'a');
+    const auto a = plan_of(d);
+    ASSERT_EQ(a.layers.size(), 2u);
+    EXPECT_EQ(a.copies, (std::vector<std::size_t>{1}));
+    EXPECT_EQ(a.steps[1].spec.uid, 0u);  // root places the files and sets their owner
+    EXPECT_TRUE(contains(a.steps[1].spec.argv.back(), templates::copy_archive_path(1))) << a.steps[1].spec.argv.back();
+    d.steps[1].files = "client-key-2";  // another key, the same bytes: the same layer
+    EXPECT_EQ(plan_of(d).layers, a.layers);
+    d.steps[1].digest = std::string(64, 'b');  // other bytes: a new layer from that step
+    const auto b = plan_of(d);
+    EXPECT_EQ(b.layers[0], a.layers[0]);
+    EXPECT_NE(b.layers[1], a.layers[1]);
 }
 
 TEST(TemplatePlan, runs_on_a_template_base_image) {

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cellgate::launcher {
 
@@ -23,5 +24,11 @@ class spec_error : public launch_error {
 public:
     explicit spec_error(const std::string& what) : launch_error("validate", what) {}
 };
+
+// How a sandbox whose template's ready check never passed ends its log
+// (sandbox_spec::ready_cmd): what follows it in a launch_error is the
+// sandbox's own output (the check and the start command's log tail), which
+// the gateway may show the session's owner.
+inline constexpr std::string_view ready_check_failed = "cellgate: the template's ready check did not pass";
 
 }  // namespace cellgate::launcher

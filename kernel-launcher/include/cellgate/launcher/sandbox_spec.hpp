@@ -49,6 +49,14 @@ struct sandbox_spec {
     // the launcher's (CELLGATE_*), under the spec's env; at most 256 names,
     // 128 KiB in all.
     std::map<std::string, std::string> image_env;
+    // A template's start command and ready check. The start command runs in
+    // the background (as uid, in start_dir, a session of its own) before the
+    // kernel; the ready check then runs every 200 ms until it exits 0, and
+    // only then does the kernel start: the sandbox counts as started (and
+    // warm) once the check has passed, and fails to start past its
+    // start_timeout. Each at most 64 KiB, no NUL; start_dir absolute or empty
+    // (/workspace). A spec with either does not fork from the zygote.
+    std::string start_cmd, ready_cmd, start_dir;
     std::uint32_t uid = 1000;        // inside the sandbox; never 0
     std::uint32_t gid = 1000;
     std::vector<std::string> preload;  // Python modules imported before the first request
