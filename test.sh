@@ -12,6 +12,7 @@ step() {  # a step the suites need: its time, and the run stops if it fails
 step scripts/install-deps.sh
 step scripts/build.sh
 step images/build.sh python
+step images/build.sh debian
 
 export CELLGATE_REQUIRE_SANDBOX=1
 status=0

@@ -1,6 +1,7 @@
 // Templates (issue 36) through the unmodified E2B SDK (e2b, pinned in
 // package-lock.json) against a live cellgate: Template.build() with
-// pipInstall (from the test's own index), copy (uploaded to the URL the
+// pipInstall (from the test's own index), aptInstall on fromDebianImage()
+// (from the test's own apt repository), copy (uploaded to the URL the
 // gateway signs), runCmd, setEnvs, setWorkdir, setUser and setStartCmd with a
 // ready check, its logs through onBuildLogs, then Sandbox.create('name:tag')
 // runs code that uses what was installed, copied and started; a second build
@@ -67,6 +68,28 @@ test('Template.build installs from the index, streams its logs, and Sandbox.crea
   assert.ok(logs.some((l) => l.includes("Uploaded 'app'")), logs.join('\n'));
   assert.equal((await sbx.getInfo()).templateId, `${name}:v1`);
   await sbx.kill();
+});
+
+test('fromDebianImage with aptInstall and pipInstall, from the operator\'s mirror and index', async () => {
+  const logs = [];
+  const debian = Template({ fileContextPath: context })
+    .fromDebianImage('bookworm')
+    .aptInstall(['cgtool'])
+    .pipInstall(['cgdemo'])
+    .copy('app/main.py', '/opt/main.py')
+    .setReadyCmd('test -x /usr/bin/cgtool');
+  await Template.build(debian, `${name}-debian`, { onBuildLogs: (e) => logs.push(e.message) });
+  assert.ok(logs.some((l) => l.includes('Setting up cgtool (1.0)')), logs.join('\n'));
+  const sbx = await Sandbox.create(`${name}-debian`);
+  made.push(sbx);
+  const ex = await sbx.runCode(
+    "import cgdemo, subprocess\n" +
+    "print(subprocess.run(['cgtool'], capture_output=True, text=True).stdout.strip(), cgdemo.ANSWER)\n" +
+    "print(subprocess.run(['python3', '/opt/main.py'], capture_output=True, text=True).stdout.strip())");
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+  assert.equal(ex.logs.stdout.join(''), 'cgtool 1.0 says hello 42\ncopied app\n');
+  await sbx.kill();
+  await BaseSandbox.deleteSnapshot(`${name}-debian`);
 });
 
 test('a second build of the same steps finds every layer made', async () => {

@@ -30,8 +30,10 @@ def gateway(tmp_path_factory, package_index):
                                {"token": OTHER, "tenant": "e2b-tpl-other-" + RUN}],
                               "--max-kernels", "8",
                               "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
+                              "--egress-resolve", f"apt.test=127.0.0.1:{package_index.port}",
                               "--egress-pip-index-url", "http://pypi.test/simple/",
-                              "--template-build-allow", "pypi.test")
+                              "--template-build-allow", "pypi.test,apt.test",
+                              "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./")
 
 
 def _api(gw, method, path, key=KEY, **kw):
@@ -41,6 +43,7 @@ def _api(gw, method, path, key=KEY, **kw):
 def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, package_index):
     run_node_suite(gateway, "e2b_templates.test.mjs", e2b_env(gateway, KEY))
     assert any(p.startswith("/files/cgdemo") for p in package_index.fetched)
+    assert f"/apt/{package_index.deb_name}" in package_index.fetched
     # Nothing is left: the suite deleted what it built.
     assert _api(gateway, "GET", "/templates").json() == []
 

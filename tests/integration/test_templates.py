@@ -48,8 +48,10 @@ def gw(tmp_path_factory, package_index):
     g = Gateway("--tokens-file", str(tokens), "--max-kernels", "8",
                 "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
                 "--egress-resolve", f"elsewhere.test=127.0.0.1:{package_index.port}",
+                "--egress-resolve", f"apt.test=127.0.0.1:{package_index.port}",
                 "--egress-pip-index-url", "http://pypi.test/simple/",
-                "--template-build-allow", "pypi.test",
+                "--template-build-allow", "pypi.test,apt.test",
+                "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./",
                 "--max-templates-per-tenant", "4", "--max-template-bytes-per-tenant", str(4 * MiB),
                 "--template-step-timeout", "120", "--max-template-pool-per-tenant", "2",
                 "--template-step-disk", str(96 * MiB),
@@ -459,3 +461,25 @@ def test_a_start_command_runs_and_its_ready_check_passes_before_the_first_cell(g
     assert r.status_code >= 500 and "ready check" in r.text, r.text
     for name in ("served", "neverready"):
         call(gw, TOKEN_A, "DELETE", f"/v1/templates/{name}")
+
+
+def test_a_template_on_minimal_debian_installs_a_debian_package_from_the_operators_mirror(gw, package_index):
+    """from: debian (E2B's fromDebianImage) with packages.apt: apt-get fetches
+    from the mirror the operator names (--template-apt-sources, served here on
+    loopback), through the proxy; a session on it runs the installed tool."""
+    b = build(gw, {"name": "deb", "from": {"image": "debian"}, "packages": {"apt": ["cgtool"]}})
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    assert f"/apt/{package_index.deb_name}" in package_index.fetched
+    assert any("Setting up cgtool (1.0)" in line for line in b["logs"]), b["logs"]
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "deb"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import subprocess, sys\n"
+                           "print(subprocess.run(['cgtool'], capture_output=True, text=True).stdout.strip())\n"
+                           "print(sys.version_info[0])\n"
+                           "try:\n    import pandas\nexcept ImportError:\n    print('no pandas')")
+        assert out["stdout"].splitlines() == ["cgtool 1.0 says hello", "3", "no pandas"], out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/deb").status_code == 204

@@ -1,12 +1,15 @@
-"""A PEP 503 package index on loopback, serving one small pure-Python wheel
-made here, and counting what is fetched: what a template's build installs
-from in tests (the build reaches it only through the egress proxy, under a
-name the operator maps with --egress-resolve)."""
+"""A PEP 503 package index and a flat apt repository on loopback, serving one
+small pure-Python wheel and one Debian package made here, and counting what
+is fetched: what a template's build installs from in tests (the build
+reaches it only through the egress proxy, under a name the operator maps
+with --egress-resolve; apt finds it by --template-apt-sources)."""
 import base64
 import hashlib
 import http.server
 import io
+import tarfile
 import threading
+import time
 import zipfile
 
 import pytest
@@ -31,16 +34,61 @@ def make_wheel(name, version, source):
     return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
 
 
+def _tar_gz(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+        for path, (data, mode) in files.items():
+            info = tarfile.TarInfo(path)
+            info.mode = mode
+            info.mtime = int(time.time())
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _ar(members):
+    out = b"!<arch>\n"
+    for name, data in members:
+        out += f"{name:<16}{int(time.time()):<12}{0:<6}{0:<6}{0o100644:<8o}{len(data):<10}`\n".encode()
+        out += data + (b"\n" if len(data) % 2 else b"")
+    return out
+
+
+def make_deb(name, version, script):
+    """A Debian package (an ar of debian-binary, control and data), as dpkg installs one: /usr/bin/<name>."""
+    control = (f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+               "Maintainer: cellgate tests <tests@cellgate.invalid>\n"
+               f"Description: {name}, a tool a template installs in tests\n").encode()
+    data = _tar_gz({"./": (None, 0o755), "./usr/": (None, 0o755), "./usr/bin/": (None, 0o755),
+                    f"./usr/bin/{name}": (script.encode(), 0o755)})
+    deb = _ar([("debian-binary", b"2.0\n"), ("control.tar.gz", _tar_gz({"./control": (control, 0o644)})),
+               ("data.tar.gz", data)])
+    return f"{name}_{version}_all.deb", deb, control
+
+
 class PackageIndex:
-    """A PEP 503 simple index on loopback serving one wheel, counting what is fetched."""
+    """A PEP 503 simple index (/simple/) and a flat apt repository (/apt/) on
+    loopback, serving one wheel and one package, counting what is fetched."""
 
     def __init__(self):
         self.wheel_name, self.wheel = make_wheel("cgdemo", "1.0", "ANSWER = 42\n")
+        self.deb_name, self.deb, control = make_deb("cgtool", "1.0", "#!/bin/sh\necho cgtool 1.0 says hello\n")
+        self.apt_packages = (control.decode() + f"Filename: ./{self.deb_name}\nSize: {len(self.deb)}\n"
+                             f"SHA256: {hashlib.sha256(self.deb).hexdigest()}\n\n").encode()
+        self.apt_release = ("Origin: cellgate-tests\nLabel: cellgate-tests\nSuite: stable\nCodename: cellgate\n"
+                            f"Date: {time.strftime('%a, %d %b %Y %H:%M:%S UTC', time.gmtime())}\n"
+                            "Architectures: all amd64\nSHA256:\n"
+                            f" {hashlib.sha256(self.apt_packages).hexdigest()} {len(self.apt_packages)} Packages\n").encode()
         self.fetched = []
         index = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                self.path = self.path.replace("/./", "/")  # apt asks a flat repository for "/apt/./Packages"
                 index.fetched.append(self.path)
                 if self.path.rstrip("/") == "/simple/cgdemo":
                     digest = hashlib.sha256(index.wheel).hexdigest()
@@ -49,6 +97,12 @@ class PackageIndex:
                     ctype = "text/html"
                 elif self.path == f"/files/{index.wheel_name}":
                     body, ctype = index.wheel, "application/octet-stream"
+                elif self.path == "/apt/Release":
+                    body, ctype = index.apt_release, "text/plain"
+                elif self.path == "/apt/Packages":
+                    body, ctype = index.apt_packages, "text/plain"
+                elif self.path == f"/apt/{index.deb_name}":
+                    body, ctype = index.deb, "application/vnd.debian.binary-package"
                 else:
                     self.send_error(404)
                     return

@@ -706,6 +706,18 @@ std::vector<option> command_line_options() {
          .set = [](auto& c, const auto& v) {
              for (auto& e : comma_list(v)) c.templates.build_allow.push_back(e);
          }},
+        {.name = "template_apt_sources", .section = heading::surfaces, .value = "LINE",
+         .fallback = "none (a base's own `/etc/apt` sources)",
+         .help = "A `sources.list` line a template's build steps give apt in place of their base's own sources "
+                 "(the operator's Debian mirror, e.g. one inside its network): steps run with `APT_CONFIG` "
+                 "naming it, so `apt-get update` and E2B's `aptInstall` fetch from there, through the egress "
+                 "proxy (name its host in `template_build_allow`). Repeatable, one line each.",
+         .sample = "deb http://deb.example.internal/debian bookworm main",
+         .set = [](auto& c, const auto& v) {
+             if (v.empty() || v.size() > 1024 || v.find('\n') != std::string::npos || !v.starts_with("deb "))
+                 throw config_error("template_apt_sources is one 'deb …' line of at most 1024 bytes");
+             c.templates.apt_sources.push_back(v);
+         }},
         {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",
          .help = "Templates one tenant may keep; a build of one more gets `429`. At least 1.",
          .sample = "8",

@@ -110,9 +110,12 @@ json base_of(const json& body) {
     if (repo == "python" || repo == "e2bdev/base" || repo.starts_with("e2bdev/code-interpreter") ||
         repo == "library/python" || repo == "docker.io/library/python")
         return {{"image", "python"}};
+    if (repo == "debian" || repo == "library/debian" || repo == "docker.io/library/debian")
+        return {{"image", "debian"}};
     throw api_exception(400, "fromImage '" + image.substr(0, 100) +
                                  "': this gateway pulls no images from a registry; its bases are the Python data "
-                                 "image (fromPythonImage(), fromBaseImage()) and your templates (fromTemplate(…))");
+                                 "image (fromPythonImage(), fromBaseImage()), minimal Debian 12 (fromDebianImage()) "
+                                 "and your templates (fromTemplate(…))");
 }
 
 // POST /v2/templates/{id}/builds/{build}'s body as the core's definition.

@@ -331,11 +331,20 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             if (made) fs::remove_all(dir, ec);
         }
     } guard{nullptr, egress_session, egress_dir};
+    const bool apt_sources = network && !options_.apt_sources.empty();
     if (network || !p.copies.empty()) {
         std::error_code ec;
         fs::create_directories(egress_dir, ec);
         fs::permissions(egress_dir, fs::perms(0755), ec);
         guard.made = true;
+    }
+    if (apt_sources) {
+        // The operator's mirror in place of the base's sources (APT_CONFIG, below).
+        std::string lines;
+        for (const auto& l : options_.apt_sources) lines += l + "\n";
+        std::ofstream(egress_dir / "sources.list") << lines;
+        std::ofstream(egress_dir / "apt.conf") << "Dir::Etc::SourceList \"/run/egress/sources.list\";\n"
+                                                   "Dir::Etc::SourceParts \"/run/egress/sources.list.d\";\n";
     }
     // A plain `pip install` in a RUN step (E2B's pipInstall) installs into the
     // image, as it would in a container image: Debian's Python refuses that
@@ -347,6 +356,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         network_env["PIP_INDEX_URL"] = url;
         if (const auto host = pip_trusted_host(url); !host.empty()) network_env["PIP_TRUSTED_HOST"] = host;
     }
+    if (apt_sources) network_env["APT_CONFIG"] = "/run/egress/apt.conf";
     if (network) {
         options_.proxy->attach(egress_session, egress_dir / "proxy.sock",
                                egress::session_rules{b.tenant, {build_policy_}, {}});

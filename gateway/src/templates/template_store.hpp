@@ -51,6 +51,8 @@ struct store_options {
     // Where a build's steps may connect (egress/policy.hpp entries), through
     // the proxy; empty: nowhere (steps that fetch packages fail).
     std::vector<std::string> build_allow;
+    // sources.list lines the steps' apt uses in place of the base's (empty: the base's own).
+    std::vector<std::string> apt_sources;
     build_settings build;
     // The proxy and the CA its TLS is signed with (null: no build has a network).
     egress::proxy* proxy = nullptr;
