@@ -483,3 +483,64 @@ def test_a_template_on_minimal_debian_installs_a_debian_package_from_the_operato
     finally:
         call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/deb").status_code == 204
+
+
+DOCKERFILE = """\
+# A single-stage Dockerfile, as a data team writes one.
+ARG GREETING=hello
+FROM python:3.11-slim
+ENV APP_HOME=/srv/app \\
+    MODE=docker
+WORKDIR $APP_HOME
+COPY --chown=user app/ ./
+COPY ["README.md", "/opt/"]
+RUN echo "$GREETING from a build arg" > /opt/greeting \\
+ && python3 -m pip install cgdemo
+USER user
+CMD ["python3", "-m", "http.server", "8732", "--bind", "127.0.0.1"]
+"""
+
+
+def test_a_dockerfile_with_its_files_builds_the_same_steps(gw, package_index):
+    archive = tar_of({"app/main.py": b"print('dockerfile app')\n", "README.md": b"# from the form\n"})
+    form = {"dockerfile": ("Dockerfile", DOCKERFILE, "text/plain"),
+            "files": ("context.tar.gz", archive, "application/gzip"),
+            "template": (None, json.dumps({"name": "dockered:v1", "build_args": {"GREETING": "hi"},
+                                           "ready_cmd": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8732), 1)\""}),
+                         "application/json")}
+    r = call(gw, TOKEN_A, "POST", "/v1/templates", files=form)
+    assert r.status_code == 202, r.text
+    at = r.json()["status_url"]
+    for _ in range(1500):
+        b = call(gw, TOKEN_A, "GET", at).json()
+        if b["status"] in ("ready", "error"):
+            break
+        time.sleep(0.2)
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    assert [s["type"] for s in b["steps"]] == ["ENV", "WORKDIR", "COPY", "COPY", "RUN", "USER"], b["steps"]
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "dockered:v1"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import os, subprocess, urllib.request, cgdemo\n"
+                           "print(subprocess.run(['python3', '/srv/app/main.py'], capture_output=True, text=True).stdout.strip())\n"
+                           "print(open('/opt/README.md').read().strip(), '|', open('/opt/greeting').read().strip())\n"
+                           "print(os.environ['MODE'], cgdemo.ANSWER, urllib.request.urlopen('http://127.0.0.1:8732/', timeout=5).status)")
+        assert out["stdout"].splitlines() == ["dockerfile app", "# from the form | hi from a build arg", "docker 42 200"], out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    # The same Dockerfile as JSON, its files uploaded first under a key of the client's: every layer is found.
+    key = "ctx-" + uuid.uuid4().hex
+    assert call(gw, TOKEN_A, "PUT", f"/v1/templates/files/{key}", data=archive).status_code == 201
+    again = build(gw, {"name": "dockered:v1", "dockerfile": DOCKERFILE, "files": key, "build_args": {"GREETING": "hi"}})
+    assert again["status"] == "ready" and again["built_steps"] == 0 and again["cached_steps"] == 3, again
+    # What it cannot take: 400 naming the line.
+    for text, says in (("FROM python\nFROM debian\n", "line 2"), ("FROM alpine:3.20\n", "registry"),
+                       ("FROM python\nVOLUME /data\n", "line 2 (VOLUME)"), ("RUN true\n", "FROM"),
+                       ("FROM python\nCOPY a /b\n", "files"), ("FROM python\nADD https://x.test/a /b\n", "URL")):
+        r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "badfile", "dockerfile": text, "files": key})
+        if "COPY a /b" in text:
+            r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "badfile", "dockerfile": text})
+        # A FROM that names no built-in image is a template of the tenant's: none of that name is a 404.
+        assert r.status_code == (404 if "alpine" in text else 400) and says in r.json()["message"], (text, r.text)
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/dockered:v1").status_code == 204

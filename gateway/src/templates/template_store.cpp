@@ -159,7 +159,9 @@ std::string template_store::build(const std::string& tenant, const definition& d
         const auto ref = d.base.substr(9);
         const auto colon = ref.rfind(':');
         if (!templates_.count(kernelspec_name(tenant, ref.substr(0, colon), ref.substr(colon + 1))))
-            throw api_exception(404, "No template '" + ref + "' to build on");
+            throw api_exception(404, "No template '" + ref + "' of yours to build on (a base is a built-in image, "
+                                     "python or debian, or one of your templates; this gateway pulls no images "
+                                     "from a registry)");
     }
     if (const auto used = tenant_bytes_locked(tenant); used >= options_.max_layer_bytes_per_tenant)
         throw api_exception(413, "This tenant's template layers hold " + std::to_string(used) +

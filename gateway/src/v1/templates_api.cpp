@@ -6,11 +6,22 @@
 // first, each under a key: PUT /v1/templates/files/{key} (a tar, gzip or
 // not), GET to see whether it is there. See docs/templates.md.
 #include "kit/template_uploads.hpp"
+#include "templates/dockerfile.hpp"
 #include "templates/template_store.hpp"
 #include "v1/v1_api.hpp"
 #include "util/api_error.hpp"
 
+#include "util/encoding.hpp"
+#include "util/multipart.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 
 namespace cellgate::v1 {
 
@@ -36,6 +47,81 @@ std::pair<std::string, std::optional<std::string>> reference_of(const request_pt
     return {ref->first, tag};
 }
 
+templates::definition definition_of(services& s, const json& body) {
+    templates::build_settings settings;
+    if (s.network) settings.pip_index_url = s.network->pip_index_url;
+    return templates::parse_definition(templates::expand_dockerfile(body), settings);
+}
+
+void start_build(templates::template_store& store, const request_ptr& req, const templates::definition& d,
+                 const reply_fn& rep) {
+    const auto id = store.build(req->who.tenant, d);
+    const auto at = "/v1/templates/" + d.name + ":" + d.tag + "/builds/" + id;
+    auto res = json_response(202, {{"build_id", id},
+                                   {"template", d.name + ":" + d.tag},
+                                   {"kernelspec", templates::kernelspec_name(req->who.tenant, d.name, d.tag)},
+                                   {"status", "queued"},
+                                   {"status_url", at}});
+    res.headers.emplace_back("Location", at);
+    rep(std::move(res));
+}
+
+// A POST /v1/templates form as the JSON body it stands for, its files kept.
+json template_form(templates::template_store& store, const request_ptr& req, int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size == 0) throw api_exception(400, "The form is empty");
+    const auto size = static_cast<std::size_t>(st.st_size);
+    const auto ct = req->req[bhttp::field::content_type];
+    const auto boundary = multipart_boundary(std::string_view(ct.data(), ct.size()));
+    if (!boundary) throw api_exception(400, "A multipart/form-data body needs a boundary in its Content-Type");
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) throw api_exception(500, "cannot map the upload");
+    struct unmapper {
+        void* p;
+        std::size_t n;
+        ~unmapper() { ::munmap(p, n); }
+    } unmap{map, size};
+    const std::string_view all(static_cast<const char*>(map), size);
+    const auto parts = parse_multipart(all, *boundary, 8);
+    if (!parts) throw api_exception(400, "The multipart body is malformed");
+    json body = json::object();
+    std::optional<std::string_view> dockerfile, files;
+    for (const auto& p : *parts) {
+        if (p.name == "template") {
+            if (p.data.size() > (256u << 10)) throw api_exception(400, "The 'template' part is larger than 256 KiB");
+            body = json::parse(p.data, nullptr, false);
+            if (!body.is_object()) throw api_exception(400, "The 'template' part must be a JSON object");
+        } else if (p.name == "dockerfile") {
+            dockerfile = p.data;
+        } else if (p.name == "files") {
+            files = p.data;
+        } else {
+            throw api_exception(400, "A template's form has 'dockerfile', 'files' and 'template' parts, not '" +
+                                         p.name.substr(0, 64) + "'");
+        }
+    }
+    if (!dockerfile) throw api_exception(400, "The form has no 'dockerfile' part");
+    body["dockerfile"] = std::string(*dockerfile);
+    if (files) {
+        // Kept under its own digest: the same archive sent again is the same key (and the same layers).
+        const auto key = "form-" + sha256_hex(*files).substr(0, 48);
+        const int out = store.files().begin(req->who.tenant);
+        struct closer {
+            int fd;
+            ~closer() { ::close(fd); }
+        } close_out{out};
+        for (std::size_t at = 0; at < files->size();) {
+            const auto n = ::write(out, files->data() + at, files->size() - at);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) throw api_exception(500, "cannot keep the uploaded files");
+            at += static_cast<std::size_t>(n);
+        }
+        store.files().commit(req->who.tenant, key, out, store.files_room(req->who.tenant));
+        body["files"] = key;
+    }
+    return body;
+}
+
 }  // namespace
 
 void register_templates_api(router& r, services& s) {
@@ -59,22 +145,29 @@ void register_templates_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(s);
-        const auto body = req->json_body(false);
-        templates::build_settings settings;
-        if (s.network) settings.pip_index_url = s.network->pip_index_url;
-        const auto d = templates::parse_definition(body, settings);
-        run_file_work(s, req, std::move(reply), [&store, req, d](const reply_fn& rep) {
-            const auto id = store.build(req->who.tenant, d);
-            const auto at = "/v1/templates/" + d.name + ":" + d.tag + "/builds/" + id;
-            auto res = json_response(202, {{"build_id", id},
-                                           {"template", d.name + ":" + d.tag},
-                                           {"kernelspec", templates::kernelspec_name(req->who.tenant, d.name, d.tag)},
-                                           {"status", "queued"},
-                                           {"status_url", at}});
-            res.headers.emplace_back("Location", at);
-            rep(std::move(res));
-        });
+        const auto d = definition_of(s, req->json_body(false));
+        run_file_work(s, req, std::move(reply), [&store, req, d](const reply_fn& rep) { start_build(store, req, d, rep); });
     });
+    // The same as a form: a "dockerfile" part, a "files" part (its tar
+    // archive, gzip or not: kept on the tenant's shelf first) and an
+    // optional "template" part (the JSON body's other fields).
+    r.add_upload(
+        bhttp::verb::post, "/v1/templates",
+        upload_handler{[&s](const request_ptr& req) {
+                           auto& store = store_of(s);
+                           auto room = store.files_room(req->who.tenant);
+                           if (s.staging) room = std::min(room, s.staging->per_tenant() / 4);
+                           return staged_upload(s, req, room + (2u << 20));
+                       },
+                       [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
+                           auto form = kept_upload(req);
+                           run_file_work(s, req, std::move(reply), [&s, req, form](const reply_fn& rep) {
+                               auto& store = store_of(s);
+                               const auto body = template_form(store, req, form->get());
+                               start_build(store, req, definition_of(s, body), rep);
+                           });
+                       },
+                       {"multipart/form-data"}});
     r.add(bhttp::verb::get, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
         reply(json_response(200, {{"templates", store_of(s).list(req->who.tenant)}}));
     });

@@ -33,9 +33,6 @@ using contents::contents_store;
 
 namespace {
 
-constexpr std::uint64_t max_archive_entries = 100000;
-constexpr std::size_t max_session_field_bytes = 64u << 10;  // a session create's JSON, as a form field
-
 // An unnamed temporary file (gone with its last descriptor) under $TMPDIR.
 contents::beneath::unique_fd temp_archive() {
     const char* tmp = std::getenv("TMPDIR");
@@ -44,10 +41,12 @@ contents::beneath::unique_fd temp_archive() {
     return contents::beneath::unique_fd(fd);
 }
 
+}  // namespace
+
 // An archive's body streamed to a temporary file, within `max_bytes`: the
 // server writes (and closes) one descriptor, the finish step reads a copy
 // kept in params["archive_fd"].
-upload_target archive_target(services& s, const request_ptr& req, std::uint64_t max_bytes) {
+upload_target staged_upload(services& s, const request_ptr& req, std::uint64_t max_bytes) {
     // The tenant's share of the staging disk, held until the request is done.
     if (s.staging) {
         req->holds = s.staging->reserve(req->who.tenant, max_bytes);
@@ -67,9 +66,14 @@ upload_target archive_target(services& s, const request_ptr& req, std::uint64_t 
     return t;
 }
 
-std::shared_ptr<contents::beneath::unique_fd> kept_archive(const request_ptr& req) {
+std::shared_ptr<contents::beneath::unique_fd> kept_upload(const request_ptr& req) {
     return std::make_shared<contents::beneath::unique_fd>(std::stoi(req->params["archive_fd"]));
 }
+
+namespace {
+
+constexpr std::uint64_t max_archive_entries = 100000;
+constexpr std::size_t max_session_field_bytes = 64u << 10;  // a session create's JSON, as a form field
 
 json import_model(const contents::import_result& done) {
     json skipped = json::array();
@@ -177,10 +181,10 @@ void register_export_import(router& r, services& s) {
                       const auto k = kernel_or_404(s, req, req->param("id"));
                       guarded([&] { return contents_store::check_path(req->query_value("path").value_or("")); });
                       k->touch();
-                      return archive_target(s, req, k->policy().upload_limit_bytes);
+                      return staged_upload(s, req, k->policy().upload_limit_bytes);
                   },
                   [&s](const request_ptr& req, std::uint64_t, reply_fn reply) {
-                      auto archive = kept_archive(req);
+                      auto archive = kept_upload(req);
                       run_file_work(s, req, std::move(reply), [&s, req, archive](const reply_fn& rep) {
                           const auto k = kernel_or_404(s, req, req->param("id"));
                           const auto store = open_files(k);
@@ -208,10 +212,10 @@ void register_create_from_archive(router& r, services& s, agent::agent_service& 
             // The body's cap: the tenant's upload limit under the default kernel's policy.
             const auto policy = s.kernels.config().policies.resolve(kernels::surface::agent, s.kernels.specs().default_name(),
                                                                    req->who.tenant);
-            return archive_target(s, req, policy.upload_limit_bytes);
+            return staged_upload(s, req, policy.upload_limit_bytes);
         },
         [&s, &agents](const request_ptr& req, std::uint64_t, reply_fn reply) {
-            auto archive = kept_archive(req);
+            auto archive = kept_upload(req);
             run_file_work(s, req, std::move(reply), [&s, &agents, req, archive](const reply_fn& rep) {
                 const auto up = read_create_upload(req, archive->get());
                 start_agent_session(
