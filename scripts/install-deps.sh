@@ -12,6 +12,9 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev libsqlite3-dev
   # sandbox runtime
   runc runsc mmdebstrap e2fsprogs mount util-linux iproute2 procps
+  # templates from registry images: pulled with skopeo, unpacked with umoci;
+  # the tests push to a registry of their own on loopback (docker-registry)
+  skopeo umoci docker-registry
   # the launcher's bounded runsc-on-kvm probe (setpriv --pdeathsig, nice, env)
   coreutils
   # tests: the real Jupyter wire client and pytest, on Debian's /usr/bin/python3

@@ -103,6 +103,7 @@ public:
         case op::remove_volume: launcher_.remove_volume(r.volume); return nullptr;
         case op::build_step: return launcher_.run_build_step(r.step);
         case op::remove_layer: launcher_.remove_layer(r.layer); return nullptr;
+        case op::import_image: return launcher_.import_image(r.import);
         case op::validate: launcher_.validate(r.spec); return nullptr;
         case op::signal: launcher_.signal(r.id, r.signal); return nullptr;
         case op::status: return service::status_to_json(as_seen(launcher_.status(r.id)));

@@ -60,21 +60,6 @@ void validate_step(const build_step_spec& s, const launcher_config& cfg) {
                          " bytes");
 }
 
-std::uint64_t files_bytes(const fs::path& dir) {
-    std::uint64_t total = 0;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec))
-        if (it->symlink_status(ec).type() == fs::file_type::regular) total += it->file_size(ec);
-    return total;
-}
-
-std::string random_hex(int digits) {
-    auto u = protocol::make_uuid();
-    u.erase(std::remove(u.begin(), u.end(), '-'), u.end());
-    return u.substr(0, static_cast<std::size_t>(digits));
-}
-
 json step_config(const build_step_spec& s, const fs::path& rootfs, std::uint32_t host_id_base,
                  const std::string& cgroups_path) {
     oci_inputs in;

@@ -153,6 +153,7 @@ struct launcher::impl {
     fs::path attach_volumes(const sandbox_spec& spec, const fs::path& run_dir, std::uint32_t host_id_base);
 
     build_step_result run_build_step(const build_step_spec& spec);
+    image_import_result import_image(const image_import_spec& spec);
 
     // The launch sequence, in the order launch() runs it.
     // `zygote`: the kernel may come from the image's zygote (else it starts cold).

@@ -3,6 +3,7 @@
 #include "cellgate/launcher/build_step.hpp"
 #include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/unique_fd.hpp"
+#include "cellgate/protocol/message.hpp"
 #include "host_fs.hpp"
 #include "spec_validation.hpp"
 
@@ -90,6 +91,21 @@ bool is_valid_layer_id(std::string_view id) {
 
 fs::path layers_dir(const launcher_config& config) { return config.image_store / ".layers"; }
 
+std::uint64_t files_bytes(const fs::path& dir) {
+    std::uint64_t total = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+        if (it->symlink_status(ec).type() == fs::file_type::regular) total += it->file_size(ec);
+    return total;
+}
+
+std::string random_hex(int digits) {
+    auto u = protocol::make_uuid();
+    u.erase(std::remove(u.begin(), u.end(), '-'), u.end());
+    return u.substr(0, static_cast<std::size_t>(digits));
+}
+
 std::vector<fs::path> layer_lowers(const std::string& parent, const launcher_config& config) {
     std::vector<fs::path> out;
     std::string at = parent;
@@ -105,6 +121,8 @@ std::vector<fs::path> layer_lowers(const std::string& parent, const launcher_con
         const auto p = trimmed(read_file(dir / "parent", 4096));
         if (p.starts_with("layer ")) {
             at = "l-" + p.substr(6);
+        } else if (p.starts_with("base ")) {
+            return out;  // a registry image's root: nothing below it
         } else if (p.starts_with("image ")) {
             const fs::path rootfs = p.substr(6);
             // Only a build of the store's own images, as it was resolved then.

@@ -5,8 +5,10 @@
 //   diff/      what its step changed, as an overlayfs upper dir (whiteouts
 //              included), owned as inside the sandbox (uid 0 is host uid 0,
 //              like a built-in image's files)
-//   parent     "image <rootfs path>" (a built-in image's build, resolved) or
-//              "layer <id>"
+//   parent     "image <rootfs path>" (a built-in image's build, resolved),
+//              "layer <id>", or "base <digest>" (a registry image's root,
+//              image_import.cpp: nothing below it)
+//   config.json  a registry image's Env, WorkingDir and User (base layers)
 //   bytes      what diff/ holds
 //   .complete  written last: a layer without it is not one
 // and, once a session runs on it, rootfs/: a read-only overlay of its diff
@@ -14,6 +16,7 @@
 
 #include "cellgate/launcher/launcher_config.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -26,6 +29,11 @@ std::filesystem::path layers_dir(const launcher_config& config);
 // first, ending with the image's rootfs. Throws spec_error for a missing or
 // incomplete layer, or a chain deeper than max_layer_depth.
 std::vector<std::filesystem::path> layer_lowers(const std::string& parent, const launcher_config& config);
+
+// What the regular files under `dir` hold, in bytes.
+std::uint64_t files_bytes(const std::filesystem::path& dir);
+// `digits` random lower-case hex digits (at most 32), for scratch names.
+std::string random_hex(int digits);
 
 // The read-only root of layer `id`, mounted if it is not yet.
 std::filesystem::path layer_rootfs(const std::string& id, const launcher_config& config);

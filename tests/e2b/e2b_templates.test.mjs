@@ -1,7 +1,8 @@
 // Templates (issue 36) through the unmodified E2B SDK (e2b, pinned in
 // package-lock.json) against a live cellgate: Template.build() with
 // pipInstall (from the test's own index), aptInstall on fromDebianImage()
-// (from the test's own apt repository), copy (uploaded to the URL the
+// (from the test's own apt repository), fromImage (from the test's own
+// registry), copy (uploaded to the URL the
 // gateway signs), runCmd, setEnvs, setWorkdir, setUser and setStartCmd with a
 // ready check, its logs through onBuildLogs, then Sandbox.create('name:tag')
 // runs code that uses what was installed, copied and started; a second build
@@ -92,6 +93,20 @@ test('fromDebianImage with aptInstall and pipInstall, from the operator\'s mirro
   await BaseSandbox.deleteSnapshot(`${name}-debian`);
 });
 
+test('fromImage pulls from a registry the operator names', async () => {
+  const image = process.env.CG_REGISTRY_IMAGE;
+  assert.ok(image, 'CG_REGISTRY_IMAGE must be set');
+  await Template.build(Template().fromImage(image).runCmd('echo on-the-pulled-image > /opt/pulled', { user: 'root' }),
+    `${name}-pulled`);
+  const sbx = await Sandbox.create(`${name}-pulled`);
+  made.push(sbx);
+  const ex = await sbx.runCode("import os\nprint(os.environ['CGREG'], open('/opt/pulled').read().strip())");
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+  assert.equal(ex.logs.stdout.join(''), 'pulled on-the-pulled-image\n');
+  await sbx.kill();
+  await BaseSandbox.deleteSnapshot(`${name}-pulled`);
+});
+
 test('a second build of the same steps finds every layer made', async () => {
   const logs = [];
   await Template.build(analytics(), `${name}:v1`, { onBuildLogs: (e) => logs.push(e.message) });
@@ -109,7 +124,7 @@ test("a failing step fails the build with its step, its exit code and its log", 
 test('what the gateway does not do yet is refused with its reason, before anything runs', async () => {
   await assert.rejects(
     Template.build(Template().fromImage('alpine:3.20').runCmd('true'), `${name}-alpine`),
-    (e) => e.name === 'BuildError' && /registry/.test(e.message));
+    (e) => e.name === 'BuildError' && /registries/.test(e.message));
 });
 
 test('deleting the template by name ends it', async () => {

@@ -16,7 +16,9 @@ import pytest
 import requests
 
 from e2b_support import e2b_env, run_node_suite, tokens_gateway
+from support.oci_registry import oci_registry  # noqa: F401 (a fixture)
 from support.package_index import package_index  # noqa: F401 (a fixture)
+from support.prerequisites import IMAGE_STORE
 
 KEY = "e2b-tpl-" + uuid.uuid4().hex
 OTHER = "e2b-tpl-other-" + uuid.uuid4().hex
@@ -24,7 +26,7 @@ RUN = uuid.uuid4().hex[:8]  # tenants of this run's own: no earlier run's layer 
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, package_index):
+def gateway(tmp_path_factory, package_index, oci_registry):
     yield from tokens_gateway(tmp_path_factory, "templates",
                               [{"token": KEY, "tenant": "e2b-tpl-" + RUN},
                                {"token": OTHER, "tenant": "e2b-tpl-other-" + RUN}],
@@ -33,15 +35,20 @@ def gateway(tmp_path_factory, package_index):
                               "--egress-resolve", f"apt.test=127.0.0.1:{package_index.port}",
                               "--egress-pip-index-url", "http://pypi.test/simple/",
                               "--template-build-allow", "pypi.test,apt.test",
-                              "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./")
+                              "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./",
+                              "--template-registries", f"http://{oci_registry.host}")
 
 
 def _api(gw, method, path, key=KEY, **kw):
     return requests.request(method, f"{gw.url}/e2b{path}", headers={"X-API-KEY": key}, timeout=120, **kw)
 
 
-def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, package_index):
-    run_node_suite(gateway, "e2b_templates.test.mjs", e2b_env(gateway, KEY))
+def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, package_index, oci_registry):
+    env = e2b_env(gateway, KEY)
+    # fromImage of an image in the operator's registry (one on loopback, pushed here).
+    env["CG_REGISTRY_IMAGE"] = oci_registry.push_rootfs(IMAGE_STORE / "debian" / "current" / "rootfs", "e2b/deb:1",
+                                                        env=["CGREG=pulled"])
+    run_node_suite(gateway, "e2b_templates.test.mjs", env)
     assert any(p.startswith("/files/cgdemo") for p in package_index.fetched)
     assert f"/apt/{package_index.deb_name}" in package_index.fetched
     # Nothing is left: the suite deleted what it built.

@@ -349,6 +349,11 @@ def test_a_template_builds_and_runs_through_the_service(split):
     (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"python","argv":[]}}\n', "1 to 256"),
     (b'{"op":"build_step","step":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","parent":"l-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","argv":["true"]}}\n', "no layer"),
     (b'{"op":"remove_layer","layer":"../../etc"}\n', "layer id"),
+    # A registry image's pull: a reference is host/repository[:tag], never an option or another transport.
+    (b'{"op":"import_image","import":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","reference":"--src-creds=a:b"}}\n', "not an image reference"),
+    (b'{"op":"import_image","import":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","reference":"dir:/etc"}}\n', "not an image reference"),
+    (b'{"op":"import_image","import":{"layer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","reference":"127.0.0.1:5000/x","creds":"a"}}\n', "no field"),
+    (b'{"op":"import_image","import":{"layer":"../x","reference":"127.0.0.1:5000/x"}}\n', "layer id"),
     (b'not json at all\n', "one JSON object"),
     (b'', "one JSON object"),
 ])

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from support.gateway import Gateway
+from support.oci_registry import oci_registry  # noqa: F401 (a fixture)
 from support.package_index import package_index  # noqa: F401 (a fixture)
 from support.prerequisites import IMAGE_STORE, require, runtime_missing
 
@@ -544,3 +545,52 @@ def test_a_dockerfile_with_its_files_builds_the_same_steps(gw, package_index):
         # A FROM that names no built-in image is a template of the tenant's: none of that name is a 404.
         assert r.status_code == (404 if "alpine" in text else 400) and says in r.json()["message"], (text, r.text)
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/dockered:v1").status_code == 204
+
+
+@pytest.fixture(scope="module")
+def registry_gw(tmp_path_factory, oci_registry):
+    """A gateway whose tenants may keep a whole image (the module's other gateway keeps 4 MiB)."""
+    d = tmp_path_factory.mktemp("templates-registry")
+    tokens = d / "tokens.json"
+    tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "reg-" + RUN, "operator": True}]))
+    g = Gateway("--tokens-file", str(tokens), "--template-registries", f"http://{oci_registry.host}",
+                "--max-template-bytes-per-tenant", str(2048 * MiB), "--template-step-timeout", "300", token=TOKEN_A)
+    try:
+        g.start()
+        yield g
+        for t in call(g, TOKEN_A, "GET", "/v1/templates").json()["templates"]:
+            call(g, TOKEN_A, "DELETE", f"/v1/templates/{t['reference']}")
+    finally:
+        g.stop()
+        g.cleanup()
+
+
+def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(registry_gw, oci_registry):
+    """from: {"oci": …}: an image pushed to a registry on loopback (one the
+    operator names, plain HTTP) is pulled into a base layer once; its config's
+    environment is the template's, steps build on it, sessions run on it."""
+    gw = registry_gw
+    ref = oci_registry.push_rootfs(IMAGE_STORE / "debian" / "current" / "rootfs", "cellgate/deb:1",
+                                   env=["CGREG=from-the-registry", "PATH=/usr/local/bin:/usr/bin:/bin"])
+    b = build(gw, {"name": "fromreg", "from": {"oci": ref},
+                   "steps": [{"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker"]}]})
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    assert any(line.startswith(" ---> sha256:") for line in b["logs"]), b["logs"]
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "fromreg"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import os\nprint(os.environ['CGREG'], open('/opt/reg-marker').read().strip())")
+        assert out["stdout"].strip() == "from-the-registry built-on-registry", out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    again = build(gw, {"name": "fromreg", "from": {"oci": ref},
+                       "steps": [{"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker"]}]})
+    assert again["status"] == "ready" and again["cached_steps"] == 1, again
+    assert again["logs"][0].startswith("Pulling ") and again["logs"][1].startswith(" ---> cached"), again["logs"]
+    # A registry the operator does not name: 400 before anything is pulled. A missing image: the build says so.
+    r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "elsewhere", "from": {"oci": "ghcr.io/org/img:1"}})
+    assert r.status_code == 400 and "registry" in r.json()["message"], r.text
+    missing = build(gw, {"name": "missing", "from": {"oci": f"{oci_registry.host}/cellgate/nope:1"}})
+    assert missing["status"] == "error" and "pulling" in missing["failure"]["message"], missing
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/fromreg").status_code == 204

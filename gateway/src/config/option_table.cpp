@@ -706,6 +706,22 @@ std::vector<option> command_line_options() {
          .set = [](auto& c, const auto& v) {
              for (auto& e : comma_list(v)) c.templates.build_allow.push_back(e);
          }},
+        {.name = "template_registries", .section = heading::surfaces, .value = "[http://]HOST[:PORT],…",
+         .fallback = "none (a template's base is a built-in image or another template)",
+         .help = "The registries a template may take a base image from (`from: {\"oci\": \"host/repo:tag\"}`, a "
+                 "Dockerfile's `FROM host/repo:tag`, E2B's `fromImage`): pulled once per tenant and reference with "
+                 "`skopeo`, unpacked with `umoci`. `http://` marks a plain-HTTP registry (a mirror inside the "
+                 "operator's network); any other is reached over TLS, verified. Repeatable, or comma-separated.",
+         .sample = "registry.example.internal,http://127.0.0.1:5000",
+         .set = [](auto& c, const auto& v) {
+             for (auto& e : comma_list(v)) {
+                 const auto host = e.substr(e.find("://") == std::string::npos ? 0 : e.find("://") + 3);
+                 if (host.empty() || host.find('/') != std::string::npos || (e.find("://") != std::string::npos &&
+                                                                            !e.starts_with("http://") && !e.starts_with("https://")))
+                     throw config_error("template_registries entries are [http://|https://]host[:port], not '" + e + "'");
+                 c.templates.registries.push_back(e);
+             }
+         }},
         {.name = "template_apt_sources", .section = heading::surfaces, .value = "LINE",
          .fallback = "none (a base's own `/etc/apt` sources)",
          .help = "A `sources.list` line a template's build steps give apt in place of their base's own sources "

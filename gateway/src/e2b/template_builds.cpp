@@ -112,10 +112,15 @@ json base_of(const json& body) {
         return {{"image", "python"}};
     if (repo == "debian" || repo == "library/debian" || repo == "docker.io/library/debian")
         return {{"image", "debian"}};
+    // host[:port]/repository: a registry the operator may allow (the build says if it does not).
+    if (const auto slash = image.find('/'); slash != std::string::npos &&
+        image.substr(0, slash).find_first_of(".:") != std::string::npos && launcher::is_valid_image_reference(image))
+        return {{"oci", image}};
     throw api_exception(400, "fromImage '" + image.substr(0, 100) +
-                                 "': this gateway pulls no images from a registry; its bases are the Python data "
-                                 "image (fromPythonImage(), fromBaseImage()), minimal Debian 12 (fromDebianImage()) "
-                                 "and your templates (fromTemplate(…))");
+                                 "': this gateway pulls only from the registries its operator names (give the "
+                                 "image as host[:port]/repository:tag); its own bases are the Python data image "
+                                 "(fromPythonImage(), fromBaseImage()), minimal Debian 12 (fromDebianImage()) and your "
+                                 "templates (fromTemplate(…))");
 }
 
 // POST /v2/templates/{id}/builds/{build}'s body as the core's definition.

@@ -200,9 +200,14 @@ definition parse_definition(const json& body, const build_settings& settings) {
     }
     if (body.contains("from")) {
         const auto& from = body["from"];
-        only_fields(from, "'from'", {"image", "template"});
-        if (from.size() != 1) bad("'from' names one base: {\"image\": …} or {\"template\": …}");
-        if (from.contains("image")) {
+        only_fields(from, "'from'", {"image", "template", "oci"});
+        if (from.size() != 1) bad("'from' names one base: {\"image\": …}, {\"template\": …} or {\"oci\": …}");
+        if (from.contains("oci")) {
+            const auto ref = string_of(from["oci"], "from.oci", 512);
+            if (!launcher::is_valid_image_reference(ref))
+                bad("from.oci is an image in a registry: host[:port]/repository[:tag|@sha256:…]");
+            d.base = "oci:" + ref;
+        } else if (from.contains("image")) {
             d.base = string_of(from["image"], "from.image", 64);
             if (!valid_template_name(d.base)) bad("from.image names a built-in image, e.g. \"python\"");
         } else {

@@ -41,8 +41,10 @@ std::string copy_archive_path(std::size_t step_index);
 struct definition {
     std::string name;            // [a-z0-9][a-z0-9_-]{0,62}
     std::string tag = "latest";  // [A-Za-z0-9_.-]{1,64}
-    // "python" (the data image, the default), another built-in image's name,
-    // or "template:<name>[:<tag>]" of the tenant's.
+    // "python" (the data image, the default), another built-in image's name
+    // ("debian"), "template:<name>:<tag>" of the tenant's, or
+    // "oci:<host[:port]/repository[:tag]>" (an image in a registry the
+    // operator allows).
     std::string base = "python";
     std::vector<step> steps;  // packages already expanded in front
     std::optional<std::string> start_cmd, ready_cmd;

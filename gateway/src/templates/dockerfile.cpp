@@ -151,9 +151,15 @@ json base_of(const instruction& in, const std::string& image) {
     for (const char* prefix : {"docker.io/library/", "library/", "docker.io/"})
         if (repo.starts_with(prefix)) repo = repo.substr(std::string(prefix).size());
     if (repo == "python" || repo == "debian") return {{"image", repo}};
+    // host[:port]/repository: an image in a registry (the operator's list decides at build time).
+    if (const auto slash = image.find('/'); slash != std::string::npos &&
+        image.substr(0, slash).find_first_of(".:") != std::string::npos) {
+        if (!launcher::is_valid_image_reference(image)) bad(in, "'" + image.substr(0, 100) + "' is not an image reference");
+        return {{"oci", image}};
+    }
     if (!parse_reference(image))
-        bad(in, "'" + image.substr(0, 100) + "' is neither a built-in image (python, debian) nor a template of yours; "
-                "this gateway pulls no images from a registry");
+        bad(in, "'" + image.substr(0, 100) + "' is neither a built-in image (python, debian), an image in a registry "
+                "(host[:port]/repository:tag) nor a template of yours");
     return {{"template", image}};
 }
 

@@ -123,6 +123,17 @@ std::uint64_t template_store::tenant_bytes_locked(const std::string& tenant) con
     return layer_bytes_locked(tenant) + files_.bytes(tenant);
 }
 
+std::optional<bool> template_store::registry_tls(const std::string& reference) const {
+    const auto host = reference.substr(0, reference.find('/'));
+    for (const auto& entry : options_.registries) {
+        const bool plain = entry.starts_with("http://");
+        auto h = entry.substr(entry.find("://") == std::string::npos ? 0 : entry.find("://") + 3);
+        while (!h.empty() && h.back() == '/') h.pop_back();
+        if (h == host) return !plain;
+    }
+    return std::nullopt;
+}
+
 std::uint64_t template_store::files_room(const std::string& tenant) const {
     std::lock_guard lock(mutex_);
     const auto layers = layer_bytes_locked(tenant);
@@ -162,6 +173,12 @@ std::string template_store::build(const std::string& tenant, const definition& d
             throw api_exception(404, "No template '" + ref + "' of yours to build on (a base is a built-in image, "
                                      "python or debian, or one of your templates; this gateway pulls no images "
                                      "from a registry)");
+    }
+    if (d.base.starts_with("oci:") && !registry_tls(d.base.substr(4))) {
+        std::string allowed;
+        for (const auto& r : options_.registries) allowed += (allowed.empty() ? "" : ", ") + r;
+        throw api_exception(400, "'" + d.base.substr(4) + "' is not in a registry this gateway pulls from (" +
+                                     (allowed.empty() ? std::string("none is configured: --template-registries") : allowed) + ")");
     }
     if (const auto used = tenant_bytes_locked(tenant); used >= options_.max_layer_bytes_per_tenant)
         throw api_exception(413, "This tenant's template layers hold " + std::to_string(used) +
@@ -279,6 +296,57 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             base_env = it->second.env;
             inherited = it->second.layers;
         }
+    }
+    if (d.base.starts_with("oci:")) {
+        // A registry image: pulled once per tenant and reference into a base layer.
+        const auto ref = d.base.substr(4);
+        const auto tls = registry_tls(ref);
+        const auto id = sha256_hex("cellgate oci base 1\n" + b.tenant + "\n" + ref + (d.force ? "\n" + nonce : "")).substr(0, 48);
+        if (!tls) {
+            std::lock_guard lock(mutex_);
+            log(b, "cellgate: '" + ref + "' is no longer in a registry this gateway pulls from");
+            return finish(b, "error", json{{"message", "'" + ref + "' is not in a registry this gateway pulls from"}});
+        }
+        if (!layer_exists(id)) {
+            {
+                std::lock_guard lock(mutex_);
+                log(b, "Pulling " + ref);
+            }
+            try {
+                const auto r = launcher_.import_image(launcher::image_import_spec{
+                    .layer = id, .reference = ref, .tls_verify = *tls, .disk_bytes = options_.step_disk_bytes,
+                    .timeout = options_.step_timeout});
+                std::lock_guard lock(mutex_);
+                log(b, " ---> " + r.digest + " (" + std::to_string(r.layer_bytes) + " bytes, " +
+                           std::to_string(static_cast<long long>(r.ms)) + " ms)");
+                b.made.push_back(id);
+                if (tenant_bytes_locked(b.tenant) + r.layer_bytes > options_.max_layer_bytes_per_tenant) {
+                    const auto why = "the image's root (" + std::to_string(r.layer_bytes) + " bytes) would take the "
+                                     "tenant's template layers past its cap of " +
+                                     std::to_string(options_.max_layer_bytes_per_tenant) + " bytes";
+                    log(b, "cellgate: " + why);
+                    doomed_layers_.insert(b.tenant + "/" + id);
+                    finish(b, "error", json{{"message", why}});
+                    return reclaim_layers_locked();
+                }
+            } catch (const launcher::launch_error& e) {
+                if (e.error_number() != EEXIST) {
+                    std::lock_guard lock(mutex_);
+                    const auto why = std::string("pulling ") + ref + " failed: " + e.what();
+                    log(b, "cellgate: " + why);
+                    return finish(b, "error", json{{"message", why}});
+                }
+            }
+        } else {
+            std::lock_guard lock(mutex_);
+            log(b, "Pulling " + ref + "\n ---> cached (layer " + id.substr(0, 12) + ")");
+        }
+        std::ifstream in(launcher_config_.image_store / ".layers" / id / "config.json");
+        const auto config = json::parse(in, nullptr, false);
+        if (config.is_object()) base_env = config.value("env", std::map<std::string, std::string>{});
+        base_image = launcher::layer_image(id);
+        base_identity = "oci " + id + " " + (config.is_object() ? config.value("digest", "") : "");
+        inherited = {id};
     }
     if (base_identity.empty()) {
         std::error_code ec;

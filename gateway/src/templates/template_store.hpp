@@ -51,6 +51,9 @@ struct store_options {
     // Where a build's steps may connect (egress/policy.hpp entries), through
     // the proxy; empty: nowhere (steps that fetch packages fail).
     std::vector<std::string> build_allow;
+    // The registries a template may name an image of ("[http://|https://]host[:port]";
+    // http: plain HTTP, else TLS verified); empty: none.
+    std::vector<std::string> registries;
     // sources.list lines the steps' apt uses in place of the base's (empty: the base's own).
     std::vector<std::string> apt_sources;
     build_settings build;
@@ -158,6 +161,8 @@ private:
     void persist(const template_record& t) const;
     void load();
     std::uint64_t tenant_bytes_locked(const std::string& tenant) const;  // layers and uploaded archives
+    // The registry entry `reference` is in (its TLS setting), or nullopt when the operator allows none of it.
+    std::optional<bool> registry_tls(const std::string& reference) const;
     std::uint64_t layer_bytes_locked(const std::string& tenant) const;
     std::uint64_t layer_bytes(const std::string& id) const;
     bool layer_exists(const std::string& id) const;

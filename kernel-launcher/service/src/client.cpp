@@ -247,6 +247,13 @@ build_step_result client::run_build_step(const build_step_spec& spec) {
     return call(r).get<build_step_result>();
 }
 
+image_import_result client::import_image(const image_import_spec& spec) {
+    request r;
+    r.op = op::import_image;
+    r.import = spec;
+    return call(r).get<image_import_result>();
+}
+
 void client::remove_layer(const std::string& id) {
     request r;
     r.op = op::remove_layer;

@@ -17,7 +17,7 @@ const std::map<std::string, op>& ops() {
         {"exec", op::exec},         {"checkpoint", op::checkpoint}, {"restore", op::restore},
         {"snapshot", op::snapshot}, {"remove_snapshot", op::remove_snapshot},
         {"create_volume", op::create_volume}, {"volume_usage", op::volume_usage}, {"remove_volume", op::remove_volume},
-        {"build_step", op::build_step}, {"remove_layer", op::remove_layer}};
+        {"build_step", op::build_step}, {"remove_layer", op::remove_layer}, {"import_image", op::import_image}};
     return table;
 }
 
@@ -42,7 +42,8 @@ const std::map<op, std::set<std::string>>& fields() {
         {op::volume_usage, {"volume"}},
         {op::remove_volume, {"volume"}},
         {op::build_step, {"step"}},
-        {op::remove_layer, {"layer"}}};
+        {op::remove_layer, {"layer"}},
+        {op::import_image, {"import"}}};
     return table;
 }
 
@@ -144,6 +145,12 @@ request parse_request(std::string_view line) {
         if (r.step.parent.find('/') != std::string::npos) throw spec_error("a build step's parent is a name, not a path");
         break;
     }
+    case op::import_image: {
+        const auto it = j.find("import");
+        if (it == j.end() || !it->is_object()) throw bad_request("'import' must be an object");
+        r.import = it->get<image_import_spec>();  // strict: spec_error on anything unknown
+        break;
+    }
     case op::remove_layer: {
         const auto it = j.find("layer");
         if (it == j.end() || !it->is_string() || !is_valid_layer_id(it->get<std::string>()))
@@ -217,6 +224,7 @@ json to_json(const request& r) {
     case op::remove_volume: j["volume"] = r.volume; break;
     case op::build_step: j["step"] = r.step; break;
     case op::remove_layer: j["layer"] = r.layer; break;
+    case op::import_image: j["import"] = r.import; break;
     case op::usage:
         j["id"] = r.id;
         j["reset_peak"] = r.reset_peak;

@@ -1,8 +1,10 @@
 #pragma once
 
+#include "cellgate/launcher/launch_error.hpp"
 #include "cellgate/launcher/sandbox_launcher.hpp"
 #include "fake_kernel.hpp"
 
+#include <cerrno>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -47,6 +49,9 @@ public:
     void remove_volume(const std::string& volume) override;
     launcher::build_step_result run_build_step(const launcher::build_step_spec& spec) override;
     void remove_layer(const std::string&) override {}
+    launcher::image_import_result import_image(const launcher::image_import_spec&) override {
+        throw launcher::launch_error("import-image", "the fake launcher pulls no images", ENOSYS);
+    }
 
     // --- what a test sets
     // The next `n` launches throw: launch_error (the sandbox failed), or

@@ -62,7 +62,9 @@ TEST(Dockerfile, substitutes_args_and_env_where_docker_does) {
 
 TEST(Dockerfile, a_from_naming_no_builtin_image_is_a_template_of_the_tenants) {
     EXPECT_EQ(dockerfile_definition("FROM analytics:v2\n", "", {})["from"], json({{"template", "analytics:v2"}}));
-    EXPECT_TRUE(contains(refusal("FROM ghcr.io/org/img:1\n"), "registry"));
+    EXPECT_EQ(dockerfile_definition("FROM ghcr.io/org/img:1\n", "", {})["from"], json({{"oci", "ghcr.io/org/img:1"}}));
+    EXPECT_EQ(dockerfile_definition("FROM 127.0.0.1:5000/team/base\n", "", {})["from"], json({{"oci", "127.0.0.1:5000/team/base"}}));
+    EXPECT_TRUE(contains(refusal("FROM Upper/Case\n"), "registry"));
 }
 
 TEST(Dockerfile, entrypoint_then_cmd_is_the_start_command) {

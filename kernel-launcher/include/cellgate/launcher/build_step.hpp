@@ -59,6 +59,38 @@ struct build_step_result {
     double ms = 0;
 };
 
+// A registry image as a base layer (sandbox_launcher::import_image): pulled
+// with skopeo, unpacked with umoci as the image's own ids, and given what a
+// sandbox needs of cellgate where the image lacks it (its entry points and
+// tini from the built-in python image, the mount points, the kernel's user,
+// /home/user). Its sessions and steps still need the image's own Python 3
+// (and ipykernel, for sessions). The layer's config.json keeps the image
+// config's Env, WorkingDir and User.
+struct image_import_spec {
+    std::string layer;      // the new layer's id; a layer that exists already is an error (EEXIST)
+    // "host[:port]/repository[:tag|@sha256:<hex>]", at most 512 bytes. The
+    // caller decides which registries may be named.
+    std::string reference;
+    bool tls_verify = true;                 // false: a plain-HTTP registry
+    std::uint64_t disk_bytes = 8ull << 30;  // what the pulled image and its root may take together
+    std::chrono::milliseconds timeout{600000};
+};
+
+struct image_import_result {
+    std::string digest;                      // the manifest's, "sha256:…"
+    std::map<std::string, std::string> env;  // the image config's Env
+    std::string workdir, user;               // its WorkingDir and User ("" when unset)
+    std::uint64_t layer_bytes = 0;
+    double ms = 0;
+};
+
+bool is_valid_image_reference(std::string_view ref);
+
+void to_json(nlohmann::json& j, const image_import_spec& s);
+void from_json(const nlohmann::json& j, image_import_spec& s);
+void to_json(nlohmann::json& j, const image_import_result& r);
+void from_json(const nlohmann::json& j, image_import_result& r);
+
 void to_json(nlohmann::json& j, const build_step_spec& s);
 void from_json(const nlohmann::json& j, build_step_spec& s);
 void to_json(nlohmann::json& j, const build_step_result& r);

@@ -69,6 +69,7 @@ public:
     void remove_volume(const std::string& volume) override;
     build_step_result run_build_step(const build_step_spec& spec) override;
     void remove_layer(const std::string& id) override;
+    image_import_result import_image(const image_import_spec& spec) override;
 
     const launcher_config& config() const noexcept { return config_; }
 

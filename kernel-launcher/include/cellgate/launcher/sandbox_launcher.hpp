@@ -109,6 +109,11 @@ public:
     // spec is wrong or its parent is no layer; launch_error EEXIST: the
     // layer exists already.
     virtual build_step_result run_build_step(const build_step_spec& spec) = 0;
+    // Pulls a registry image into base layer spec.layer (build_step.hpp).
+    // Blocks for as long as the pull runs (up to its time limit).
+    // spec_error: a bad reference; launch_error EEXIST: the layer exists;
+    // launch_error: the pull or unpack failed (its message says why).
+    virtual image_import_result import_image(const image_import_spec& spec) = 0;
     // Removes layer `id` (its read-only root unmounted first). Idempotent.
     // The caller makes sure no sandbox runs on it and no layer stands on it.
     virtual void remove_layer(const std::string& id) = 0;

@@ -39,7 +39,8 @@ constexpr std::size_t max_reply_bytes = 64u << 20;
 
 enum class op {
     create, validate, signal, status, list, remove, set_cpu_shares, usage, reap, exec, checkpoint, restore,
-    snapshot, remove_snapshot, create_volume, volume_usage, remove_volume, build_step, remove_layer
+    snapshot, remove_snapshot, create_volume, volume_usage, remove_volume, build_step, remove_layer,
+    import_image
 };
 
 struct request {
@@ -51,6 +52,7 @@ struct request {
     std::uint64_t bytes = 0;           // create_volume
     build_step_spec step;              // build_step
     std::string layer;                 // remove_layer
+    image_import_spec import;          // import_image
     exec_spec process;                 // exec ("process": argv, cwd, env, tty, rows, cols, stdin)
     int signal = 0;                    // SIGINT, SIGTERM or SIGKILL
     bool keep_workspace = false;       // remove
@@ -105,6 +107,7 @@ public:
     void remove_volume(const std::string& volume) override;
     build_step_result run_build_step(const build_step_spec& spec) override;
     void remove_layer(const std::string& id) override;
+    image_import_result import_image(const image_import_spec& spec) override;
 
 private:
     nlohmann::json call(const request& r) const;

@@ -1,0 +1,211 @@
+// A registry image as a template's base layer (build_step.hpp:
+// image_import_spec): skopeo copies it into an OCI layout, umoci unpacks its
+// root as the image's own ids, and what a sandbox needs of cellgate is added
+// where the image lacks it. Everything it writes first lands on a scratch
+// file system of spec.disk_bytes, so a huge image fills no host disk.
+#include "cellgate/launcher/build_step.hpp"
+#include "cellgate/launcher/launch_error.hpp"
+#include "cellgate/launcher/launcher.hpp"
+#include "command.hpp"
+#include "host_fs.hpp"
+#include "launcher_internal.hpp"
+#include "layers.hpp"
+#include "spec_validation.hpp"
+#include "workspace.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
+
+namespace cellgate::launcher {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* step = "import-image";
+
+json read_json(const fs::path& p) {
+    auto j = json::parse(read_file(p, 16u << 20), nullptr, false);
+    if (j.is_discarded()) throw launch_error(step, "the pulled image's " + p.filename().string() + " is not JSON");
+    return j;
+}
+
+fs::path blob(const fs::path& layout, const std::string& digest) {
+    static const std::regex sha(R"(sha256:[0-9a-f]{64})");
+    if (!std::regex_match(digest, sha)) throw launch_error(step, "the pulled image names a blob '" + digest.substr(0, 80) + "'");
+    return layout / "blobs" / "sha256" / digest.substr(7);
+}
+
+// What a sandbox needs that the image may lack: the mount points, the
+// kernel's user (uid 1000), /home/user as the workspace, cellgate's entry
+// points and tini (from the built-in python image, whose glibc they need).
+void add_runtime(const fs::path& root, const launcher_config& cfg) {
+    std::error_code ec;
+    for (const char* d : {"workspace", "run/kernel", "run/egress", "volumes", "tmp", "proc", "sys", "dev", "opt/cellgate", "home"})
+        fs::create_directories(root / d, ec);
+    ::chmod((root / "tmp").c_str(), 01777);
+    if (!fs::exists(root / "home/user", ec) && !fs::is_symlink(root / "home/user", ec))
+        fs::create_symlink("/workspace", root / "home/user", ec);
+    const auto python = resolve_image("python", cfg);
+    for (const char* f : {"cellgate-kernel", "cellgate-context", "cellgate-egress", "cellgate-zygote"})
+        fs::copy_file(python / "opt/cellgate" / f, root / "opt/cellgate" / f, fs::copy_options::overwrite_existing, ec);
+    if (!fs::exists(root / "usr/bin/tini", ec)) {
+        fs::create_directories(root / "usr/bin", ec);
+        fs::copy_file(python / "usr/bin/tini", root / "usr/bin/tini", ec);
+    }
+    auto has_uid_1000 = [&](const fs::path& passwd) {
+        std::ifstream in(passwd);
+        for (std::string line; std::getline(in, line);) {
+            const auto a = line.find(':'), b = line.find(':', a + 1), c = line.find(':', b + 1);
+            if (a != std::string::npos && c != std::string::npos && line.substr(b + 1, c - b - 1) == "1000") return true;
+        }
+        return false;
+    };
+    fs::create_directories(root / "etc", ec);
+    if (!has_uid_1000(root / "etc/passwd")) {
+        std::ofstream(root / "etc/passwd", std::ios::app) << "kernel:x:1000:1000:cellgate kernel:/home/user:/bin/sh\n";
+        std::ofstream(root / "etc/group", std::ios::app) << "kernel:x:1000:\n";
+    }
+}
+
+}  // namespace
+
+bool is_valid_image_reference(std::string_view ref) {
+    static const std::regex form(
+        R"([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?)");
+    return !ref.empty() && ref.size() <= 512 && std::regex_match(ref.begin(), ref.end(), form);
+}
+
+void to_json(json& j, const image_import_spec& s) {
+    j = {{"layer", s.layer}, {"reference", s.reference}, {"tls_verify", s.tls_verify},
+         {"disk_bytes", s.disk_bytes}, {"timeout_ms", s.timeout.count()}};
+}
+
+void from_json(const json& j, image_import_spec& s) {
+    static const std::set<std::string> known = {"layer", "reference", "tls_verify", "disk_bytes", "timeout_ms"};
+    if (!j.is_object()) throw spec_error("an image import is a JSON object");
+    for (const auto& [key, value] : j.items())
+        if (known.count(key) == 0) throw spec_error("an image import has no field '" + key.substr(0, 64) + "'");
+    try {
+        s.layer = j.at("layer").get<std::string>();
+        s.reference = j.at("reference").get<std::string>();
+        s.tls_verify = j.value("tls_verify", true);
+        s.disk_bytes = j.value("disk_bytes", std::uint64_t{8} << 30);
+        s.timeout = std::chrono::milliseconds(j.value("timeout_ms", std::int64_t{600000}));
+    } catch (const nlohmann::json::exception& e) {
+        throw spec_error(std::string("an image import's fields have the wrong types: ") + e.what());
+    }
+}
+
+void to_json(json& j, const image_import_result& r) {
+    j = {{"digest", r.digest}, {"env", r.env}, {"workdir", r.workdir}, {"user", r.user},
+         {"layer_bytes", r.layer_bytes}, {"ms", r.ms}};
+}
+
+void from_json(const json& j, image_import_result& r) {
+    r.digest = j.value("digest", std::string());
+    r.env = j.value("env", std::map<std::string, std::string>{});
+    r.workdir = j.value("workdir", std::string());
+    r.user = j.value("user", std::string());
+    r.layer_bytes = j.value("layer_bytes", std::uint64_t{0});
+    r.ms = j.value("ms", 0.0);
+}
+
+image_import_result launcher::impl::import_image(const image_import_spec& s) {
+    const auto t0 = clock_type::now();
+    if (!is_valid_layer_id(s.layer)) throw spec_error("a layer id is 48 lower-case hex digits");
+    if (!is_valid_image_reference(s.reference))
+        throw spec_error("'" + s.reference.substr(0, 100) + "' is not an image reference (host[:port]/repository[:tag|@sha256:…])");
+    if (s.timeout < std::chrono::seconds(1) || s.timeout > std::chrono::hours(24))
+        throw spec_error("an image import's time limit is between 1 s and 24 h");
+    if (s.disk_bytes < (64ull << 20) || s.disk_bytes > cfg.max_limits.workspace_bytes)
+        throw spec_error("an image import's disk is between 64 MiB and " + std::to_string(cfg.max_limits.workspace_bytes) + " bytes");
+    const fs::path store = layers_dir(cfg);
+    const fs::path final_dir = store / s.layer;
+    std::error_code ec;
+    if (fs::exists(final_dir, ec)) throw launch_error(step, "layer " + s.layer + " exists already", EEXIST);
+    fs::create_directories(cfg.image_store, ec);
+    make_dir(step, store, 0755);
+
+    const std::string id = "i-" + s.layer.substr(0, 12) + "-" + random_hex(8);
+    const fs::path tmp = store / (".tmp-" + id);
+    const fs::path dir = cfg.state_dir / "imports" / id;
+    const fs::path scratch_image = store / (".tmp-" + id + ".img");
+    teardown_guard guard;
+    guard.add([&] {
+        for (const auto& m : mounts_under(dir)) unmount("teardown", m);
+        fs::remove_all(dir, ec);
+        fs::remove_all(tmp, ec);
+        fs::remove(scratch_image, ec);
+    });
+    fs::create_directories(dir.parent_path(), ec);
+    make_dir(step, dir, 0700, true);
+    make_ext4_image(scratch_image, s.disk_bytes, 0, 0, "import");
+    const auto mounted = run_command({"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", scratch_image.string(), dir.string()},
+                                     std::chrono::seconds(30));
+    if (mounted.exit_code != 0) throw launch_error(step, "mounting the import's scratch file system: " + mounted.output);
+    const auto deadline = clock_type::now() + s.timeout;
+    auto left = [&] {
+        return std::max(std::chrono::milliseconds(1000),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()));
+    };
+
+    // The pull: no signature policy is asked for (the operator names the registries).
+    const auto layout = dir / "oci";
+    std::vector<std::string> pull = {"skopeo", "--insecure-policy", "copy", "--retry-times", "0"};
+    if (!s.tls_verify) pull.push_back("--src-tls-verify=false");
+    pull.push_back("docker://" + s.reference);
+    pull.push_back("oci:" + layout.string() + ":image");
+    const auto pulled = run_command(pull, left());
+    if (pulled.exit_code != 0)
+        throw launch_error(step, "pulling " + s.reference + (pulled.timed_out ? ": timed out" : ": " + pulled.output.substr(0, 2000)));
+    const auto root = dir / "rootfs";
+    const auto unpacked = run_command({"umoci", "raw", "unpack", "--image", layout.string() + ":image", root.string()}, left());
+    if (unpacked.exit_code != 0)
+        throw launch_error(step, "unpacking " + s.reference + (unpacked.timed_out ? ": timed out" : ": " + unpacked.output.substr(0, 2000)));
+
+    image_import_result out;
+    const auto index = read_json(layout / "index.json");
+    if (!index.contains("manifests") || !index["manifests"].is_array() || index["manifests"].empty())
+        throw launch_error(step, "the pulled image has no manifest");
+    out.digest = index["manifests"][0].value("digest", "");
+    const auto manifest = read_json(blob(layout, out.digest));
+    const auto config = read_json(blob(layout, manifest.value("config", json::object()).value("digest", "")));
+    const auto& c = config.value("config", json::object());
+    for (const auto& e : c.value("Env", json::array()))
+        if (e.is_string()) {
+            const auto v = e.get<std::string>();
+            const auto eq = v.find('=');
+            if (eq != std::string::npos && eq > 0 && !v.starts_with("CELLGATE_")) out.env[v.substr(0, eq)] = v.substr(eq + 1);
+        }
+    if (out.env.size() > 256) throw launch_error(step, "the image sets more than 256 environment variables");
+    out.workdir = c.value("WorkingDir", "");
+    out.user = c.value("User", "");
+    if (!fs::exists(root / "bin/sh", ec) && !fs::is_symlink(root / "bin/sh", ec))
+        throw launch_error(step, s.reference + " has no /bin/sh: a template's steps and start command need a shell");
+    add_runtime(root, cfg);
+
+    make_dir(step, tmp, 0700, true);
+    const auto copied = run_command({"cp", "-a", "--no-target-directory", root.string(), (tmp / "diff").string()}, left());
+    if (copied.exit_code != 0) throw launch_error(step, "copying the image's root into its layer: " + copied.output);
+    out.layer_bytes = files_bytes(tmp / "diff");
+    write_file(step, tmp / "parent", "base " + out.digest + "\n", 0644);
+    write_file(step, tmp / "config.json", json{{"reference", s.reference}, {"digest", out.digest}, {"env", out.env},
+                                               {"workdir", out.workdir}, {"user", out.user}}.dump(), 0644);
+    write_file(step, tmp / "bytes", std::to_string(out.layer_bytes) + "\n", 0644);
+    write_file(step, tmp / ".complete", "", 0644);
+    ::chmod(tmp.c_str(), 0755);
+    if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
+        throw launch_error(step, "layer " + s.layer + " exists already", errno == ENOTEMPTY ? EEXIST : errno);
+    out.ms = ms_since(t0);
+    return out;
+}
+
+image_import_result launcher::import_image(const image_import_spec& spec) { return impl_->import_image(spec); }
+
+}  // namespace cellgate::launcher
