@@ -456,10 +456,12 @@ def test_a_start_command_runs_and_its_ready_check_passes_before_the_first_cell(g
         call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
 
     # A check that never passes: the session does not start, and says why.
-    b = build(gw, {"name": "neverready", "start_cmd": "echo starting; exit 3", "ready_cmd": "false"})
+    b = build(gw, {"name": "neverready", "start_cmd": "echo starting; exit 3", "ready_cmd": "false",
+                   "kernel": {"start_timeout_s": 6}})
     assert b["status"] == "ready", b
     r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "neverready"}, timeout=120)
-    assert r.status_code >= 500 and "ready check" in r.text, r.text
+    assert r.status_code >= 500 and "ready check did not pass in 3 s: false" in r.text, r.text
+    assert "starting" in r.text, r.text  # the start command's own output, its log's tail
     for name in ("served", "neverready"):
         call(gw, TOKEN_A, "DELETE", f"/v1/templates/{name}")
 

@@ -290,7 +290,13 @@ definition parse_definition(const json& body, const build_settings& settings) {
     }
     if (body.contains("kernel")) {
         const auto& k = body["kernel"];
-        only_fields(k, "'kernel'", {"language", "preload", "pool"});
+        only_fields(k, "'kernel'", {"language", "preload", "pool", "start_timeout_s"});
+        if (k.contains("start_timeout_s")) {
+            if (!k["start_timeout_s"].is_number_unsigned() || k["start_timeout_s"].get<std::uint64_t>() < 1 ||
+                k["start_timeout_s"].get<std::uint64_t>() > 300)
+                bad("kernel.start_timeout_s is 1 to 300 seconds");
+            d.start_timeout_s = k["start_timeout_s"].get<std::uint32_t>();
+        }
         if (k.contains("language") && string_of(k["language"], "kernel.language", 32) != "python")
             bad("kernel.language: this gateway's templates run Python kernels");
         if (k.contains("preload")) {
@@ -407,6 +413,7 @@ json to_json(const definition& d) {
               {"pool", d.pool}, {"force", d.force}};
     if (d.start_cmd) j["start_cmd"] = *d.start_cmd;
     if (d.ready_cmd) j["ready_cmd"] = *d.ready_cmd;
+    if (d.start_timeout_s) j["start_timeout_s"] = *d.start_timeout_s;
     json r = json::object();
     if (d.cpu_millis) r["cpu_millis"] = *d.cpu_millis;
     if (d.memory_bytes) r["memory_bytes"] = *d.memory_bytes;

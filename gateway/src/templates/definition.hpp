@@ -52,6 +52,8 @@ struct definition {
     std::optional<std::uint64_t> memory_bytes, workspace_bytes;
     std::vector<std::string> preload;  // Python modules the kernel imports before its first cell
     std::uint32_t pool = 0;            // warm sandboxes kept for it
+    // How long a sandbox's start may take, its ready check included (1 to 300 s); unset: the gateway's.
+    std::optional<std::uint32_t> start_timeout_s;
     bool force = false;                // every step rebuilt
 };
 

@@ -588,6 +588,7 @@ void template_store::register_kernelspec(const template_record& t) {
     k.owner = t.tenant;
     k.image_env = t.env;
     if (!t.def.preload.empty()) k.preload = t.def.preload;
+    if (t.def.start_timeout_s) k.start_timeout = std::chrono::seconds(*t.def.start_timeout_s);
     k.start_cmd = t.def.start_cmd.value_or("");
     k.ready_cmd = t.def.ready_cmd.value_or("");
     if (t.workdir != "/") k.start_dir = t.workdir;
@@ -641,6 +642,7 @@ void template_store::load() {
                     t.def.steps.push_back({.type = s.at("type"), .args = s.at("args"), .force = s.value("force", false), .files = s.value("files", ""), .digest = {}});
                 t.def.preload = def.value("preload", std::vector<std::string>{});
                 t.def.pool = def.value("pool", 0u);
+                if (def.contains("start_timeout_s")) t.def.start_timeout_s = def["start_timeout_s"].get<std::uint32_t>();
                 if (def.contains("start_cmd")) t.def.start_cmd = def["start_cmd"].get<std::string>();
                 if (def.contains("ready_cmd")) t.def.ready_cmd = def["ready_cmd"].get<std::string>();
                 const auto r = def.value("resources", json::object());
