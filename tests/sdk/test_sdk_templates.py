@@ -71,3 +71,29 @@ def test_the_cli_builds_lists_and_removes_templates(gateway, word, tmp_path):
     definition.write_text(json.dumps({"name": f"cli-bad-{word}", "steps": [{"type": "RUN", "args": ["exit 9"]}]}))
     r = sdk_support.run_cli(gateway, "template", "build", definition)
     assert r.returncode == 1 and "exited with code 9" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_files_copy_steps_a_dockerfile_and_a_start_command(gateway, word, tmp_path):
+    from cellgate import copy
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.py").write_text(f"print('{word}')\n")
+    build = build_template(f"sdk-copy-{word}", files=tmp_path,
+                           steps=[copy("app/", "/opt/app/", owner="user", mode=0o644)],
+                           start_cmd="echo started > /tmp/started", ready_cmd="test -f /tmp/started",
+                           url=gateway.url, token=gateway.token)
+    assert build["status"] == "ready" and build["built_steps"] == 1, build
+    with Sandbox(gateway.url, gateway.token, template=f"sdk-copy-{word}") as sb:
+        ex = sb.run_code("import subprocess\n"
+                         "print(subprocess.run(['python3', '/opt/app/main.py'], capture_output=True, text=True).stdout.strip())\n"
+                         "print(open('/tmp/started').read().strip())")
+        assert ex.logs.stdout == f"{word}\nstarted\n", ex.logs
+    dockerfile = f"FROM python\nARG WORD=x\nCOPY app/main.py /opt/main.py\nRUN echo $WORD > /opt/word\n"
+    build = build_template(f"sdk-docker-{word}", files=tmp_path, dockerfile=dockerfile, build_args={"WORD": word},
+                           url=gateway.url, token=gateway.token)
+    assert build["status"] == "ready", build
+    with Sandbox(gateway.url, gateway.token, template=f"sdk-docker-{word}") as sb:
+        assert sb.run_code("print(open('/opt/word').read().strip())").logs.stdout == f"{word}\n"
+    with pytest.raises(ValueError):
+        build_template(f"sdk-nofiles-{word}", steps=[copy("a", "/b")], url=gateway.url, token=gateway.token)
+    for n in (f"sdk-copy-{word}", f"sdk-docker-{word}"):
+        delete_template(n, gateway.url, gateway.token)

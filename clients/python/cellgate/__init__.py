@@ -15,8 +15,8 @@ from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnectio
                      SessionInfo, Snapshot, Truncated, Volume, VolumeMount)
 from .sandbox import (ForkResult, Sandbox, create_volume, delete_snapshot, delete_volume, get_snapshot, get_volume,
                       list_snapshots, list_volumes, run_once)
-from .templates import (TemplateBuildError, TemplateNotFound, build_template, delete_template, get_template,
-                        list_templates)
+from .templates import (TemplateBuildError, TemplateNotFound, build_template, copy, delete_template, get_template,
+                        list_templates, upload_files)
 
 __version__ = "0.1.0"
 
@@ -24,6 +24,7 @@ __all__ = [
     "Sandbox", "run_once", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
     "create_volume", "list_volumes", "get_volume", "delete_volume",
     "build_template", "list_templates", "get_template", "delete_template", "TemplateBuildError", "TemplateNotFound",
+    "copy", "upload_files",
     "CommandExitError", "CommandHandle", "CommandResult",
     "Execution", "ExecutionError", "FileInfo", "Logs", "NetworkConnection", "NetworkPolicy", "Result",
     "SessionInfo", "Snapshot", "Truncated", "Volume", "VolumeMount",

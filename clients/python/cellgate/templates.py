@@ -7,7 +7,11 @@ started by name (the gateway's docs/templates.md).
     with Sandbox(template="analytics:v1") as sb:
         sb.run_code("import duckdb")
 """
+import hashlib
+import io
 import json
+import os
+import tarfile
 
 from ._http import Client, close_response, iter_sse, quote_path
 from .errors import CellgateError, NotFound
@@ -28,6 +32,16 @@ class TemplateBuildError(CellgateError):
         super().__init__(None, "build_failed", self.failure.get("message", "the build failed"))
 
 
+def copy(src, dest, owner=None, mode=None):
+    """A COPY step: ``src`` (a path or glob in ``files``) to ``dest`` in the
+    image, owned by ``owner`` ("root", "user" or a uid; default the current
+    USER) with file mode ``mode`` (e.g. 0o644)."""
+    args = [src, dest, owner or "", format(mode, "04o") if mode is not None else ""]
+    while args and args[-1] == "":
+        args.pop()
+    return {"type": "COPY", "args": args}
+
+
 def _step(s):
     """A step: a dict as the gateway takes it, or a string (a RUN as root)."""
     if isinstance(s, str):
@@ -35,14 +49,47 @@ def _step(s):
     return dict(s)
 
 
+def _archive(files):
+    """``files`` as a gzip'd tar: a directory's contents, or bytes of a tar already."""
+    if isinstance(files, (bytes, bytearray)):
+        return bytes(files)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for entry in sorted(os.listdir(files)):
+            tar.add(os.path.join(files, entry), arcname=entry)
+    return buf.getvalue()
+
+
+def upload_files(files, url=None, token=None):
+    """Uploads ``files`` (a directory, or a tar archive's bytes) for COPY steps
+    and Dockerfiles; returns its key (derived from its bytes: the same files
+    are uploaded once)."""
+    client = Client(url, token)
+    data = _archive(files)
+    key = "py-" + hashlib.sha256(data).hexdigest()[:48]
+    try:
+        client.request("GET", f"/v1/templates/files/{key}")
+    except NotFound:
+        client.request("PUT", f"/v1/templates/files/{key}", body=data,
+                       headers={"Content-Type": "application/octet-stream"}, timeout=600)
+    return key
+
+
 def build_template(name, *, steps=None, packages=None, base=None, kernel=None, resources=None, force=False,
+                   files=None, dockerfile=None, build_args=None, start_cmd=None, ready_cmd=None,
                    on_log=None, url=None, token=None, timeout=1800):
     """Builds template ``name`` ("name" or "name:tag") and waits for it.
 
     ``steps``: RUN commands (strings) or step dicts (``{"type": "ENV", "args":
     ["K", "V"]}``, WORKDIR, USER); ``packages``: ``{"apt": [...], "pip": [...],
     "npm": [...]}``, installed ahead of the steps; ``base``: a built-in image
-    ("python", the default) or another template of yours ("template:name:tag");
+    ("python", the default; "debian"), another template of yours
+    ("template:name:tag") or an image in a registry the operator names
+    ("oci:host/repo:tag"); ``files``: a directory (or a tar's bytes) the COPY
+    steps (``copy(src, dest)``) and the Dockerfile copy from, uploaded first;
+    ``dockerfile``: a single-stage Dockerfile's text in place of ``steps``,
+    with ``build_args``; ``start_cmd``, ``ready_cmd``: run in each sandbox
+    before its kernel, which starts once ``ready_cmd`` exits 0;
     ``kernel``: ``{"preload": [...], "pool": n}``; ``resources``:
     ``{"cpu_millis", "memory_bytes", "workspace_bytes"}``; ``force`` builds
     every step again. ``on_log(line)`` gets the build's log as it comes.
@@ -51,12 +98,32 @@ def build_template(name, *, steps=None, packages=None, base=None, kernel=None, r
     definition, 429 or 413 past the tenant's caps."""
     body = {"name": name}
     if base:
-        body["from"] = {"template": base[len("template:"):]} if base.startswith("template:") else {"image": base}
+        if base.startswith("template:"):
+            body["from"] = {"template": base[len("template:"):]}
+        elif base.startswith("oci:"):
+            body["from"] = {"oci": base[len("oci:"):]}
+        else:
+            body["from"] = {"image": base}
+    files_key = upload_files(files, url, token) if files is not None else None
+    if dockerfile is not None:
+        body["dockerfile"] = dockerfile
+        if files_key:
+            body["files"] = files_key
+        if build_args:
+            body["build_args"] = build_args
+    for field, value in (("start_cmd", start_cmd), ("ready_cmd", ready_cmd)):
+        if value is not None:
+            body[field] = value
     for key, value in (("packages", packages), ("kernel", kernel), ("resources", resources)):
         if value is not None:
             body[key] = value
     if steps is not None:
         body["steps"] = [_step(s) for s in steps]
+        for s in body["steps"]:
+            if s.get("type", "").upper() == "COPY" and "files" not in s:
+                if files_key is None:
+                    raise ValueError("a COPY step copies from files=: give build_template the directory")
+                s["files"] = files_key
     if force:
         body["force"] = True
     client = Client(url, token)
