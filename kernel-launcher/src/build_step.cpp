@@ -152,12 +152,8 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
     }
     const auto lowers = layer_lowers(s.parent, cfg);
     if (lowers.size() > max_layer_depth) throw spec_error("a template stacks at most 64 layers");
-    const fs::path store = layers_dir(cfg);
-    const fs::path final_dir = store / s.layer;
+    const fs::path store = new_layer_store(s.layer, cfg, step);
     std::error_code ec;
-    if (fs::exists(final_dir, ec)) throw launch_error(step, "layer " + s.layer + " exists already", EEXIST);
-    fs::create_directories(cfg.image_store, ec);
-    make_dir(step, store, 0755);
 
     const std::string id = "b-" + s.layer.substr(0, 12) + "-" + random_hex(8);
     const fs::path tmp = store / (".tmp-" + id);
@@ -239,15 +235,9 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
                                          (tmp / "diff").string()},
                                         std::chrono::minutes(30));
         if (copied.exit_code != 0) throw launch_error(step, "copying the layer out of the step: " + copied.output);
-        out.layer_bytes = files_bytes(tmp / "diff");
         const auto parent = s.parent.starts_with("l-") ? "layer " + s.parent.substr(2)
                                                         : "image " + lowers.back().string();
-        write_file(step, tmp / "parent", parent + "\n", 0644);
-        write_file(step, tmp / "bytes", std::to_string(out.layer_bytes) + "\n", 0644);
-        write_file(step, tmp / ".complete", "", 0644);
-        ::chmod(tmp.c_str(), 0755);
-        if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
-            throw launch_error(step, "layer " + s.layer + " exists already", errno == ENOTEMPTY ? EEXIST : errno);
+        out.layer_bytes = seal_layer(tmp, s.layer, parent, cfg, step);
     }
     out.ms = ms_since(t0);
     return out;  // the guard removes the step's dir, what is left of tmp, and frees the slot

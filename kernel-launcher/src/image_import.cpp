@@ -125,13 +125,8 @@ image_import_result launcher::impl::import_image(const image_import_spec& s) {
         throw spec_error("an image import's time limit is between 1 s and 24 h");
     if (s.disk_bytes < (64ull << 20) || s.disk_bytes > cfg.max_limits.workspace_bytes)
         throw spec_error("an image import's disk is between 64 MiB and " + std::to_string(cfg.max_limits.workspace_bytes) + " bytes");
-    const fs::path store = layers_dir(cfg);
-    const fs::path final_dir = store / s.layer;
+    const fs::path store = new_layer_store(s.layer, cfg, step);
     std::error_code ec;
-    if (fs::exists(final_dir, ec)) throw launch_error(step, "layer " + s.layer + " exists already", EEXIST);
-    fs::create_directories(cfg.image_store, ec);
-    make_dir(step, store, 0755);
-
     const std::string id = "i-" + s.layer.substr(0, 12) + "-" + random_hex(8);
     const fs::path tmp = store / (".tmp-" + id);
     const fs::path dir = cfg.state_dir / "imports" / id;
@@ -193,15 +188,9 @@ image_import_result launcher::impl::import_image(const image_import_spec& s) {
     make_dir(step, tmp, 0700, true);
     const auto copied = run_command({"cp", "-a", "--no-target-directory", root.string(), (tmp / "diff").string()}, left());
     if (copied.exit_code != 0) throw launch_error(step, "copying the image's root into its layer: " + copied.output);
-    out.layer_bytes = files_bytes(tmp / "diff");
-    write_file(step, tmp / "parent", "base " + out.digest + "\n", 0644);
     write_file(step, tmp / "config.json", json{{"reference", s.reference}, {"digest", out.digest}, {"env", out.env},
                                                {"workdir", out.workdir}, {"user", out.user}}.dump(), 0644);
-    write_file(step, tmp / "bytes", std::to_string(out.layer_bytes) + "\n", 0644);
-    write_file(step, tmp / ".complete", "", 0644);
-    ::chmod(tmp.c_str(), 0755);
-    if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
-        throw launch_error(step, "layer " + s.layer + " exists already", errno == ENOTEMPTY ? EEXIST : errno);
+    out.layer_bytes = seal_layer(tmp, s.layer, "base " + out.digest, cfg, step);
     out.ms = ms_since(t0);
     return out;
 }

@@ -11,6 +11,7 @@
 #include <linux/mount.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,6 +91,27 @@ bool is_valid_layer_id(std::string_view id) {
 }
 
 fs::path layers_dir(const launcher_config& config) { return config.image_store / ".layers"; }
+
+fs::path new_layer_store(const std::string& id, const launcher_config& config, const std::string& step) {
+    const fs::path store = layers_dir(config);
+    std::error_code ec;
+    if (fs::exists(store / id, ec)) throw launch_error(step, "layer " + id + " exists already", EEXIST);
+    fs::create_directories(config.image_store, ec);
+    make_dir(step, store, 0755);
+    return store;
+}
+
+std::uint64_t seal_layer(const fs::path& tmp, const std::string& id, const std::string& parent,
+                         const launcher_config& config, const std::string& step) {
+    const auto bytes = files_bytes(tmp / "diff");
+    write_file(step, tmp / "parent", parent + "\n", 0644);
+    write_file(step, tmp / "bytes", std::to_string(bytes) + "\n", 0644);
+    write_file(step, tmp / ".complete", "", 0644);
+    ::chmod(tmp.c_str(), 0755);
+    if (::rename(tmp.c_str(), (layers_dir(config) / id).c_str()) != 0)
+        throw launch_error(step, "layer " + id + " exists already", errno == ENOTEMPTY ? EEXIST : errno);
+    return bytes;
+}
 
 std::uint64_t files_bytes(const fs::path& dir) {
     std::uint64_t total = 0;

@@ -30,6 +30,15 @@ std::filesystem::path layers_dir(const launcher_config& config);
 // incomplete layer, or a chain deeper than max_layer_depth.
 std::vector<std::filesystem::path> layer_lowers(const std::string& parent, const launcher_config& config);
 
+// Where a new layer `id` is made: the store's .layers/ (made if missing);
+// launch_error EEXIST when the layer is there already.
+std::filesystem::path new_layer_store(const std::string& id, const launcher_config& config, const std::string& step);
+// Seals a layer made in `tmp` (its diff/ written): its parent record, its
+// size and .complete, then renamed into place as layer `id`; returns its size.
+// launch_error EEXIST when another made it meanwhile.
+std::uint64_t seal_layer(const std::filesystem::path& tmp, const std::string& id, const std::string& parent,
+                         const launcher_config& config, const std::string& step);
+
 // What the regular files under `dir` hold, in bytes.
 std::uint64_t files_bytes(const std::filesystem::path& dir);
 // `digits` random lower-case hex digits (at most 32), for scratch names.
