@@ -101,7 +101,7 @@ def test_the_template_wire(gateway):
 def test_the_files_wire_signs_each_upload_for_its_tenant(gateway):
     h = uuid.uuid4().hex + uuid.uuid4().hex
     r = _api(gateway, "GET", f"/templates/wire/files/{h}")
-    assert r.status_code == 200 and r.json()["present"] is False, r.text
+    assert r.status_code == 201 and r.json()["present"] is False, r.text  # E2B's API answers 201
     url = r.json()["url"]
     assert url.startswith(gateway.url + "/e2b/templates/wire/files/" + h + "?"), url
     import io
@@ -124,6 +124,7 @@ def test_the_files_wire_signs_each_upload_for_its_tenant(gateway):
     assert _api(gateway, "GET", f"/templates/wire/files/{h}").json()["present"] is False
     # The URL as given (no key with it, as to a bucket): kept, for this tenant only.
     assert requests.put(url, data=body, timeout=30).status_code == 200
-    assert _api(gateway, "GET", f"/templates/wire/files/{h}").json() == {"present": True}
+    again = _api(gateway, "GET", f"/templates/wire/files/{h}")
+    assert again.status_code == 201 and again.json() == {"present": True}
     assert _api(gateway, "GET", f"/templates/wire/files/{h}", key=OTHER).json()["present"] is False
     assert _api(gateway, "GET", "/templates/wire/files/not-a-hash!").status_code in (400, 404)

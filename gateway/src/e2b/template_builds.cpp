@@ -221,7 +221,8 @@ void register_template_builds(router& r, surface& e) {
         const auto& hash = req->param("hash");
         if (!templates::file_store::valid_key(hash)) throw api_exception(400, "A files hash is 8 to 128 of [A-Za-z0-9_-]");
         kit::run_file_work(e.services, req, std::move(reply), [&e, &store, signer, req, hash](const reply_fn& rep) {
-            if (store.files().find(req->who.tenant, hash)) return rep(json_response(200, {{"present", true}}));
+            // 201 either way, as E2B's API answers it (its generated Python client reads no other status).
+            if (store.files().find(req->who.tenant, hash)) return rep(json_response(201, {{"present", true}}));
             const auto expires = std::to_string(unix_now() + upload_url_seconds);
             const auto& tenant = req->who.tenant;
             const auto host = req->req[bhttp::field::host];
@@ -229,7 +230,7 @@ void register_template_builds(router& r, surface& e) {
                              "/e2b/templates/" + url_encode_path(req->param("id")) + "/files/" + hash +
                              "?tenant=" + url_encode_path(tenant) + "&expires=" + expires +
                              "&signature=" + signer->sign("e2b template files", {tenant, hash, expires});
-            rep(json_response(200, {{"present", false}, {"url", url}}));
+            rep(json_response(201, {{"present", false}, {"url", url}}));
         });
     });
     auto upload_guard = [signer](request_context& ctx, const authenticator&) -> std::optional<response> {
