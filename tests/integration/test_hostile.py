@@ -962,7 +962,7 @@ while True:
         os.fork()
     except OSError:
         pass
-""", timeout_s=8)
+""", timeout_s=5)
     bomb_s = time.monotonic() - t0
     during = assert_serving(gw)
     died = death_lines(gw, attacker) if r["status"] == "kernel_died" else []
@@ -1095,7 +1095,7 @@ def test_a_disk_bomb_stops_at_each_writable_places_cap(gw, attacker):
 
 def test_a_cpu_bomb_is_held_to_its_quota_while_the_neighbour_answers(gw, attacker):
     cpuacct = Path("/sys/fs/cgroup/cpuacct/cellgate") / attacker / "cpuacct.usage"
-    seconds = 10
+    seconds = 7
     result = {}
     t = threading.Thread(target=lambda: result.update(run(gw, attacker, f"""
 import os, threading, time
@@ -1189,19 +1189,19 @@ def flood(gw, sid, code, timeout_s=240):
 FLOOD_MIB = {"stdout": 300, "stderr": 50, "display": 100}
 # Under gVisor's ptrace platform every write is several traced syscalls (190
 # MiB took 75 s). There the subject is the relay's data path under a flood
-# past every cap (20 MiB of text against 1, 40 of displays against 32); the
+# past every cap (8 MiB of text against 1, 40 of displays against 32); the
 # gateway's memory bound, which does not depend on the runtime, is proved
 # by the runc flood, which is larger than the bound.
-FLOOD_MIB_RUNSC = {"stdout": 16, "stderr": 4, "display": 40}
+FLOOD_MIB_RUNSC = {"stdout": 6, "stderr": 2, "display": 40}
 SMALL_DISPLAYS = 10000
-SMALL_DISPLAYS_RUNSC = 3000
+SMALL_DISPLAYS_RUNSC = 1500
 GATEWAY_GROWTH_BOUND_MIB = 256
 
 
 @pytest.mark.zygote_independent
 def test_an_output_bomb_is_truncated_and_the_gateways_memory_stays_bounded(gw, attacker):
-    """450 MiB of text and displays plus 10,000 small display messages (60
-    and 3,000 under runsc), each piece flushed so that all of it leaves the
+    """450 MiB of text and displays plus 10,000 small display messages (48
+    and 1,500 under runsc), each piece flushed so that all of it leaves the
     kernel for the gateway."""
     sizes = FLOOD_MIB_RUNSC if gw.runtime == "runsc" else FLOOD_MIB
     small_displays = SMALL_DISPLAYS_RUNSC if gw.runtime == "runsc" else SMALL_DISPLAYS
