@@ -13,6 +13,7 @@ step scripts/install-deps.sh
 step scripts/build.sh
 step images/build.sh python
 step images/build.sh debian
+step images/build.sh node
 
 export CELLGATE_REQUIRE_SANDBOX=1
 status=0

@@ -3,7 +3,7 @@
 machine, through the agent API of a gateway this script starts (loopback,
 port 0, --pool-size 1 for the built-in image, a template with kernel.pool 1):
 
-    /usr/bin/python3 bench/templates.py [--count 20] [--json bench/results/templates.json]
+    /usr/bin/python3 bench/templates.py [--count 20] [--idle 10] [--json bench/results/templates.json]
 
   build cold     POST /v1/templates with 3 RUN steps (files written, bytecode
                  compiled, a package's worth of modules) until its build is
@@ -11,9 +11,15 @@ port 0, --pool-size 1 for the built-in image, a template with kernel.pool 1):
   build cached   the same definition again: every layer found, no sandbox;
   first result   POST /v1/sessions (from the warm pool) + `1+1`, for the
                  built-in image and for the template, alternating, each
-                 after its pool is full again; median of --count each.
+                 after its pool is full again; median of --count each;
+  PSS per idle   a second gateway with --zygote on: --idle sessions of the
+  session        built-in image, each with numpy, pandas and Matplotlib
+                 imported, then --idle of the template; the PSS of every
+                 process in their sandboxes' cgroups and of the image's
+                 zygote (its share of the pages they share), per session.
 
-Ratios: cached build / cold build, and template / built-in first result.
+Ratios: cached build / cold build, template / built-in first result, and
+template / built-in PSS per idle session with the zygote.
 Run as root from a built tree (./scripts/build.sh, images/build.sh). Extra
 per-node gateway options come from CELLGATE_TEST_NODE_ARGS.
 """
@@ -28,7 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench import Cellgate, summary  # noqa: E402
+from bench import STACK, Cellgate, pss_kib, summary  # noqa: E402
+from density import zygote_pids  # noqa: E402
 
 STEPS = [
     {"type": "RUN", "args": ["mkdir -p /opt/pkg && for i in $(seq 200); do "
@@ -78,9 +85,37 @@ def first_result(cg, body, spec):
     return took
 
 
+def idle_pss_kib(cg, body, n):
+    """PSS per session of n idle sessions (`body` for each) with the stack
+    imported, with the zygote(s) that started for them; and how many forked
+    from a zygote."""
+    before = set(zygote_pids(cg.g.proc.pid))
+    ids, forked = [], 0
+    try:
+        for _ in range(n):
+            r = cg.api("POST", "/v1/sessions", json=body)
+            r.raise_for_status()
+            ids.append(r.json()["id"])
+            forked += bool(r.json()["sandbox"].get("zygote"))
+            ex = cg.api("POST", f"/v1/sessions/{ids[-1]}/execute", json={"code": STACK}).json()
+            assert ex.get("status") == "ok", ex
+        time.sleep(3)
+        pids = []
+        for sid in ids:
+            procs = Path(f"/sys/fs/cgroup/pids/cellgate/{sid}/cgroup.procs")
+            if procs.exists():
+                pids += [int(p) for p in procs.read_text().split()]
+        zygotes = [p for p in zygote_pids(cg.g.proc.pid) if p not in before] or list(before)
+        return pss_kib(pids + zygotes) / n, forked
+    finally:
+        for sid in ids:
+            cg.api("DELETE", f"/v1/sessions/{sid}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--idle", type=int, default=10)
     ap.add_argument("--json")
     a = ap.parse_args()
     cg = Cellgate("--pool-size", "1", "--max-kernels", "8")
@@ -104,10 +139,27 @@ def main():
         cg.api("DELETE", f"/v1/templates/{name}:v1")
     finally:
         cg.stop()
+    # PSS per idle session, each image with its zygote.
+    n = max(1, min(a.idle, 100))
+    cg = Cellgate("--pool-size", "0", "--max-kernels", str(n + 4), "--max-kernels-per-tenant", "0",
+                  "--idle-timeout", "0", "--cull-idle-timeout", "0", "--zygote", "on")
+    try:
+        cg.g.wait_for_zygote()
+        name = "bench-" + uuid.uuid4().hex[:8]
+        build(cg, {"name": name + ":v1", "steps": STEPS})
+        pss_builtin, forked_builtin = idle_pss_kib(cg, {}, n)
+        pss_template, forked_template = idle_pss_kib(cg, {"template": name + ":v1"}, n)
+        cg.api("DELETE", f"/v1/templates/{name}:v1")
+    finally:
+        cg.stop()
     out = {"machine": platform.node(), "build_cold_s": cold, "build_cached_s": cached,
            "build_cached_over_cold": cached / cold,
            "first_result_builtin": summary(builtin), "first_result_template": summary(template),
-           "first_result_template_over_builtin": summary(template)["median_ms"] / summary(builtin)["median_ms"]}
+           "first_result_template_over_builtin": summary(template)["median_ms"] / summary(builtin)["median_ms"],
+           "idle_sessions": n, "pss_per_idle_session_builtin_mib": pss_builtin / 1024,
+           "pss_per_idle_session_template_mib": pss_template / 1024,
+           "forked_from_zygote": {"builtin": forked_builtin, "template": forked_template},
+           "pss_template_over_builtin": pss_template / pss_builtin}
     print(json.dumps(out, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")

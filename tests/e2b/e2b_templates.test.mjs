@@ -1,7 +1,8 @@
 // Templates (issue 36) through the unmodified E2B SDK (e2b, pinned in
 // package-lock.json) against a live cellgate: Template.build() with
 // pipInstall (from the test's own index), aptInstall on fromDebianImage()
-// (from the test's own apt repository), fromImage (from the test's own
+// (from the test's own apt repository), npmInstall on fromNodeImage() (from
+// the test's own npm registry), fromImage (from the test's own
 // registry), copy (uploaded to the URL the
 // gateway signs), runCmd, setEnvs, setWorkdir, setUser and setStartCmd with a
 // ready check, its logs through onBuildLogs, then Sandbox.create('name:tag')
@@ -91,6 +92,22 @@ test('fromDebianImage with aptInstall and pipInstall, from the operator\'s mirro
   assert.equal(ex.logs.stdout.join(''), 'cgtool 1.0 says hello 42\ncopied app\n');
   await sbx.kill();
   await BaseSandbox.deleteSnapshot(`${name}-debian`);
+});
+
+test('fromNodeImage with npmInstall, from the operator\'s registry', async () => {
+  const logs = [];
+  const node = Template().fromNodeImage('lts').npmInstall(['cg-greet'], { g: true });
+  await Template.build(node, `${name}-node`, { onBuildLogs: (e) => logs.push(e.message) });
+  assert.ok(logs.some((l) => l.includes('added 1 package')), logs.join('\n'));
+  const sbx = await Sandbox.create(`${name}-node`);
+  made.push(sbx);
+  const ex = await sbx.runCode(
+    "import subprocess\n" +
+    "print(subprocess.run(['cg-greet', 'e2b'], capture_output=True, text=True).stdout.strip())");
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+  assert.equal(ex.logs.stdout.join(''), 'cg-greet 1.0.0 greets e2b\n');
+  await sbx.kill();
+  await BaseSandbox.deleteSnapshot(`${name}-node`);
 });
 
 test('fromImage pulls from a registry the operator names', async () => {

@@ -17,7 +17,7 @@ import requests
 
 from e2b_support import e2b_env, run_node_suite, tokens_gateway
 from support.oci_registry import oci_registry  # noqa: F401 (a fixture)
-from support.package_index import package_index  # noqa: F401 (a fixture)
+from support.package_index import NPM_PACKAGE, package_index  # noqa: F401 (a fixture)
 from support.prerequisites import IMAGE_STORE
 
 KEY = "e2b-tpl-" + uuid.uuid4().hex
@@ -33,8 +33,10 @@ def gateway(tmp_path_factory, package_index, oci_registry):
                               "--max-kernels", "8",
                               "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
                               "--egress-resolve", f"apt.test=127.0.0.1:{package_index.port}",
+                              "--egress-resolve", f"npm.test=127.0.0.1:{package_index.port}",
+                              "--template-npm-registry", "http://npm.test/npm/",
                               "--egress-pip-index-url", "http://pypi.test/simple/",
-                              "--template-build-allow", "pypi.test,apt.test",
+                              "--template-build-allow", "pypi.test,apt.test,npm.test",
                               "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./",
                               "--template-registries", f"http://{oci_registry.host}")
 
@@ -51,6 +53,7 @@ def test_unmodified_e2b_sdk_builds_and_starts_a_template(gateway, node_modules, 
     run_node_suite(gateway, "e2b_templates.test.mjs", env)
     assert any(p.startswith("/files/cgdemo") for p in package_index.fetched)
     assert f"/apt/{package_index.deb_name}" in package_index.fetched
+    assert f"/npm/{NPM_PACKAGE}/-/{package_index.npm_name}" in package_index.fetched
     # Nothing is left: the suite deleted what it built.
     assert _api(gateway, "GET", "/templates").json() == []
 

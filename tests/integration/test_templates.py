@@ -19,7 +19,7 @@ import requests
 
 from support.gateway import Gateway
 from support.oci_registry import oci_registry  # noqa: F401 (a fixture)
-from support.package_index import package_index  # noqa: F401 (a fixture)
+from support.package_index import NPM_PACKAGE, package_index  # noqa: F401 (a fixture)
 from support.prerequisites import IMAGE_STORE, require, runtime_missing
 
 TOKEN_A = "tpl-a-" + uuid.uuid4().hex
@@ -50,8 +50,10 @@ def gw(tmp_path_factory, package_index):
                 "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
                 "--egress-resolve", f"elsewhere.test=127.0.0.1:{package_index.port}",
                 "--egress-resolve", f"apt.test=127.0.0.1:{package_index.port}",
+                "--egress-resolve", f"npm.test=127.0.0.1:{package_index.port}",
                 "--egress-pip-index-url", "http://pypi.test/simple/",
-                "--template-build-allow", "pypi.test,apt.test",
+                "--template-npm-registry", "http://npm.test/npm/",
+                "--template-build-allow", "pypi.test,apt.test,npm.test",
                 "--template-apt-sources", "deb [trusted=yes] http://apt.test/apt/ ./",
                 "--max-templates-per-tenant", "4", "--max-template-bytes-per-tenant", str(4 * MiB),
                 "--template-step-timeout", "120", "--max-template-pool-per-tenant", "2",
@@ -486,6 +488,28 @@ def test_a_template_on_minimal_debian_installs_a_debian_package_from_the_operato
     finally:
         call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/deb").status_code == 204
+
+
+def test_a_template_on_node_installs_an_npm_package_from_the_operators_registry(gw, package_index):
+    """from: node (Debian 12 with Node.js and npm; E2B's fromNodeImage) with
+    packages.apt and packages.npm: apt first, then npm, which fetches from the
+    registry the operator names (--template-npm-registry, served here on
+    loopback) through the proxy; a session runs the package's command."""
+    b = build(gw, {"name": "web", "from": {"image": "node"}, "packages": {"npm": [NPM_PACKAGE], "apt": ["cgtool"]}})
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    assert [s["summary"].split()[1] for s in b["steps"]] == ["apt-get", "npm"], b["steps"]
+    assert f"/npm/{NPM_PACKAGE}/-/{package_index.npm_name}" in package_index.fetched
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "web"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import subprocess\n"
+                           f"print(subprocess.run(['{NPM_PACKAGE}', 'the kernel'], capture_output=True, text=True).stdout.strip())\n"
+                           "print(subprocess.run(['cgtool'], capture_output=True, text=True).stdout.strip())")
+        assert out["stdout"].splitlines() == ["cg-greet 1.0.0 greets the kernel", "cgtool 1.0 says hello"], out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/web").status_code == 204
 
 
 DOCKERFILE = """\

@@ -1,12 +1,14 @@
-"""A PEP 503 package index and a flat apt repository on loopback, serving one
-small pure-Python wheel and one Debian package made here, and counting what
-is fetched: what a template's build installs from in tests (the build
-reaches it only through the egress proxy, under a name the operator maps
-with --egress-resolve; apt finds it by --template-apt-sources)."""
+"""A PEP 503 package index, a flat apt repository and an npm registry on
+loopback, serving one small pure-Python wheel, one Debian package and one
+npm package made here, and counting what is fetched: what a template's
+build installs from in tests (the build reaches it only through the egress
+proxy, under a name the operator maps with --egress-resolve; apt finds it
+by --template-apt-sources, npm by --template-npm-registry)."""
 import base64
 import hashlib
 import http.server
 import io
+import json
 import tarfile
 import threading
 import time
@@ -70,9 +72,23 @@ def make_deb(name, version, script):
     return f"{name}_{version}_all.deb", deb, control
 
 
+def make_npm_package(name, version, files):
+    """An npm package tarball (package/… in a .tgz) and its packument entry's dist (shasum, integrity)."""
+    tgz = _tar_gz({f"package/{path}": (data.encode(), 0o644) for path, data in files.items()})
+    dist = {"shasum": hashlib.sha1(tgz).hexdigest(),
+            "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()}
+    return f"{name}-{version}.tgz", tgz, dist
+
+
+NPM_PACKAGE = "cg-greet"
+NPM_PACKAGE_JSON = {"name": NPM_PACKAGE, "version": "1.0.0", "main": "index.js",
+                    "bin": {NPM_PACKAGE: "bin/cg-greet.js"}, "license": "MIT"}
+
+
 class PackageIndex:
-    """A PEP 503 simple index (/simple/) and a flat apt repository (/apt/) on
-    loopback, serving one wheel and one package, counting what is fetched."""
+    """A PEP 503 simple index (/simple/), a flat apt repository (/apt/) and
+    an npm registry (/npm/) on loopback, serving one package each, counting
+    what is fetched."""
 
     def __init__(self):
         self.wheel_name, self.wheel = make_wheel("cgdemo", "1.0", "ANSWER = 42\n")
@@ -83,6 +99,10 @@ class PackageIndex:
                             f"Date: {time.strftime('%a, %d %b %Y %H:%M:%S UTC', time.gmtime())}\n"
                             "Architectures: all amd64\nSHA256:\n"
                             f" {hashlib.sha256(self.apt_packages).hexdigest()} {len(self.apt_packages)} Packages\n").encode()
+        self.npm_name, self.npm_tgz, self.npm_dist = make_npm_package(NPM_PACKAGE, "1.0.0", {
+            "package.json": json.dumps(NPM_PACKAGE_JSON),
+            "index.js": "exports.greet = (who) => `cg-greet 1.0.0 greets ${who}`;\n",
+            "bin/cg-greet.js": "#!/usr/bin/env node\nconsole.log(require('../index.js').greet(process.argv[2] || 'you'));\n"})
         self.fetched = []
         index = self
 
@@ -103,6 +123,15 @@ class PackageIndex:
                     body, ctype = index.apt_packages, "text/plain"
                 elif self.path == f"/apt/{index.deb_name}":
                     body, ctype = index.deb, "application/vnd.debian.binary-package"
+                elif self.path == f"/npm/{NPM_PACKAGE}":
+                    # The packument: its tarball under the name the client asked by (the proxy's mapping).
+                    tarball = f"http://{self.headers.get('Host')}/npm/{NPM_PACKAGE}/-/{index.npm_name}"
+                    version = dict(NPM_PACKAGE_JSON, dist=dict(index.npm_dist, tarball=tarball))
+                    body = json.dumps({"name": NPM_PACKAGE, "dist-tags": {"latest": "1.0.0"},
+                                       "versions": {"1.0.0": version}}).encode()
+                    ctype = "application/json"
+                elif self.path == f"/npm/{NPM_PACKAGE}/-/{index.npm_name}":
+                    body, ctype = index.npm_tgz, "application/octet-stream"
                 else:
                     self.send_error(404)
                     return

@@ -83,7 +83,7 @@ def build_template(name, *, steps=None, packages=None, base=None, kernel=None, r
     ``steps``: RUN commands (strings) or step dicts (``{"type": "ENV", "args":
     ["K", "V"]}``, WORKDIR, USER); ``packages``: ``{"apt": [...], "pip": [...],
     "npm": [...]}``, installed ahead of the steps; ``base``: a built-in image
-    ("python", the default; "debian"), another template of yours
+    ("python", the default; "debian"; "node"), another template of yours
     ("template:name:tag") or an image in a registry the operator names
     ("oci:host/repo:tag"); ``files``: a directory (or a tar's bytes) the COPY
     steps (``copy(src, dest)``) and the Dockerfile copy from, uploaded first;

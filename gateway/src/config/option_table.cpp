@@ -734,6 +734,18 @@ std::vector<option> command_line_options() {
                  throw config_error("template_apt_sources is one 'deb …' line of at most 1024 bytes");
              c.templates.apt_sources.push_back(v);
          }},
+        {.name = "template_npm_registry", .section = heading::surfaces, .value = "URL",
+         .fallback = "none (npm's own: registry.npmjs.org)",
+         .help = "The npm registry a template's build steps use (`NPM_CONFIG_REGISTRY`, and `--registry` in "
+                 "`packages: {\"npm\": […]}`), through the egress proxy (name its host in "
+                 "`template_build_allow`). An `http://` or `https://` URL.",
+         .sample = "https://npm.example.internal/",
+         .set = [](auto& c, const auto& v) {
+             if ((!v.starts_with("https://") && !v.starts_with("http://")) || v.size() > 1024 ||
+                 v.find_first_of(" \t\r\n") != std::string::npos)
+                 throw config_error("--template-npm-registry wants an http(s):// URL, not '" + v.substr(0, 100) + "'");
+             c.templates.build.npm_registry_url = v;
+         }},
         {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",
          .help = "Templates one tenant may keep; a build of one more gets `429`. At least 1.",
          .sample = "8",

@@ -110,8 +110,9 @@ json base_of(const json& body) {
     if (repo == "python" || repo == "e2bdev/base" || repo.starts_with("e2bdev/code-interpreter") ||
         repo == "library/python" || repo == "docker.io/library/python")
         return {{"image", "python"}};
-    if (repo == "debian" || repo == "library/debian" || repo == "docker.io/library/debian")
-        return {{"image", "debian"}};
+    for (const char* builtin : {"debian", "node"})  // fromDebianImage(), fromNodeImage()
+        if (repo == builtin || repo == std::string("library/") + builtin || repo == std::string("docker.io/library/") + builtin)
+            return {{"image", builtin}};
     // host[:port]/repository: a registry the operator may allow (the build says if it does not).
     if (const auto slash = image.find('/'); slash != std::string::npos &&
         image.substr(0, slash).find_first_of(".:") != std::string::npos && launcher::is_valid_image_reference(image))
@@ -119,7 +120,7 @@ json base_of(const json& body) {
     throw api_exception(400, "fromImage '" + image.substr(0, 100) +
                                  "': this gateway pulls only from the registries its operator names (give the "
                                  "image as host[:port]/repository:tag); its own bases are the Python data image "
-                                 "(fromPythonImage(), fromBaseImage()), minimal Debian 12 (fromDebianImage()) and your "
+                                 "(fromPythonImage(), fromBaseImage()), minimal Debian 12 (fromDebianImage()), Debian 12 with Node.js (fromNodeImage()) and your "
                                  "templates (fromTemplate(…))");
 }
 
@@ -188,7 +189,8 @@ void register_template_builds(router& r, surface& e) {
         const auto raw = body.value("name", std::string());
         const auto ref = templates::parse_reference(raw);
         if (!ref) throw api_exception(400, "'name' is a template's name[:tag]: [a-z0-9][a-z0-9_-]{0,62}, a tag [A-Za-z0-9_.-]{1,64}");
-        build_request b{.tenant = req->who.tenant, .name = ref->first, .tag = ref->second};
+        build_request b{.tenant = req->who.tenant, .name = ref->first, .tag = ref->second, .e2b_id = {}, .core_build = {},
+                        .cpu_count = {}, .memory_mb = {}, .created_ms = 0};
         std::vector<std::string> tags;
         if (const auto it = body.find("tags"); it != body.end() && it->is_array() && !it->empty()) {
             for (const auto& t : *it)
@@ -260,9 +262,7 @@ void register_template_builds(router& r, surface& e) {
         const auto b = requests->find(req->who.tenant, req->param("build"));
         if (!b || b->name != req->param("id")) throw api_exception(404, "Build '" + req->param("build").substr(0, 64) + "' not found");
         if (!b->core_build.empty()) throw api_exception(409, "Build '" + b->e2b_id + "' has started already");
-        templates::build_settings settings;
-        if (e.services.network) settings.pip_index_url = e.services.network->pip_index_url;
-        const auto d = templates::parse_definition(definition_of(*b, req->json_body()), settings);
+        const auto d = templates::parse_definition(definition_of(*b, req->json_body()), store.settings());
         kit::run_file_work(e.services, req, std::move(reply), [&store, requests, req, d, id = b->e2b_id](const reply_fn& rep) {
             requests->started(id, store.build(req->who.tenant, d));
             rep(empty_response(202));

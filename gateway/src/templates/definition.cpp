@@ -155,6 +155,8 @@ done
 )SH";
 }
 
+}  // namespace
+
 std::string summary_of(const step& s) {
     std::string out = s.type;
     for (const auto& a : s.args) out += " " + a;
@@ -162,8 +164,6 @@ std::string summary_of(const step& s) {
     if (out.size() > 200) out = out.substr(0, 197) + "...";
     return out;
 }
-
-}  // namespace
 
 bool valid_template_name(const std::string& n) {
     return !n.empty() && n.size() <= 63 && (std::islower(static_cast<unsigned char>(n[0])) || std::isdigit(static_cast<unsigned char>(n[0]))) &&
@@ -230,7 +230,7 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (auto apt = list("apt"); !apt.empty())
             d.steps.push_back({.type = "RUN", .args = {"apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get "
                                        "install -y --no-install-recommends" + joined_quoted(apt) +
-                                       " && rm -rf /var/lib/apt/lists/*", "root"}, .force = false, .files = {}, .digest = {}});
+                                       " && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin", "root"}, .force = false, .files = {}, .digest = {}});
         if (auto pip = list("pip"); !pip.empty()) {
             std::string index;
             if (const auto& url = settings.pip_index_url; !url.empty()) {
@@ -242,8 +242,13 @@ definition parse_definition(const json& body, const build_settings& settings) {
                                        "--disable-pip-version-check --root-user-action=ignore" +
                                        index + joined_quoted(pip), "root"}, .force = false, .files = {}, .digest = {}});
         }
-        if (auto npm = list("npm"); !npm.empty())
-            d.steps.push_back({.type = "RUN", .args = {"npm install -g --no-audit --no-fund" + joined_quoted(npm), "root"}, .force = false, .files = {}, .digest = {}});
+        if (auto npm = list("npm"); !npm.empty()) {
+            const auto& url = settings.npm_registry_url;
+            d.steps.push_back({.type = "RUN", .args = {"npm install -g --no-audit --no-fund --no-update-notifier" +
+                                       (url.empty() ? std::string() : " --registry " + shell_quote(url)) +
+                                       joined_quoted(npm) + " && rm -rf \"$(npm config get cache)\"", "root"},
+                               .force = false, .files = {}, .digest = {}});
+        }
     }
     if (body.contains("steps")) {
         const auto& steps = body["steps"];

@@ -57,9 +57,10 @@ struct definition {
     bool force = false;                // every step rebuilt
 };
 
-// What the build needs from outside: the operator's package index.
+// What the build needs from outside: the operator's package indexes.
 struct build_settings {
     std::string pip_index_url;
+    std::string npm_registry_url;
 };
 
 // Parses POST /v1/templates' body (strict: an unknown field, a wrong type, a
@@ -69,6 +70,9 @@ definition parse_definition(const nlohmann::json& body, const build_settings& se
 // "name" or "name:tag" → {name, tag}; nullopt when either part is not valid.
 std::optional<std::pair<std::string, std::string>> parse_reference(const std::string& ref);
 bool valid_template_name(const std::string& name);
+// A step as one line of at most 200 bytes ("RUN pip install …"), as logs and
+// a build's model show it.
+std::string summary_of(const step& s);
 bool valid_tag(const std::string& tag);
 
 // One step of a build as it will run: layer steps carry their launcher spec

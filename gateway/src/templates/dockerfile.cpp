@@ -150,7 +150,7 @@ json base_of(const instruction& in, const std::string& image) {
     auto repo = image.substr(0, image.find_first_of(":@"));
     for (const char* prefix : {"docker.io/library/", "library/", "docker.io/"})
         if (repo.starts_with(prefix)) repo = repo.substr(std::string(prefix).size());
-    if (repo == "python" || repo == "debian") return {{"image", repo}};
+    if (repo == "python" || repo == "debian" || repo == "node") return {{"image", repo}};
     // host[:port]/repository: an image in a registry (the operator's list decides at build time).
     if (const auto slash = image.find('/'); slash != std::string::npos &&
         image.substr(0, slash).find_first_of(".:") != std::string::npos) {
@@ -300,8 +300,7 @@ json expand_dockerfile(const json& body) {
     }
     auto out = dockerfile_definition(body["dockerfile"].get<std::string>(), files, build_args);
     for (const auto& [k, v] : body.items())
-        if (k != "dockerfile" && k != "files" && k != "build_args" && !(k == "start_cmd" && out.contains(k))) out[k] = v;
-    if (body.contains("start_cmd")) out["start_cmd"] = body["start_cmd"];  // the request's over CMD/ENTRYPOINT
+        if (k != "dockerfile" && k != "files" && k != "build_args") out[k] = v;  // the request's start_cmd over CMD/ENTRYPOINT
     return out;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 
@@ -123,6 +124,22 @@ file_archive file_store::commit(const std::string& tenant, const std::string& ke
     e.used_ms = now_ms();
     shelf[key] = e;
     return e.archive;
+}
+
+file_archive file_store::put(const std::string& tenant, const std::string& key, std::string_view bytes,
+                              std::uint64_t max_bytes) {
+    const int fd = begin(tenant);
+    struct closer {
+        int fd;
+        ~closer() { ::close(fd); }
+    } close_fd{fd};
+    for (std::size_t at = 0; at < bytes.size();) {
+        const auto n = ::write(fd, bytes.data() + at, bytes.size() - at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw api_exception(500, "cannot keep the uploaded files");
+        at += static_cast<std::size_t>(n);
+    }
+    return commit(tenant, key, fd, max_bytes);
 }
 
 std::uint64_t file_store::bytes(const std::string& tenant) {

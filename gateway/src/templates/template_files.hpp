@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace cellgate::templates {
 
@@ -45,6 +46,8 @@ public:
     // that key), after making room: at most `max_bytes` held by the
     // tenant's archives with it. api_exception(413) when it alone is larger.
     file_archive commit(const std::string& tenant, const std::string& key, int fd, std::uint64_t max_bytes);
+    // commit() of bytes the caller holds in memory.
+    file_archive put(const std::string& tenant, const std::string& key, std::string_view bytes, std::uint64_t max_bytes);
     // What a tenant's archives hold.
     std::uint64_t bytes(const std::string& tenant);
 

@@ -196,6 +196,7 @@ std::string template_store::build(const std::string& tenant, const definition& d
         build_record::step_state s;
         s.index = i;
         s.type = d.steps[i].type;
+        s.summary = summary_of(d.steps[i]);
         b->steps.push_back(s);
     }
     const auto nonce = random_id();
@@ -426,6 +427,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         network_env["PIP_INDEX_URL"] = url;
         if (const auto host = pip_trusted_host(url); !host.empty()) network_env["PIP_TRUSTED_HOST"] = host;
     }
+    if (const auto& url = options_.build.npm_registry_url; network && !url.empty()) network_env["NPM_CONFIG_REGISTRY"] = url;
     if (apt_sources) network_env["APT_CONFIG"] = "/run/egress/apt.conf";
     if (network) {
         options_.proxy->attach(egress_session, egress_dir / "proxy.sock",
@@ -765,7 +767,7 @@ std::optional<json> template_store::build_model(const std::string& tenant, const
     const auto& b = *it->second;
     json steps = json::array();
     for (const auto& s : b.steps) {
-        json j = {{"index", s.index}, {"type", s.type}, {"status", s.status}, {"ms", s.ms}};
+        json j = {{"index", s.index}, {"type", s.type}, {"summary", s.summary}, {"status", s.status}, {"ms", s.ms}};
         if (s.exit_code) j["exit_code"] = *s.exit_code;
         steps.push_back(j);
     }

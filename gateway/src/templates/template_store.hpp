@@ -125,6 +125,8 @@ public:
                std::function<bool(const nlohmann::json& event)> event);
     // The archives its COPY steps unpack (template_files.hpp).
     file_store& files() { return files_; }
+    // The operator's package indexes a definition's `packages` expand with.
+    const build_settings& settings() const { return options_.build; }
     // What `tenant`'s uploaded archives may hold in all: its template
     // storage cap less what its layers hold.
     std::uint64_t files_room(const std::string& tenant) const;

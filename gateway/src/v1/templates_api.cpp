@@ -17,11 +17,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 
 namespace cellgate::v1 {
 
@@ -48,9 +46,7 @@ std::pair<std::string, std::optional<std::string>> reference_of(const request_pt
 }
 
 templates::definition definition_of(services& s, const json& body) {
-    templates::build_settings settings;
-    if (s.network) settings.pip_index_url = s.network->pip_index_url;
-    return templates::parse_definition(templates::expand_dockerfile(body), settings);
+    return templates::parse_definition(templates::expand_dockerfile(body), store_of(s).settings());
 }
 
 void start_build(templates::template_store& store, const request_ptr& req, const templates::definition& d,
@@ -105,18 +101,7 @@ json template_form(templates::template_store& store, const request_ptr& req, int
     if (files) {
         // Kept under its own digest: the same archive sent again is the same key (and the same layers).
         const auto key = "form-" + sha256_hex(*files).substr(0, 48);
-        const int out = store.files().begin(req->who.tenant);
-        struct closer {
-            int fd;
-            ~closer() { ::close(fd); }
-        } close_out{out};
-        for (std::size_t at = 0; at < files->size();) {
-            const auto n = ::write(out, files->data() + at, files->size() - at);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) throw api_exception(500, "cannot keep the uploaded files");
-            at += static_cast<std::size_t>(n);
-        }
-        store.files().commit(req->who.tenant, key, out, store.files_room(req->who.tenant));
+        store.files().put(req->who.tenant, key, *files, store.files_room(req->who.tenant));
         body["files"] = key;
     }
     return body;

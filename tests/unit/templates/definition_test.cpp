@@ -253,11 +253,11 @@ TEST(TemplateDefinition, packages_expand_to_apt_pip_npm_whatever_the_key_order) 
     }
     EXPECT_EQ(d.steps[0].args[0],
               "apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y "
-              "--no-install-recommends 'libpoppler-dev' && rm -rf /var/lib/apt/lists/*");
+              "--no-install-recommends 'libpoppler-dev' && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin");
     EXPECT_EQ(d.steps[1].args[0],
               "python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check "
               "--root-user-action=ignore 'duckdb==1.1.3' 'polars'");
-    EXPECT_EQ(d.steps[2].args[0], "npm install -g --no-audit --no-fund '@scope/pkg@1.2'");
+    EXPECT_EQ(d.steps[2].args[0], "npm install -g --no-audit --no-fund --no-update-notifier '@scope/pkg@1.2' && rm -rf \"$(npm config get cache)\"");
     // The given steps follow the packages'.
     EXPECT_EQ(d.steps[3].args, std::vector<std::string>{"echo done"});
 }
@@ -265,7 +265,15 @@ TEST(TemplateDefinition, packages_expand_to_apt_pip_npm_whatever_the_key_order) 
 TEST(TemplateDefinition, a_manager_without_packages_makes_no_step) {
     const auto d = parsed({{"name", "analytics"}, {"packages", {{"apt", json::array()}, {"npm", {"left-pad"}}}}});
     ASSERT_EQ(d.steps.size(), 1u);
-    EXPECT_EQ(d.steps[0].args[0], "npm install -g --no-audit --no-fund 'left-pad'");
+    EXPECT_EQ(d.steps[0].args[0], "npm install -g --no-audit --no-fund --no-update-notifier 'left-pad' && rm -rf \"$(npm config get cache)\"");
+}
+
+TEST(TemplateDefinition, the_npm_registry_is_the_npm_steps_registry) {
+    const auto d = parsed({{"name", "web"}, {"packages", {{"npm", {"left-pad"}}, {"pip", {"duckdb"}}}}},
+                          {.pip_index_url = {}, .npm_registry_url = "http://npm.lan/"});
+    ASSERT_EQ(d.steps.size(), 2u);
+    EXPECT_EQ(d.steps[1].args[0], "npm install -g --no-audit --no-fund --no-update-notifier --registry 'http://npm.lan/' 'left-pad' && rm -rf \"$(npm config get cache)\"");
+    EXPECT_FALSE(contains(d.steps[0].args[0], "npm.lan")) << d.steps[0].args[0];
 }
 
 TEST(TemplateDefinition, the_pip_index_url_is_the_pip_steps_index) {

@@ -47,6 +47,12 @@ TEST(Dockerfile, maps_each_instruction_onto_a_step) {
     EXPECT_EQ(d["start_cmd"], "'python3' '-m' 'http.server'");
 }
 
+TEST(Dockerfile, the_built_in_images_are_bases_by_their_docker_names) {
+    EXPECT_EQ(dockerfile_definition("FROM node:20-bookworm\nRUN npm -v\n", "", {})["from"], json({{"image", "node"}}));
+    EXPECT_EQ(dockerfile_definition("FROM docker.io/library/python:3.11\n", "", {})["from"], json({{"image", "python"}}));
+    EXPECT_EQ(dockerfile_definition("FROM library/debian\n", "", {})["from"], json({{"image", "debian"}}));
+}
+
 TEST(Dockerfile, substitutes_args_and_env_where_docker_does) {
     const auto d = dockerfile_definition("ARG BASE=debian\nFROM ${BASE}:bookworm\nARG DIR=/opt/x\nENV HOME_DIR=${DIR}/home\n"
                                          "WORKDIR $HOME_DIR\nRUN echo $DIR\nENV X=${UNSET:-fallback} Y=${DIR:+set}\n",
