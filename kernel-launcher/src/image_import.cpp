@@ -41,12 +41,37 @@ fs::path blob(const fs::path& layout, const std::string& digest) {
     return layout / "blobs" / "sha256" / digest.substr(7);
 }
 
+// Whether the image's /usr/bin/python3 can run cellgate's kernel: it is
+// there and ipykernel is where a Debian or a python.org build installs it.
+bool has_usable_python(const fs::path& root) {
+    std::error_code ec;
+    if (!fs::exists(root / "usr/bin/python3", ec) && !fs::is_symlink(root / "usr/bin/python3", ec)) return false;
+    if (fs::exists(root / "usr/lib/python3/dist-packages/ipykernel", ec)) return true;
+    for (const char* lib : {"usr/lib", "usr/local/lib"})
+        for (auto it = fs::directory_iterator(root / lib, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+            if (it->path().filename().string().starts_with("python3"))
+                for (const char* packages : {"site-packages", "dist-packages"})
+                    if (fs::exists(it->path() / packages / "ipykernel", ec)) return true;
+    return false;
+}
+
+// The built-in image a runtime and a static tini come from: the minimal
+// Debian when it is built, else the Python data image.
+fs::path runtime_image(const launcher_config& cfg) {
+    try {
+        return resolve_image("debian", cfg);
+    } catch (const std::exception&) {
+        return resolve_image("python", cfg);
+    }
+}
+
 // What a sandbox needs that the image may lack: the mount points, the
 // kernel's user (uid 1000), /home/user as the workspace, cellgate's entry
-// points and tini (from the built-in python image, whose glibc they need).
+// points and tini (static: it runs on any libc).
 void add_runtime(const fs::path& root, const launcher_config& cfg) {
     std::error_code ec;
-    for (const char* d : {"workspace", "run/kernel", "run/egress", "volumes", "tmp", "proc", "sys", "dev", "opt/cellgate", "home"})
+    for (const char* d : {"workspace", "run/kernel", "run/egress", "volumes", "tmp", "proc", "sys", "dev", "opt/cellgate", "home",
+                          "usr/bin"})
         fs::create_directories(root / d, ec);
     ::chmod((root / "tmp").c_str(), 01777);
     if (!fs::exists(root / "home/user", ec) && !fs::is_symlink(root / "home/user", ec))
@@ -54,9 +79,9 @@ void add_runtime(const fs::path& root, const launcher_config& cfg) {
     const auto python = resolve_image("python", cfg);
     for (const char* f : {"cellgate-kernel", "cellgate-context", "cellgate-egress", "cellgate-zygote"})
         fs::copy_file(python / "opt/cellgate" / f, root / "opt/cellgate" / f, fs::copy_options::overwrite_existing, ec);
-    if (!fs::exists(root / "usr/bin/tini", ec)) {
-        fs::create_directories(root / "usr/bin", ec);
-        fs::copy_file(python / "usr/bin/tini", root / "usr/bin/tini", ec);
+    if (!fs::exists(root / "usr/bin/tini", ec) && !fs::is_symlink(root / "usr/bin/tini", ec)) {
+        const auto from = runtime_image(cfg) / "usr/bin/tini-static";
+        fs::copy_file(fs::exists(from, ec) ? from : python / "usr/bin/tini", root / "usr/bin/tini", ec);
     }
     auto has_uid_1000 = [&](const fs::path& passwd) {
         std::ifstream in(passwd);
@@ -70,6 +95,44 @@ void add_runtime(const fs::path& root, const launcher_config& cfg) {
     if (!has_uid_1000(root / "etc/passwd")) {
         std::ofstream(root / "etc/passwd", std::ios::app) << "kernel:x:1000:1000:cellgate kernel:/home/user:/bin/sh\n";
         std::ofstream(root / "etc/group", std::ios::app) << "kernel:x:1000:\n";
+    }
+}
+
+// A Python for an image that has none able to run the kernel: the runtime
+// image's whole root, hard-linked (no copy: the layer store and the image
+// store share a file system) at /opt/cellgate/runtime, run by its own
+// dynamic loader and libraries whatever the image's libc, through
+// /opt/cellgate/python3. The image's /usr/bin/python3 becomes that when it
+// has none; else cellgate's entry points use it and the image's stays.
+void add_python(const fs::path& root, const launcher_config& cfg) {
+    const auto from = runtime_image(cfg);
+    const auto to = root / "opt/cellgate/runtime";
+    auto linked = run_command({"cp", "-al", "--no-target-directory", from.string(), to.string()}, std::chrono::minutes(5));
+    if (linked.exit_code != 0) {
+        std::error_code ec;
+        fs::remove_all(to, ec);
+        linked = run_command({"cp", "-a", "--no-target-directory", from.string(), to.string()}, std::chrono::minutes(10));
+        if (linked.exit_code != 0) throw launch_error(step, "adding a Python runtime: " + linked.output.substr(0, 2000));
+    }
+    const std::string rt = "/opt/cellgate/runtime";
+    write_file(step, root / "opt/cellgate/python3",
+               "#!/bin/sh\n"
+               "# cellgate's Python (Debian's, with ipykernel) for an image that has none: its own loader and libraries.\n"
+               "exec " + rt + "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path " + rt +
+                   "/usr/lib/x86_64-linux-gnu " + rt + "/usr/bin/python3 \"$@\"\n",
+               0755);
+    std::error_code ec;
+    if (!fs::exists(root / "usr/bin/python3", ec) && !fs::is_symlink(root / "usr/bin/python3", ec)) {
+        fs::create_symlink("/opt/cellgate/python3", root / "usr/bin/python3", ec);
+        if (ec) throw launch_error(step, "adding a Python runtime: " + ec.message());
+        return;
+    }
+    for (const char* f : {"cellgate-kernel", "cellgate-context", "cellgate-egress", "cellgate-zygote"}) {
+        const auto p = root / "opt/cellgate" / f;
+        auto text = read_file(p, 1u << 20);
+        if (text.starts_with("#!/usr/bin/python3")) text = "#!/opt/cellgate/python3" + text.substr(18);
+        fs::remove(p, ec);
+        write_file(step, p, text, 0755);
     }
 }
 
@@ -104,7 +167,7 @@ void from_json(const json& j, image_import_spec& s) {
 
 void to_json(json& j, const image_import_result& r) {
     j = {{"digest", r.digest}, {"env", r.env}, {"workdir", r.workdir}, {"user", r.user},
-         {"layer_bytes", r.layer_bytes}, {"ms", r.ms}};
+         {"python_added", r.python_added}, {"layer_bytes", r.layer_bytes}, {"ms", r.ms}};
 }
 
 void from_json(const json& j, image_import_result& r) {
@@ -112,6 +175,7 @@ void from_json(const json& j, image_import_result& r) {
     r.env = j.value("env", std::map<std::string, std::string>{});
     r.workdir = j.value("workdir", std::string());
     r.user = j.value("user", std::string());
+    r.python_added = j.value("python_added", false);
     r.layer_bytes = j.value("layer_bytes", std::uint64_t{0});
     r.ms = j.value("ms", 0.0);
 }
@@ -184,12 +248,15 @@ image_import_result launcher::impl::import_image(const image_import_spec& s) {
     if (!fs::exists(root / "bin/sh", ec) && !fs::is_symlink(root / "bin/sh", ec))
         throw launch_error(step, s.reference + " has no /bin/sh: a template's steps and start command need a shell");
     add_runtime(root, cfg);
+    out.python_added = !has_usable_python(root);
 
     make_dir(step, tmp, 0700, true);
     const auto copied = run_command({"cp", "-a", "--no-target-directory", root.string(), (tmp / "diff").string()}, left());
     if (copied.exit_code != 0) throw launch_error(step, "copying the image's root into its layer: " + copied.output);
+    if (out.python_added) add_python(tmp / "diff", cfg);
     write_file(step, tmp / "config.json", json{{"reference", s.reference}, {"digest", out.digest}, {"env", out.env},
-                                               {"workdir", out.workdir}, {"user", out.user}}.dump(), 0644);
+                                               {"workdir", out.workdir}, {"user", out.user},
+                                               {"python_added", out.python_added}}.dump(), 0644);
     out.layer_bytes = seal_layer(tmp, s.layer, "base " + out.digest, cfg, step);
     out.ms = ms_since(t0);
     return out;

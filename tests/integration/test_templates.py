@@ -591,6 +591,33 @@ def registry_gw(tmp_path_factory, oci_registry):
         g.cleanup()
 
 
+def test_a_registry_base_without_python_gets_cellgates(registry_gw, oci_registry):
+    """A Debian with neither Python nor tini (as debian:bookworm-slim is) gets
+    cellgate's runtime at its import: Python with ipykernel under
+    /opt/cellgate/runtime, run by its own loader, as /usr/bin/python3; build
+    steps and sessions use it, the image's own files stay."""
+    gw = registry_gw
+    ref = oci_registry.push_rootfs(IMAGE_STORE / "debian" / "current" / "rootfs", "cellgate/slim:1",
+                                   exclude=["./usr/lib/python3*", "./usr/bin/python3*", "./usr/bin/tini*",
+                                            "./usr/bin/pip*", "./opt/cellgate", "./usr/local/share/jupyter"])
+    b = build(gw, {"name": "slim", "from": {"oci": ref},
+                   "steps": [{"type": "RUN", "args": ["python3 -c 'print(6 * 7)' > /opt/answer"]}]})
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    assert any("cellgate's (Debian's Python 3 with ipykernel) is added" in line for line in b["logs"]), b["logs"]
+    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "slim"}, timeout=120)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        out = run(gw, sid, "import os, subprocess, sys\n"
+                           "print(sys.prefix, open('/opt/answer').read().strip())\n"
+                           "print(subprocess.run(['python3', '-c', 'import ipykernel; print(1 + 1)'],\n"
+                           "                     capture_output=True, text=True).stdout.strip())\n"
+                           "print(os.path.exists('/usr/lib/python3'), os.path.realpath('/usr/bin/python3'))")
+        assert out["stdout"].splitlines() == ["/opt/cellgate/runtime/usr 42", "2", "False /opt/cellgate/python3"], out
+    finally:
+        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+
+
 def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(registry_gw, oci_registry):
     """from: {"oci": …}: an image pushed to a registry on loopback (one the
     operator names, plain HTTP) is pulled into a base layer once; its config's

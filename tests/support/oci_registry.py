@@ -38,12 +38,14 @@ class Registry:
         self.close()
         raise RuntimeError("docker-registry did not start: " + (workdir / "registry.log").read_text()[-2000:])
 
-    def push_rootfs(self, rootfs, repository, env=()):
-        """An image of one layer holding `rootfs`, with `env` in its config, pushed as
-        <host>/<repository>; returns that reference."""
+    def push_rootfs(self, rootfs, repository, env=(), exclude=()):
+        """An image of one layer holding `rootfs` but the paths matching `exclude`
+        (tar's patterns), with `env` in its config, pushed as <host>/<repository>;
+        returns that reference."""
         layout = self.dir / ("layout-" + repository.replace("/", "-").replace(":", "-"))
         layer = self.dir / "layer.tar"
-        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(layer), "."], check=True)
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(layer), *(f"--exclude={e}" for e in exclude), "."],
+                       check=True)
         subprocess.run(["umoci", "init", "--layout", str(layout)], check=True)
         subprocess.run(["umoci", "new", "--image", f"{layout}:img"], check=True)
         subprocess.run(["umoci", "raw", "add-layer", "--image", f"{layout}:img", str(layer)], check=True)

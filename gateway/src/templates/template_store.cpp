@@ -320,6 +320,9 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
                 std::lock_guard lock(mutex_);
                 log(b, " ---> " + r.digest + " (" + std::to_string(r.layer_bytes) + " bytes, " +
                            std::to_string(static_cast<long long>(r.ms)) + " ms)");
+                if (r.python_added)
+                    log(b, " ---> the image has no Python that runs ipykernel: cellgate's (Debian's Python 3 with "
+                           "ipykernel) is added at /opt/cellgate/runtime");
                 b.made.push_back(id);
                 if (tenant_bytes_locked(b.tenant) + r.layer_bytes > options_.max_layer_bytes_per_tenant) {
                     const auto why = "the image's root (" + std::to_string(r.layer_bytes) + " bytes) would take the "

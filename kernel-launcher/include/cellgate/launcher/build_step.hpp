@@ -80,6 +80,7 @@ struct image_import_result {
     std::string digest;                      // the manifest's, "sha256:…"
     std::map<std::string, std::string> env;  // the image config's Env
     std::string workdir, user;               // its WorkingDir and User ("" when unset)
+    bool python_added = false;               // it had no Python able to run the kernel: cellgate's was added
     std::uint64_t layer_bytes = 0;
     double ms = 0;
 };
