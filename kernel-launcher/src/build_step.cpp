@@ -207,6 +207,16 @@ build_step_result launcher::impl::run_build_step(const build_step_spec& s) {
                                 ",workdir=" + (scratch / "work").string() + ",redirect_dir=off,index=off,metacopy=off";
     if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, options.c_str()) != 0)
         throw launch_error(step, "mounting the step's root", errno);
+    // In a session /workspace (E2B's /home/user) is the kernel's user's own
+    // file system; in a build it is the user's as well, so a step run as the
+    // user can write there what each session then starts with.
+    {
+        struct stat st {};
+        const auto ws = rootfs / "workspace";
+        if (::lstat(ws.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid != base + 1000 &&
+            ::lchown(ws.c_str(), base + 1000, base + 1000) != 0)
+            throw launch_error(step, "giving /workspace to the kernel's user", errno);
+    }
 
     write_file(step, dir / "config.json", step_config(s, rootfs, base, cgroup_path_of(cfg, id)).dump(), 0600);
     const unique_fd log(::open((dir / "output.log").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));

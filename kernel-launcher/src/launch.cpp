@@ -331,6 +331,8 @@ sandbox_info launcher::impl::launch(const sandbox_spec& spec, bool zygote) {
                                       seed ? &*seed : nullptr);
     if (ws.created) workspace_created = ws_dir;
     info.host_uid_base = ws.host_id_base;
+    // A new session's workspace starts with what its image (a template) holds there.
+    if (ws.created && !seed) copy_image_workspace(fs::path(info.image) / "workspace", ws_dir, ws.host_id_base);
     steps.done("workspace");
 
     const fs::path socket_dir = prepare_kernel_dir(info, dir, ws, relayed);

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace cellgate::launcher {
 namespace fs = std::filesystem;
@@ -117,6 +118,21 @@ void remap_owners(const fs::path& dir, std::uint32_t from, std::uint32_t to) {
     if ((uid != st.st_uid || gid != st.st_gid) && ::fchown(fd, uid, gid) != 0)
         throw launch_error(step, "changing the owner of " + dir.string(), errno);
     remap_dir(fd, st.st_dev, from, to, 0);
+}
+
+void copy_image_workspace(const fs::path& from, const fs::path& to, std::uint32_t host_id_base) {
+    std::error_code ec;
+    std::vector<std::string> argv = {"cp", "-a", "--no-dereference", "-t", to.string(), "--"};
+    for (auto it = fs::directory_iterator(from, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        if (argv.size() > 4096 + 6) throw launch_error(step, "the image's /workspace has more than 4096 entries at its top");
+        argv.push_back(it->path().string());
+    }
+    if (argv.size() == 6) return;  // nothing there (every built-in image)
+    const auto copied = run_command(argv, std::chrono::seconds(120));
+    if (copied.exit_code != 0)
+        throw launch_error(step, "copying the template's /workspace into the session's" +
+                                     std::string(copied.timed_out ? ": timed out" : ": " + copied.output.substr(0, 1000)));
+    remap_owners(to, 0, host_id_base);
 }
 
 void make_ext4_image(const fs::path& image, std::uint64_t bytes, std::uint32_t owner_uid, std::uint32_t owner_gid,

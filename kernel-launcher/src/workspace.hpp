@@ -43,6 +43,12 @@ void mount_ext4_image(const std::filesystem::path& image, const std::filesystem:
 // from `to`, never following a link nor leaving the file system.
 void remap_owners(const std::filesystem::path& dir, std::uint32_t from, std::uint32_t to);
 
+// Copies what an image holds under its /workspace (`from`, a template's
+// files) into a new workspace at `to`, its owners moved into the
+// workspace's range (host_id_base + the image's id); the workspace's root
+// keeps its own. A launch_error when it does not fit.
+void copy_image_workspace(const std::filesystem::path& from, const std::filesystem::path& to, std::uint32_t host_id_base);
+
 class workspace_store {
 public:
     workspace_store(std::filesystem::path root, std::uint32_t id_base, std::uint32_t max_slots);

@@ -512,6 +512,36 @@ def test_a_template_on_node_installs_an_npm_package_from_the_operators_registry(
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/web").status_code == 204
 
 
+def test_a_sessions_workspace_starts_with_what_the_template_put_there(gw):
+    """What the steps wrote under /workspace (E2B's /home/user, its default
+    WORKDIR) is each new session's to start with, owned as the steps left
+    it, in a workspace of its own: one session's changes are not another's."""
+    b = build(gw, {"name": "seeded", "steps": [
+        {"type": "RUN", "args": ["mkdir -p /workspace/data && echo seeded > /workspace/data/notes.txt", "user"]},
+        {"type": "RUN", "args": ["echo by-root > /home/user/root-owned.txt && chmod 0644 /home/user/root-owned.txt"]}]})
+    assert b["status"] == "ready", "\n".join(b["logs"])
+    sids = []
+    try:
+        for _ in range(2):
+            r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "seeded"}, timeout=120)
+            assert r.status_code == 201, r.text
+            sids.append(r.json()["id"])
+        code = ("import os\n"
+                "print(open('/workspace/data/notes.txt').read().strip(), open('/home/user/root-owned.txt').read().strip())\n"
+                "print(os.stat('/workspace/data/notes.txt').st_uid, os.stat('/workspace/root-owned.txt').st_uid)\n"
+                "open('/workspace/data/notes.txt', 'a').write('changed\\n')\n"
+                "print(len(open('/workspace/data/notes.txt').read().split()))")
+        first = run(gw, sids[0], code)
+        assert first["stdout"].splitlines() == ["seeded by-root", "1000 0", "2"], first
+        # The second session's copy is its own: the first one's change is not in it.
+        second = run(gw, sids[1], "print(open('/workspace/data/notes.txt').read().split())")
+        assert second["stdout"].strip() == "['seeded']", second
+    finally:
+        for sid in sids:
+            call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
+    assert call(gw, TOKEN_A, "DELETE", "/v1/templates/seeded").status_code == 204
+
+
 DOCKERFILE = """\
 # A single-stage Dockerfile, as a data team writes one.
 ARG GREETING=hello
