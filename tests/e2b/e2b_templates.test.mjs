@@ -8,7 +8,8 @@
 // ready check, its logs through onBuildLogs, then Sandbox.create('name:tag')
 // runs code that uses what was installed, copied and started; a second build
 // uploads nothing and finds every layer; a failing step and an image from a
-// registry fail with the gateway's reason; Template.exists and deleting by
+// registry fail with the gateway's reason; tags assigned, listed and removed;
+// Template.exists and deleting by
 // name. Configured only by E2B_API_KEY,
 // E2B_API_URL and E2B_SANDBOX_URL; test_e2b_templates.py starts the gateway.
 import { test, after } from 'node:test';
@@ -130,6 +131,27 @@ test('a second build of the same steps finds every layer made', async () => {
   assert.equal(logs.filter((l) => l.includes('---> cached')).length, 3, logs.join('\n'));
   assert.ok(logs.some((l) => l.includes("Skipping upload of 'app', already cached")), logs.join('\n'));
   assert.ok(!logs.some((l) => l.includes('Successfully installed')), logs.join('\n'));
+});
+
+test('tags: a build under several, one assigned later, listed, removed', async () => {
+  const tagged = `${name}-tagged`;
+  await Template.build(Template().fromPythonImage().runCmd('echo tagged > /opt/t', { user: 'root' }), `${tagged}:v1`,
+    { tags: ['stable'] });
+  const assigned = await Template.assignTags(`${tagged}:v1`, ['prod']);
+  assert.deepEqual(assigned.tags, ['prod']);
+  const tags = await Template.getTags(tagged);
+  assert.deepEqual(tags.map((t) => t.tag).sort(), ['prod', 'stable', 'v1']);
+  assert.equal(new Set(tags.map((t) => t.buildId)).size, 1);
+  assert.equal(assigned.buildId, tags[0].buildId);
+  const sbx = await Sandbox.create(`${tagged}:prod`);
+  made.push(sbx);
+  const ex = await sbx.runCode("print(open('/opt/t').read().strip())");
+  assert.equal(ex.logs.stdout.join(''), 'tagged\n');
+  await sbx.kill();
+  await Template.removeTags(tagged, ['stable', 'v1']);
+  assert.deepEqual((await Template.getTags(tagged)).map((t) => t.tag), ['prod']);
+  await assert.rejects(Template.removeTags(tagged, ['gone']), /not found/i);
+  await Template.removeTags(tagged, 'prod');
 });
 
 test("a failing step fails the build with its step, its exit code and its log", async () => {

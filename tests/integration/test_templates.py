@@ -25,6 +25,7 @@ from support.prerequisites import IMAGE_STORE, require, runtime_missing
 TOKEN_A = "tpl-a-" + uuid.uuid4().hex
 TOKEN_B = "tpl-b-" + uuid.uuid4().hex
 TOKEN_C = "tpl-c-" + uuid.uuid4().hex
+TOKEN_D = "tpl-d-" + uuid.uuid4().hex
 MiB = 1 << 20
 # Layers are keyed by tenant and kept in the machine's image store between
 # gateways: tenants of this run's own, so no earlier run's layer is found.
@@ -44,7 +45,8 @@ def gw(tmp_path_factory, package_index):
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "alpha-" + RUN, "operator": True},
                                   {"token": TOKEN_B, "tenant": "beta-" + RUN},
-                                  {"token": TOKEN_C, "tenant": "gamma-" + RUN}]))
+                                  {"token": TOKEN_C, "tenant": "gamma-" + RUN},
+                                  {"token": TOKEN_D, "tenant": "delta-" + RUN}]))
     # A second listener the allow-list does not name: a build step must not reach it.
     g = Gateway("--tokens-file", str(tokens), "--max-kernels", "8",
                 "--egress-resolve", f"pypi.test=127.0.0.1:{package_index.port}",
@@ -63,7 +65,7 @@ def gw(tmp_path_factory, package_index):
         g.start()
         yield g
         # What the tests left: deleted, so their layers leave the machine's store.
-        for token in (TOKEN_A, TOKEN_B, TOKEN_C):
+        for token in (TOKEN_A, TOKEN_B, TOKEN_C, TOKEN_D):
             for t in call(g, token, "GET", "/v1/templates").json()["templates"]:
                 call(g, token, "DELETE", f"/v1/templates/{t['reference']}")
     finally:
@@ -305,6 +307,46 @@ def metric(gw, name, spec=None):
         if line.startswith(name + label + " "):
             return float(line.split()[-1])
     return None
+
+
+def test_tags_name_a_build_and_move_as_dockers_do(gw):
+    """A build under several tags at once; a tag added later to what another
+    names (the same build and layers, no step run); a tag moved by a rebuild
+    of its own; deleting a tag leaves the build's other names and their
+    layers; the tags' list; another tenant sees none of it."""
+    first = build(gw, {"name": "tagged:v1", "tags": ["stable"], "steps": [{"type": "RUN", "args": ["echo one > /opt/n"]}]},
+                  token=TOKEN_D)
+    assert first["status"] == "ready", first
+    listed = call(gw, TOKEN_D, "GET", "/v1/templates/tagged/tags").json()["tags"]
+    assert sorted(t["tag"] for t in listed) == ["stable", "v1"] and {t["build_id"] for t in listed} == {first["build_id"]}
+    r = call(gw, TOKEN_D, "POST", "/v1/templates/tagged:v1/tags", json={"tags": ["prod"]})
+    assert r.status_code == 201 and r.json() == {"build_id": first["build_id"], "tags": ["prod"]}, r.text
+    # v2 is built anew; "stable" then moves to it.
+    second = build(gw, {"name": "tagged:v2", "steps": [{"type": "RUN", "args": ["echo two > /opt/n"]}]}, token=TOKEN_D)
+    assert second["status"] == "ready", second
+    assert call(gw, TOKEN_D, "POST", "/v1/templates/tagged:v2/tags", json={"tags": ["stable"]}).status_code == 201
+    seen = {}
+    for tag in ("v1", "prod", "stable", "v2"):
+        r = call(gw, TOKEN_D, "POST", "/v1/sessions", json={"template": f"tagged:{tag}"}, timeout=120)
+        assert r.status_code == 201, r.text
+        seen[tag] = run(gw, r.json()["id"], "print(open('/opt/n').read().strip())", token=TOKEN_D)["stdout"].strip()
+        call(gw, TOKEN_D, "DELETE", f"/v1/sessions/{r.json()['id']}")
+    assert seen == {"v1": "one", "prod": "one", "stable": "two", "v2": "two"}, seen
+    # Four names are the tenant's cap: a fifth tag is refused, as a fifth template is.
+    r = call(gw, TOKEN_D, "POST", "/v1/templates/tagged:v2/tags", json={"tags": ["latest"]})
+    assert r.status_code == 429 and "templates" in r.json()["message"], r.text
+    # Deleting v1 leaves prod, which stands on the same layers.
+    assert call(gw, TOKEN_D, "DELETE", "/v1/templates/tagged:v1").status_code == 204
+    r = call(gw, TOKEN_D, "POST", "/v1/sessions", json={"template": "tagged:prod"}, timeout=120)
+    assert r.status_code == 201, r.text
+    assert run(gw, r.json()["id"], "print(open('/opt/n').read().strip())", token=TOKEN_D)["stdout"].strip() == "one"
+    call(gw, TOKEN_D, "DELETE", f"/v1/sessions/{r.json()['id']}")
+    assert call(gw, TOKEN_B, "GET", "/v1/templates/tagged/tags").status_code == 404
+    assert call(gw, TOKEN_B, "POST", "/v1/templates/tagged:prod/tags", json={"tags": ["mine"]}).status_code == 404
+    bad = call(gw, TOKEN_D, "POST", "/v1/templates/tagged:prod/tags", json={"tags": ["no spaces"]})
+    assert bad.status_code == 400 and "tag" in bad.json()["message"], bad.text
+    for tag in ("prod", "stable", "v2"):
+        assert call(gw, TOKEN_D, "DELETE", f"/v1/templates/tagged:{tag}").status_code == 204
 
 
 def test_a_template_keeps_its_own_warm_pool(gw):
@@ -651,25 +693,30 @@ def test_a_registry_base_without_python_gets_cellgates(registry_gw, oci_registry
 def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(registry_gw, oci_registry):
     """from: {"oci": …}: an image pushed to a registry on loopback (one the
     operator names, plain HTTP) is pulled into a base layer once; its config's
-    environment is the template's, steps build on it, sessions run on it."""
+    environment is the template's, its WorkingDir and User (a name in its
+    /etc/passwd) the first steps', steps build on it, sessions run on it."""
     gw = registry_gw
     ref = oci_registry.push_rootfs(IMAGE_STORE / "debian" / "current" / "rootfs", "cellgate/deb:1",
-                                   env=["CGREG=from-the-registry", "PATH=/usr/local/bin:/usr/bin:/bin"])
+                                   env=["CGREG=from-the-registry", "PATH=/usr/local/bin:/usr/bin:/bin"],
+                                   workdir="/home/user/proj", user="kernel")
     b = build(gw, {"name": "fromreg", "from": {"oci": ref},
-                   "steps": [{"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker"]}]})
+                   "steps": [{"type": "RUN", "args": ["pwd > where; id -u >> where"]},
+                             {"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker", "root"]}]})
     assert b["status"] == "ready", "\n".join(b["logs"])
     assert any(line.startswith(" ---> sha256:") for line in b["logs"]), b["logs"]
     r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "fromreg"}, timeout=120)
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
     try:
-        out = run(gw, sid, "import os\nprint(os.environ['CGREG'], open('/opt/reg-marker').read().strip())")
-        assert out["stdout"].strip() == "from-the-registry built-on-registry", out
+        out = run(gw, sid, "import os\nprint(os.environ['CGREG'], open('/opt/reg-marker').read().strip())\n"
+                           "print(open('/workspace/proj/where').read().split())")
+        assert out["stdout"].splitlines() == ["from-the-registry built-on-registry", "['/home/user/proj', '1000']"], out
     finally:
         call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     again = build(gw, {"name": "fromreg", "from": {"oci": ref},
-                       "steps": [{"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker"]}]})
-    assert again["status"] == "ready" and again["cached_steps"] == 1, again
+                       "steps": [{"type": "RUN", "args": ["pwd > where; id -u >> where"]},
+                                 {"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker", "root"]}]})
+    assert again["status"] == "ready" and again["cached_steps"] == 2, again
     assert again["logs"][0].startswith("Pulling ") and again["logs"][1].startswith(" ---> cached"), again["logs"]
     # A registry the operator does not name: 400 before anything is pulled. A missing image: the build says so.
     r = call(gw, TOKEN_A, "POST", "/v1/templates", json={"name": "elsewhere", "from": {"oci": "ghcr.io/org/img:1"}})
@@ -677,3 +724,46 @@ def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(reg
     missing = build(gw, {"name": "missing", "from": {"oci": f"{oci_registry.host}/cellgate/nope:1"}})
     assert missing["status"] == "error" and "pulling" in missing["failure"]["message"], missing
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/fromreg").status_code == 204
+
+
+def test_a_template_its_files_and_its_pool_come_back_after_a_restart(tmp_path):
+    """Stopped and started on the same state: the template (its start command,
+    ready check, WORKDIR and start timeout too), the tenant's uploaded files
+    and every layer are still there; its warm pool fills again; a session runs
+    as before and the same definition builds from the cache."""
+    require("templates", runtime_missing("runc"))
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps([{"token": TOKEN_A, "tenant": "restart-" + RUN, "operator": True}]))
+    g = Gateway("--tokens-file", str(tokens), "--max-kernels", "4", token=TOKEN_A)
+    key = "restart-" + uuid.uuid4().hex
+    body = {"name": "lasting:v1", "start_cmd": "echo started > /tmp/started", "ready_cmd": "test -f /tmp/started",
+            "kernel": {"pool": 1, "start_timeout_s": 20},
+            "steps": [{"type": "WORKDIR", "args": ["/srv/app"]},
+                      {"type": "COPY", "args": ["app.py", "./app.py"], "files": key}]}
+    try:
+        g.start()
+        assert call(g, TOKEN_A, "PUT", f"/v1/templates/files/{key}", data=tar_of({"app.py": b"print('app')\n"})).status_code == 201
+        assert build(g, body)["status"] == "ready"
+        before = call(g, TOKEN_A, "GET", "/v1/templates/lasting:v1").json()
+        g.stop()
+        g.port_file.unlink()  # the next start reports its own port
+        g.start()
+        after = call(g, TOKEN_A, "GET", "/v1/templates/lasting:v1")
+        assert after.status_code == 200, after.text
+        assert after.json()["definition"] == before["definition"] and after.json()["kernelspec"] == before["kernelspec"]
+        assert call(g, TOKEN_A, "GET", f"/v1/templates/files/{key}").status_code == 200
+        end = time.monotonic() + 90
+        while metric(g, "cellgate_pool_ready", before["kernelspec"]) != 1 and time.monotonic() < end:
+            time.sleep(0.2)
+        assert metric(g, "cellgate_pool_ready", before["kernelspec"]) == 1
+        r = call(g, TOKEN_A, "POST", "/v1/sessions", json={"template": "lasting:v1"}, timeout=120)
+        assert r.status_code == 201, r.text
+        out = run(g, r.json()["id"], "print(open('/tmp/started').read().strip(), open('/srv/app/app.py').read().strip())")
+        assert out["stdout"].strip() == "started print('app')", out
+        call(g, TOKEN_A, "DELETE", f"/v1/sessions/{r.json()['id']}")
+        again = build(g, body)
+        assert again["status"] == "ready" and again["built_steps"] == 0 and again["cached_steps"] == 1, again
+        assert call(g, TOKEN_A, "DELETE", "/v1/templates/lasting:v1").status_code == 204
+    finally:
+        g.stop()
+        g.cleanup()

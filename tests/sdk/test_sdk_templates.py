@@ -1,5 +1,5 @@
 """The Python SDK's templates end to end against the real gateway: build_template
-with its log streamed to on_log, Sandbox(template=…), list/get/delete, a
+with its log streamed to on_log, Sandbox(template=…), list/get/delete, tags, a
 failing build as TemplateBuildError, TemplateNotFound, and the CLI's
 `cellgate template build|list|rm`. Each run's steps carry a word of its own,
 so no earlier run's layer is found."""
@@ -10,7 +10,7 @@ import pytest
 
 import sdk_support
 from cellgate import (CellgateError, Sandbox, TemplateBuildError, TemplateNotFound, build_template, delete_template,
-                      get_template, list_templates)
+                      get_template, list_templates, tag_template, template_tags)
 
 
 @pytest.fixture
@@ -44,6 +44,24 @@ def test_build_start_list_and_delete_a_template(gateway, word):
     with pytest.raises(CellgateError) as e:
         Sandbox(gateway.url, gateway.token, template=f"sdk-{word}:v1")
     assert e.value.status == 404
+
+
+def test_tags_name_one_build(gateway, word):
+    build = build_template(f"sdkt-{word}:v1", steps=[f"echo {word} > /opt/word"], tags=["stable"],
+                           url=gateway.url, token=gateway.token)
+    assert tag_template(f"sdkt-{word}:v1", "prod", gateway.url, gateway.token) == {"build_id": build["build_id"],
+                                                                                    "tags": ["prod"]}
+    tags = template_tags(f"sdkt-{word}", gateway.url, gateway.token)
+    assert sorted(t["tag"] for t in tags) == ["prod", "stable", "v1"]
+    assert {t["build_id"] for t in tags} == {build["build_id"]}
+    with Sandbox(gateway.url, gateway.token, template=f"sdkt-{word}:prod") as sb:
+        assert sb.run_code("print(open('/opt/word').read().strip())").logs.stdout == f"{word}\n"
+    with pytest.raises(TemplateNotFound):
+        tag_template(f"sdkt-{word}:nope", "x", gateway.url, gateway.token)
+    for tag in ("v1", "stable", "prod"):
+        delete_template(f"sdkt-{word}:{tag}", gateway.url, gateway.token)
+    with pytest.raises(TemplateNotFound):
+        template_tags(f"sdkt-{word}", gateway.url, gateway.token)
 
 
 def test_a_failing_build_raises_with_its_step_and_log(gateway, word):

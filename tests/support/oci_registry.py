@@ -38,10 +38,10 @@ class Registry:
         self.close()
         raise RuntimeError("docker-registry did not start: " + (workdir / "registry.log").read_text()[-2000:])
 
-    def push_rootfs(self, rootfs, repository, env=(), exclude=()):
+    def push_rootfs(self, rootfs, repository, env=(), exclude=(), workdir=None, user=None):
         """An image of one layer holding `rootfs` but the paths matching `exclude`
-        (tar's patterns), with `env` in its config, pushed as <host>/<repository>;
-        returns that reference."""
+        (tar's patterns), with `env`, `workdir` and `user` in its config, pushed
+        as <host>/<repository>; returns that reference."""
         layout = self.dir / ("layout-" + repository.replace("/", "-").replace(":", "-"))
         layer = self.dir / "layer.tar"
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(layer), *(f"--exclude={e}" for e in exclude), "."],
@@ -52,6 +52,10 @@ class Registry:
         config = ["umoci", "config", "--image", f"{layout}:img"]
         for e in env:
             config.append(f"--config.env={e}")
+        if workdir:
+            config.append(f"--config.workingdir={workdir}")
+        if user:
+            config.append(f"--config.user={user}")
         subprocess.run(config, check=True)
         layer.unlink()
         ref = f"{self.host}/{repository}"

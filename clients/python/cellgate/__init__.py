@@ -16,7 +16,7 @@ from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnectio
 from .sandbox import (ForkResult, Sandbox, create_volume, delete_snapshot, delete_volume, get_snapshot, get_volume,
                       list_snapshots, list_volumes, run_once)
 from .templates import (TemplateBuildError, TemplateNotFound, build_template, copy, delete_template, get_template,
-                        list_templates, upload_files)
+                        list_templates, tag_template, template_tags, upload_files)
 
 __version__ = "0.1.0"
 
@@ -24,7 +24,7 @@ __all__ = [
     "Sandbox", "run_once", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
     "create_volume", "list_volumes", "get_volume", "delete_volume",
     "build_template", "list_templates", "get_template", "delete_template", "TemplateBuildError", "TemplateNotFound",
-    "copy", "upload_files",
+    "copy", "upload_files", "tag_template", "template_tags",
     "CommandExitError", "CommandHandle", "CommandResult",
     "Execution", "ExecutionError", "FileInfo", "Logs", "NetworkConnection", "NetworkPolicy", "Result",
     "SessionInfo", "Snapshot", "Truncated", "Volume", "VolumeMount",

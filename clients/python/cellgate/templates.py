@@ -75,7 +75,7 @@ def upload_files(files, url=None, token=None):
     return key
 
 
-def build_template(name, *, steps=None, packages=None, base=None, kernel=None, resources=None, force=False,
+def build_template(name, *, steps=None, packages=None, base=None, kernel=None, resources=None, force=False, tags=None,
                    files=None, dockerfile=None, build_args=None, start_cmd=None, ready_cmd=None,
                    on_log=None, url=None, token=None, timeout=1800):
     """Builds template ``name`` ("name" or "name:tag") and waits for it.
@@ -91,7 +91,8 @@ def build_template(name, *, steps=None, packages=None, base=None, kernel=None, r
     with ``build_args``; ``start_cmd``, ``ready_cmd``: run in each sandbox
     before its kernel, which starts once ``ready_cmd`` exits 0;
     ``kernel``: ``{"preload": [...], "pool": n}``; ``resources``:
-    ``{"cpu_millis", "memory_bytes", "workspace_bytes"}``; ``force`` builds
+    ``{"cpu_millis", "memory_bytes", "workspace_bytes"}``; ``tags``: more
+    tags that name the build once it is ready (``tag_template``); ``force`` builds
     every step again. ``on_log(line)`` gets the build's log as it comes.
     Returns the build model (``cached_steps``, ``built_steps``, ``logs``);
     raises TemplateBuildError when a step fails, CellgateError 400 for a bad
@@ -126,6 +127,8 @@ def build_template(name, *, steps=None, packages=None, base=None, kernel=None, r
                 s["files"] = files_key
     if force:
         body["force"] = True
+    if tags:
+        body["tags"] = [tags] if isinstance(tags, str) else list(tags)
     client = Client(url, token)
     started = client.request("POST", "/v1/templates", json_body=body, timeout=120)
     at = started["status_url"]
@@ -158,3 +161,19 @@ def delete_template(name, url=None, token=None):
     """Deletes one of your templates ("name" is its "latest" tag); its sessions run on until they end."""
     Client(url, token).request("DELETE", f"/v1/templates/{quote_path(name)}", not_found=TemplateNotFound,
                                timeout=120)
+
+
+def tag_template(name, tags, url=None, token=None):
+    """Points ``tags`` (a tag or a list) at what template ``name`` ("name:tag")
+    is: the same build and layers, no step run; a tag that named another
+    build moves. Returns ``{"build_id", "tags"}``; TemplateNotFound when
+    ``name`` is not yours."""
+    tags = [tags] if isinstance(tags, str) else list(tags)
+    return Client(url, token).request("POST", f"/v1/templates/{quote_path(name)}/tags", json_body={"tags": tags},
+                                      not_found=TemplateNotFound, timeout=120)
+
+
+def template_tags(name, url=None, token=None):
+    """The tags of your template ``name``: ``[{"tag", "build_id", "created_at_ms"}]``."""
+    return Client(url, token).request("GET", f"/v1/templates/{quote_path(name)}/tags",
+                                      not_found=TemplateNotFound)["tags"]

@@ -246,8 +246,9 @@ std::shared_ptr<void> register_e2b_api(router& r, kit::services& s, agent::agent
         if (auto c = contexts.lock()) c->remove_session(kernel_id);
         if (auto w = watches.lock()) w->remove_session(kernel_id);
     });
-    register_control_plane(r, *e);
+    // Template builds first: their /templates/tags is not a template named "tags".
     register_template_builds(r, *e);
+    register_control_plane(r, *e);
     register_code_interpreter(r, *e);
     register_envd(r, *e);
     register_process_service(r, *e);

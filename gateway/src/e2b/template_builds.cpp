@@ -36,6 +36,7 @@ std::int64_t unix_now() {
 // steps, the core's build that runs it.
 struct build_request {
     std::string tenant, name, tag, e2b_id, core_build;
+    std::vector<std::string> also_tags;  // the build's other tags
     std::optional<std::uint64_t> cpu_count, memory_mb;
     std::int64_t created_ms = 0;
 };
@@ -190,13 +191,14 @@ void register_template_builds(router& r, surface& e) {
         const auto ref = templates::parse_reference(raw);
         if (!ref) throw api_exception(400, "'name' is a template's name[:tag]: [a-z0-9][a-z0-9_-]{0,62}, a tag [A-Za-z0-9_.-]{1,64}");
         build_request b{.tenant = req->who.tenant, .name = ref->first, .tag = ref->second, .e2b_id = {}, .core_build = {},
-                        .cpu_count = {}, .memory_mb = {}, .created_ms = 0};
-        std::vector<std::string> tags;
+                        .also_tags = {}, .cpu_count = {}, .memory_mb = {}, .created_ms = 0};
         if (const auto it = body.find("tags"); it != body.end() && it->is_array() && !it->empty()) {
-            for (const auto& t : *it)
-                if (!t.is_string() || !templates::valid_tag(t.get<std::string>())) throw api_exception(400, "a tag is [A-Za-z0-9_.-]{1,64}");
-            b.tag = (*it)[0].get<std::string>();
-            if (it->size() > 1) throw api_exception(400, "this gateway builds one tag at a time");
+            // The SDK's "additional tags": beside the name's own tag, else the first is the build's.
+            const auto tags = templates::parse_tags(*it);
+            const bool named = raw.find(':') != std::string::npos;
+            if (!named) b.tag = tags[0];
+            for (const auto& t : tags)
+                if (t != b.tag) b.also_tags.push_back(t);
         }
         for (const char* k : {"cpuCount", "memoryMB"})
             if (const auto it = body.find(k); it != body.end() && !it->is_null()) {
@@ -207,11 +209,16 @@ void register_template_builds(router& r, surface& e) {
         b.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
         const auto made = requests->add(b);
+        json names = json::array({made.name + ":" + made.tag}), tags = json::array({made.tag});
+        for (const auto& t : made.also_tags) {
+            names.push_back(made.name + ":" + t);
+            tags.push_back(t);
+        }
         reply(json_response(202, {{"templateID", made.name},
                                   {"buildID", made.e2b_id},
                                   {"public", false},
-                                  {"names", json::array({made.name + ":" + made.tag})},
-                                  {"tags", json::array({made.tag})},
+                                  {"names", names},
+                                  {"tags", tags},
                                   {"aliases", json::array({made.name})}}));
     });
     // 2. The files a COPY step unpacks: whether the tenant has them, else a
@@ -263,8 +270,9 @@ void register_template_builds(router& r, surface& e) {
         if (!b || b->name != req->param("id")) throw api_exception(404, "Build '" + req->param("build").substr(0, 64) + "' not found");
         if (!b->core_build.empty()) throw api_exception(409, "Build '" + b->e2b_id + "' has started already");
         const auto d = templates::parse_definition(definition_of(*b, req->json_body()), store.settings());
-        kit::run_file_work(e.services, req, std::move(reply), [&store, requests, req, d, id = b->e2b_id](const reply_fn& rep) {
-            requests->started(id, store.build(req->who.tenant, d));
+        kit::run_file_work(e.services, req, std::move(reply), [&store, requests, req, d, id = b->e2b_id,
+                                                               also = b->also_tags](const reply_fn& rep) {
+            requests->started(id, store.build(req->who.tenant, d, also));
             rep(empty_response(202));
         });
     });
@@ -296,7 +304,47 @@ void register_template_builds(router& r, surface& e) {
         }
         reply(json_response(200, out));
     });
-    // 5. Management: whether a name exists, the list, one.
+    // 5. Tags: another name for a build (as a Docker tag), removing some, listing a template's.
+    add(bhttp::verb::post, "/templates/tags", [&e](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(e);
+        const auto body = req->json_body();
+        if (!body.is_object() || !body.contains("target") || !body["target"].is_string())
+            throw api_exception(400, "The body is {\"target\": \"name:tag\", \"tags\": [...]}");
+        const auto ref = templates::parse_reference(body["target"].get<std::string>());
+        if (!ref) throw api_exception(400, "'target' is a template's name[:tag]");
+        const auto tags = templates::parse_tags(body.value("tags", json()));
+        kit::run_file_work(e.services, req, std::move(reply), [&store, req, ref, tags](const reply_fn& rep) {
+            const auto out = store.tag(req->who.tenant, ref->first, ref->second, tags);
+            rep(json_response(201, {{"buildID", out["build_id"]}, {"tags", out["tags"]}}));
+        });
+    });
+    add(bhttp::verb::delete_, "/templates/tags", [&e](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(e);
+        const auto body = req->json_body();
+        if (!body.is_object() || !body.contains("name") || !body["name"].is_string())
+            throw api_exception(400, "The body is {\"name\": \"name\", \"tags\": [...]}");
+        const auto ref = templates::parse_reference(body["name"].get<std::string>());
+        if (!ref) throw api_exception(400, "'name' is a template's name");
+        const auto tags = templates::parse_tags(body.value("tags", json()));
+        kit::run_file_work(e.services, req, std::move(reply), [&store, req, ref, tags](const reply_fn& rep) {
+            const auto have = store.tags(req->who.tenant, ref->first);
+            for (const auto& t : tags)
+                if (std::none_of(have.begin(), have.end(), [&](const json& h) { return h["tag"] == t; }))
+                    throw api_exception(404, "Template '" + ref->first + ":" + t + "' not found");
+            for (const auto& t : tags) store.remove(req->who.tenant, ref->first, t);
+            rep(empty_response(204));
+        });
+    });
+    add(bhttp::verb::get, "/templates/{id}/tags", [&e](const request_ptr& req, reply_fn reply) {
+        const auto ref = templates::parse_reference(req->param("id"));
+        const auto tags = ref ? store_of(e).tags(req->who.tenant, ref->first) : json::array();
+        if (tags.empty()) throw api_exception(404, "Template '" + req->param("id").substr(0, 100) + "' not found");
+        json out = json::array();
+        for (const auto& t : tags)
+            out.push_back({{"tag", t["tag"]}, {"buildID", t["build_id"]}, {"createdAt", iso_ms(t["created_at_ms"].get<std::int64_t>())}});
+        reply(json_response(200, out));
+    });
+    // 6. Management: whether a name exists, the list, one.
     add(bhttp::verb::get, "/templates/aliases/{alias}", [&e](const request_ptr& req, reply_fn reply) {
         const auto ref = templates::parse_reference(req->param("alias"));
         if (!ref || !store_of(e).get(req->who.tenant, ref->first, std::nullopt))

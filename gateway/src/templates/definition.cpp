@@ -157,6 +157,16 @@ done
 
 }  // namespace
 
+std::vector<std::string> parse_tags(const json& tags) {
+    if (!tags.is_array() || tags.empty() || tags.size() > 16) throw api_exception(400, "'tags' is an array of 1 to 16 tags");
+    std::vector<std::string> out;
+    for (const auto& t : tags) {
+        if (!t.is_string() || !valid_tag(t.get<std::string>())) throw api_exception(400, "a tag is [A-Za-z0-9_.-]{1,64}");
+        if (std::find(out.begin(), out.end(), t.get<std::string>()) == out.end()) out.push_back(t.get<std::string>());
+    }
+    return out;
+}
+
 std::string summary_of(const step& s) {
     std::string out = s.type;
     for (const auto& a : s.args) out += " " + a;
@@ -325,10 +335,12 @@ definition parse_definition(const json& body, const build_settings& settings) {
 
 plan make_plan(const definition& d, const std::string& tenant, const std::string& base_image,
                const std::string& base_identity, const std::map<std::string, std::string>& base_env,
-               const std::string& nonce) {
+               const std::string& nonce, const std::string& base_workdir, const std::string& base_user) {
     plan p;
     p.image = base_image;
     p.env = base_env;
+    p.workdir = base_workdir;
+    p.user = base_user;
     std::string key = sha256_hex("cellgate template layer 1\n" + tenant + "\n" + base_identity);
     std::string parent = base_image;
     bool forced = d.force;

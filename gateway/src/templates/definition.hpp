@@ -70,6 +70,8 @@ definition parse_definition(const nlohmann::json& body, const build_settings& se
 // "name" or "name:tag" → {name, tag}; nullopt when either part is not valid.
 std::optional<std::pair<std::string, std::string>> parse_reference(const std::string& ref);
 bool valid_template_name(const std::string& name);
+// A body's "tags": 1 to 16 valid tags, each kept once, in order; api_exception(400) otherwise.
+std::vector<std::string> parse_tags(const nlohmann::json& tags);
 // A step as one line of at most 200 bytes ("RUN pip install …"), as logs and
 // a build's model show it.
 std::string summary_of(const step& s);
@@ -98,11 +100,12 @@ struct plan {
 // The plan for `d`, owned by `tenant`, over a base whose image is
 // `base_image` ("python", or a template's "l-<id>") and whose identity is
 // `base_identity` (the built image's resolved path, or the template's top
-// layer) with that base's environment. `nonce` is mixed into the keys from
+// layer) with that base's environment, WORKDIR and USER (a registry image's
+// WorkingDir and User, a template's last). `nonce` is mixed into the keys from
 // the first forced step on (a forced step gets new layers).
 plan make_plan(const definition& d, const std::string& tenant, const std::string& base_image,
                const std::string& base_identity, const std::map<std::string, std::string>& base_env,
-               const std::string& nonce);
+               const std::string& nonce, const std::string& base_workdir = "/", const std::string& base_user = "root");
 
 // The kernelspec name of a tenant's template: distinct per tenant, so no
 // tenant learns another's names (the display name is "name:tag").

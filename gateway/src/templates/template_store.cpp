@@ -40,6 +40,35 @@ std::string random_id() {
 // What a RUN step runs: the egress forwarder first when the build has a
 // network (as a session's kernel starts it), then the command in its
 // working directory (made if missing, as Docker's WORKDIR does).
+// A registry image's WorkingDir as a template's first WORKDIR: absolute and
+// plain, else "/".
+std::string image_workdir(const std::string& dir) {
+    if (dir.empty() || dir[0] != '/' || dir.size() > 4096 || dir.find_first_of("\n\r") != std::string::npos) return "/";
+    auto out = fs::path(dir).lexically_normal().string();
+    if (out.size() > 1 && out.back() == '/') out.pop_back();
+    return out;
+}
+
+// A registry image's User ("name", "uid", "name:group", "uid:gid") as a
+// template's first USER: root, user (uid 1000) or a uid below 65536; a name
+// is looked up in the image's own /etc/passwd. "root" when it names nothing.
+std::string image_user(const std::string& user, const fs::path& root) {
+    const auto name = user.substr(0, user.find(':'));
+    if (name.empty() || name == "root" || name == "0") return "root";
+    if (name.size() <= 5 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::stoul(name) < 65536 ? (name == "1000" ? "user" : name) : "root";
+    std::ifstream passwd(root / "etc/passwd");
+    std::string line;
+    for (int n = 0; n < 10000 && std::getline(passwd, line); ++n) {
+        const auto a = line.find(':'), b = line.find(':', a + 1), c = line.find(':', b + 1);
+        if (a == std::string::npos || c == std::string::npos || line.substr(0, a) != name) continue;
+        const auto uid = line.substr(b + 1, c - b - 1);
+        if (!uid.empty() && uid.size() <= 5 && std::all_of(uid.begin(), uid.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+            return std::stoul(uid) == 0 ? "root" : std::stoul(uid) == 1000 ? "user" : std::stoul(uid) < 65536 ? uid : "root";
+    }
+    return "root";
+}
+
 std::vector<std::string> step_argv(const std::string& command, const std::string& workdir, bool network) {
     std::string script;
     if (network)
@@ -151,21 +180,31 @@ std::uint64_t template_store::layer_bytes_locked(const std::string& tenant) cons
     return total;
 }
 
-std::string template_store::build(const std::string& tenant, const definition& d) {
-    std::lock_guard lock(mutex_);
-    const auto ks = kernelspec_name(tenant, d.name, d.tag);
-    std::size_t count = 0;
-    for (const auto& [_, t] : templates_) count += t.tenant == tenant;
-    if (!templates_.count(ks) && count >= options_.max_templates_per_tenant)
+void template_store::check_caps_locked(const std::string& tenant, const std::set<std::string>& kernelspecs,
+                                       std::size_t pool) const {
+    std::size_t count = 0, others = 0, pooled = kernelspecs.size() * pool;
+    for (const auto& [ks, t] : templates_)
+        if (t.tenant == tenant) {
+            ++count;
+            if (kernelspecs.count(ks)) continue;
+            ++others;
+            pooled += t.def.pool;
+        }
+    if (others + kernelspecs.size() > std::max(count, options_.max_templates_per_tenant))
         throw api_exception(429, "This tenant has " + std::to_string(count) + " templates, the most it may keep (" +
                                      std::to_string(options_.max_templates_per_tenant) + "); delete one first");
-    std::size_t pooled = d.pool;
-    for (const auto& [name, t] : templates_)
-        if (t.tenant == tenant && name != ks) pooled += t.def.pool;
     if (pooled > options_.max_pool_per_tenant)
         throw api_exception(429, "This tenant's templates would keep " + std::to_string(pooled) +
                                      " warm sandboxes, past its " + std::to_string(options_.max_pool_per_tenant) +
                                      "; lower kernel.pool here or on another template");
+}
+
+std::string template_store::build(const std::string& tenant, const definition& d, const std::vector<std::string>& also_tags) {
+    std::lock_guard lock(mutex_);
+    std::set<std::string> names = {d.tag}, kernelspecs;
+    names.insert(also_tags.begin(), also_tags.end());
+    for (const auto& tag : names) kernelspecs.insert(kernelspec_name(tenant, d.name, tag));
+    check_caps_locked(tenant, kernelspecs, d.pool);
     if (d.base.starts_with("template:")) {
         const auto ref = d.base.substr(9);
         const auto colon = ref.rfind(':');
@@ -200,9 +239,9 @@ std::string template_store::build(const std::string& tenant, const definition& d
         b->steps.push_back(s);
     }
     const auto nonce = random_id();
-    const auto accepted = pool_.submit(tenant, [this, b, d, nonce] {
+    const auto accepted = pool_.submit(tenant, [this, b, d, nonce, also = std::vector<std::string>(names.begin(), names.end())] {
         try {
-            run(b, d, nonce);
+            run(b, d, nonce, also);
         } catch (const std::exception& e) {
             std::lock_guard relock(mutex_);
             log(*b, std::string("cellgate: the build failed: ") + e.what());
@@ -276,10 +315,12 @@ bool template_store::watch(const std::string& tenant, const std::string& build_i
     return true;
 }
 
-void template_store::run(const std::shared_ptr<build_record>& bp, definition d, std::string nonce) {
+void template_store::run(const std::shared_ptr<build_record>& bp, definition d, std::string nonce,
+                         std::vector<std::string> also_tags) {
     auto& b = *bp;
     std::string base_image = d.base, base_identity;
     std::map<std::string, std::string> base_env;
+    std::string base_workdir = "/", base_user = "root";
     std::vector<std::string> inherited;
     {
         std::lock_guard lock(mutex_);
@@ -295,6 +336,8 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
             base_image = it->second.image;
             base_identity = "template " + it->second.image;
             base_env = it->second.env;
+            base_workdir = it->second.workdir;
+            base_user = it->second.user;
             inherited = it->second.layers;
         }
     }
@@ -347,7 +390,15 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         }
         std::ifstream in(launcher_config_.image_store / ".layers" / id / "config.json");
         const auto config = json::parse(in, nullptr, false);
-        if (config.is_object()) base_env = config.value("env", std::map<std::string, std::string>{});
+        if (config.is_object()) {
+            base_env = config.value("env", std::map<std::string, std::string>{});
+            base_workdir = image_workdir(config.value("workdir", ""));
+            base_user = image_user(config.value("user", ""), launcher_config_.image_store / ".layers" / id / "diff");
+            if (base_workdir != "/" || base_user != "root") {
+                std::lock_guard lock(mutex_);
+                log(b, " ---> the image's WORKDIR " + base_workdir + ", USER " + base_user);
+            }
+        }
         base_image = launcher::layer_image(id);
         base_identity = "oci " + id + " " + (config.is_object() ? config.value("digest", "") : "");
         inherited = {id};
@@ -379,7 +430,7 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
         s.digest = found->digest;
         archives[i] = *found;
     }
-    const auto p = make_plan(d, b.tenant, base_image, base_identity, base_env, nonce);
+    const auto p = make_plan(d, b.tenant, base_image, base_identity, base_env, nonce, base_workdir, base_user);
     if (!p.copies.empty() && launcher_config_.egress_root.empty()) {
         std::lock_guard lock(mutex_);
         const auto why = std::string("COPY steps need the gateway's egress root (egress is off here)");
@@ -560,28 +611,75 @@ void template_store::run(const std::shared_ptr<build_record>& bp, definition d, 
     t.def = d;
     t.env = p.env;
     t.workdir = p.workdir;
+    t.user = p.user;
     t.layers = inherited;
     t.layers.insert(t.layers.end(), p.layers.begin(), p.layers.end());
     t.created_ms = now_ms();
+    std::lock_guard lock(mutex_);
+    install_locked(t);
+    std::string tagged = d.tag;
+    for (const auto& tag : also_tags) {
+        if (tag == d.tag) continue;
+        auto also = t;
+        also.tag = also.def.tag = tag;
+        also.kernelspec = kernelspec_name(b.tenant, d.name, tag);
+        install_locked(also);
+        tagged += ", " + tag;
+    }
+    log(b, "cellgate: template " + d.name + ":" + tagged + " is ready (" + std::to_string(b.built_steps) + " built, " +
+               std::to_string(b.cached_steps) + " cached)");
+    finish(b, "ready", std::nullopt);
+    reclaim_layers_locked();
+}
+
+void template_store::install_locked(const template_record& t) {
     persist(t);
     register_kernelspec(t);
-    std::lock_guard lock(mutex_);
-    const bool rebuilt = templates_.count(t.kernelspec) != 0;
-    if (const auto old = templates_.find(t.kernelspec); old != templates_.end()) {
+    const auto old = templates_.find(t.kernelspec);
+    const bool replaced = old != templates_.end();
+    if (replaced) {
         const std::set<std::string> kept(t.layers.begin(), t.layers.end());
         for (const auto& id : old->second.layers)
             if (!kept.count(id)) {
-                doomed_layers_.insert(b.tenant + "/" + id);
+                doomed_layers_.insert(t.tenant + "/" + id);
                 retired_[t.kernelspec].insert(id);
             }
     }
     templates_[t.kernelspec] = t;
-    // Its warm sandboxes start now (a rebuilt template's old ones are stopped).
-    if (set_pool && (t.def.pool > 0 || rebuilt)) set_pool(t.kernelspec, t.def.pool);
-    log(b, "cellgate: template " + d.name + ":" + d.tag + " is ready (" + std::to_string(b.built_steps) + " built, " +
-               std::to_string(b.cached_steps) + " cached)");
-    finish(b, "ready", std::nullopt);
+    // Its warm sandboxes start now (a replaced template's old ones are stopped).
+    if (set_pool && (t.def.pool > 0 || replaced)) set_pool(t.kernelspec, t.def.pool);
+}
+
+json template_store::tag(const std::string& tenant, const std::string& name, const std::string& from,
+                         const std::vector<std::string>& tags) {
+    std::lock_guard lock(mutex_);
+    const auto it = templates_.find(kernelspec_name(tenant, name, from));
+    if (it == templates_.end()) throw api_exception(404, "No template '" + name + ":" + from + "'");
+    const auto source = it->second;
+    std::set<std::string> kernelspecs = {it->first};
+    for (const auto& tag : tags) kernelspecs.insert(kernelspec_name(tenant, name, tag));
+    check_caps_locked(tenant, kernelspecs, source.def.pool);
+    json out = json::array();
+    for (const auto& tag : tags) {
+        out.push_back(tag);
+        if (tag == from) continue;
+        auto t = source;
+        t.tag = t.def.tag = tag;
+        t.kernelspec = kernelspec_name(tenant, name, tag);
+        t.created_ms = now_ms();
+        install_locked(t);
+    }
     reclaim_layers_locked();
+    return {{"build_id", source.build_id}, {"tags", out}};
+}
+
+json template_store::tags(const std::string& tenant, const std::string& name) const {
+    std::lock_guard lock(mutex_);
+    json out = json::array();
+    for (const auto& [_, t] : templates_)
+        if (t.tenant == tenant && t.name == name)
+            out.push_back({{"tag", t.tag}, {"build_id", t.build_id}, {"created_at_ms", t.created_ms}});
+    return out;
 }
 
 void template_store::register_kernelspec(const template_record& t) {
@@ -609,7 +707,7 @@ void template_store::persist(const template_record& t) const {
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
     const json j = {{"tenant", t.tenant}, {"name", t.name},     {"tag", t.tag},       {"kernelspec", t.kernelspec},
-                    {"image", t.image},   {"build_id", t.build_id}, {"env", t.env},   {"layers", t.layers}, {"workdir", t.workdir},
+                    {"image", t.image},   {"build_id", t.build_id}, {"env", t.env},   {"layers", t.layers}, {"workdir", t.workdir}, {"user", t.user},
                     {"created_ms", t.created_ms}, {"definition", to_json(t.def)}};
     const auto tmp = path.string() + ".tmp";
     {
@@ -638,6 +736,7 @@ void template_store::load() {
                 t.env = j.value("env", std::map<std::string, std::string>{});
                 t.layers = j.value("layers", std::vector<std::string>{});
                 t.workdir = j.value("workdir", std::string("/"));
+                t.user = j.value("user", std::string("root"));
                 t.created_ms = j.value("created_ms", std::int64_t{0});
                 const auto& def = j.at("definition");
                 t.def.name = t.name;

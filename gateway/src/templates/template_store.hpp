@@ -107,7 +107,17 @@ public:
     // Starts a build of `d` for `tenant`; returns its id. api_exception:
     // 404 (its base template is not the tenant's), 429 (too many templates
     // or builds), 413 (the tenant's layers are at their cap).
-    std::string build(const std::string& tenant, const definition& d);
+    // `also_tags` name the same build as well once it is ready (as tag() does).
+    std::string build(const std::string& tenant, const definition& d, const std::vector<std::string>& also_tags = {});
+    // Points `tags` of the tenant's template `name` at what its tag `from`
+    // is (the same build, image and layers), as a Docker tag does; a tag
+    // that named another build is moved (its layers go as a rebuild's do).
+    // 404 when `from` is not the tenant's, 429 past the template or pool cap.
+    // Returns {"build_id", "tags"}.
+    nlohmann::json tag(const std::string& tenant, const std::string& name, const std::string& from,
+                       const std::vector<std::string>& tags);
+    // The tags of the tenant's template `name`: [{"tag", "build_id", "created_at_ms"}]; [] when none.
+    nlohmann::json tags(const std::string& tenant, const std::string& name) const;
 
     // The tenant's templates (their models), one, or 404; deletes (404 when none).
     nlohmann::json list(const std::string& tenant) const;
@@ -150,13 +160,20 @@ private:
     struct template_record {
         std::string tenant, name, tag, kernelspec, image, build_id;
         std::string workdir = "/";  // after its WORKDIR steps: where its start command runs
+        std::string user = "root";  // after its USER steps: a template built on it starts from both
         definition def;
         std::map<std::string, std::string> env;
         std::vector<std::string> layers;
         std::int64_t created_ms = 0;
         nlohmann::json model() const;
     };
-    void run(const std::shared_ptr<build_record>& b, definition d, std::string nonce);
+    void run(const std::shared_ptr<build_record>& b, definition d, std::string nonce, std::vector<std::string> also_tags);
+    // Keeps `t` (on disk, as a kernelspec, in templates_), in place of the
+    // tenant's template of its name and tag if there is one; its pool starts.
+    void install_locked(const template_record& t);
+    // 429 when the tenant's templates, with `kernelspecs` (new or replaced)
+    // each keeping `pool` warm sandboxes, would pass its caps.
+    void check_caps_locked(const std::string& tenant, const std::set<std::string>& kernelspecs, std::size_t pool) const;
     void log(build_record& b, const std::string& text);
     void finish(build_record& b, std::string status, std::optional<nlohmann::json> failure);
     void register_kernelspec(const template_record& t);

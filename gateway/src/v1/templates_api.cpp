@@ -45,16 +45,33 @@ std::pair<std::string, std::optional<std::string>> reference_of(const request_pt
     return {ref->first, tag};
 }
 
-templates::definition definition_of(services& s, const json& body) {
-    return templates::parse_definition(templates::expand_dockerfile(body), store_of(s).settings());
+// A POST /v1/templates body as its definition and its other tags ("tags": the build names each as well).
+struct template_request {
+    templates::definition d;
+    std::vector<std::string> also_tags;
+};
+
+template_request definition_of(services& s, json body) {
+    template_request out;
+    if (body.is_object() && body.contains("tags")) {
+        out.also_tags = templates::parse_tags(body["tags"]);
+        body.erase("tags");
+    }
+    out.d = templates::parse_definition(templates::expand_dockerfile(body), store_of(s).settings());
+    return out;
 }
 
-void start_build(templates::template_store& store, const request_ptr& req, const templates::definition& d,
+void start_build(templates::template_store& store, const request_ptr& req, const template_request& r,
                  const reply_fn& rep) {
-    const auto id = store.build(req->who.tenant, d);
+    const auto& d = r.d;
+    const auto id = store.build(req->who.tenant, d, r.also_tags);
     const auto at = "/v1/templates/" + d.name + ":" + d.tag + "/builds/" + id;
+    json tags = json::array({d.tag});
+    for (const auto& t : r.also_tags)
+        if (t != d.tag) tags.push_back(t);
     auto res = json_response(202, {{"build_id", id},
                                    {"template", d.name + ":" + d.tag},
+                                   {"tags", tags},
                                    {"kernelspec", templates::kernelspec_name(req->who.tenant, d.name, d.tag)},
                                    {"status", "queued"},
                                    {"status_url", at}});
@@ -130,8 +147,8 @@ void register_templates_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(s);
-        const auto d = definition_of(s, req->json_body(false));
-        run_file_work(s, req, std::move(reply), [&store, req, d](const reply_fn& rep) { start_build(store, req, d, rep); });
+        const auto r = definition_of(s, req->json_body(false));
+        run_file_work(s, req, std::move(reply), [&store, req, r](const reply_fn& rep) { start_build(store, req, r, rep); });
     });
     // The same as a form: a "dockerfile" part, a "files" part (its tar
     // archive, gzip or not: kept on the tenant's shelf first) and an
@@ -169,6 +186,23 @@ void register_templates_api(router& r, services& s) {
             store.remove(req->who.tenant, name, tag);
             rep(empty_response(204));
         });
+    });
+    // Tags: more names for what name:tag is (the same build), and a template's tags.
+    r.add(bhttp::verb::post, "/v1/templates/{name}/tags", [&s](const request_ptr& req, reply_fn reply) {
+        auto& store = store_of(s);
+        const auto [name, tag] = reference_of(req);
+        const auto body = req->json_body();
+        if (!body.is_object() || !body.contains("tags")) throw api_exception(400, "The body is {\"tags\": [\"tag\", …]}");
+        const auto tags = templates::parse_tags(body["tags"]);
+        run_file_work(s, req, std::move(reply), [&store, req, name, tag, tags](const reply_fn& rep) {
+            rep(json_response(201, store.tag(req->who.tenant, name, tag.value_or("latest"), tags)));
+        });
+    });
+    r.add(bhttp::verb::get, "/v1/templates/{name}/tags", [&s](const request_ptr& req, reply_fn reply) {
+        const auto name = reference_of(req).first;
+        auto tags = store_of(s).tags(req->who.tenant, name);
+        if (tags.empty()) throw api_exception(404, "No template '" + name + "'");
+        reply(json_response(200, {{"tags", std::move(tags)}}));
     });
     r.add(bhttp::verb::get, "/v1/templates/{name}/builds/{build_id}", [&s](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(s);
