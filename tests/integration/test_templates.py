@@ -9,6 +9,7 @@ invisible, and the build's log as Server-Sent Events.
 Needs root, runc, build/bin/cellgate and the kernel image; skipped without
 them unless CELLGATE_REQUIRE_SANDBOX=1.
 """
+import contextlib
 import json
 import socket
 import time
@@ -96,6 +97,17 @@ def run(gw, session, code, token=TOKEN_A):
     r = call(gw, token, "POST", f"/v1/sessions/{session}/execute", json={"code": code}, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
+
+
+@contextlib.contextmanager
+def session_on(gw, template, token=TOKEN_A):
+    """A session started from `template` (201 asserted), deleted after."""
+    r = call(gw, token, "POST", "/v1/sessions", json={"template": template}, timeout=120)
+    assert r.status_code == 201, r.text
+    try:
+        yield r.json()["id"]
+    finally:
+        call(gw, token, "DELETE", f"/v1/sessions/{r.json()['id']}")
 
 
 def test_a_template_from_packages_installs_a_wheel_from_the_tests_own_index(gw, package_index):
@@ -423,10 +435,7 @@ def test_copy_steps_unpack_the_tenants_uploaded_archive(gw):
     b = build(gw, {"name": "copied", "steps": steps})
     assert b["status"] == "ready", b["logs"]
     assert b["built_steps"] == 2, b
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "copied"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "copied") as sid:
         out = run(gw, sid, "import os, subprocess\n"
                            "print(subprocess.run(['python3', '/srv/app/main.py'], capture_output=True, text=True).stdout.strip())\n"
                            "print(open('/srv/app/data/rows.csv').read().split())\n"
@@ -436,8 +445,6 @@ def test_copy_steps_unpack_the_tenants_uploaded_archive(gw):
         assert lines[0] == "hello from app", out
         assert lines[1] == "['a,b', '1,2']", out
         assert lines[2].endswith(" 0o644") and lines[4].endswith(" 0o600"), out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     # In the layers (as a later step and the image keep them): the template's
     # USER owns what the first COPY placed, root what the second did, never
     # the uid the client's archive named.
@@ -485,10 +492,7 @@ def test_a_start_command_runs_and_its_ready_check_passes_before_the_first_cell(g
                    "steps": [{"type": "RUN", "args": ["mkdir -p /srv/site && echo served-page > /srv/site/index.html"]},
                              {"type": "WORKDIR", "args": ["/srv/site"]}]})
     assert b["status"] == "ready", b["logs"]
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "served"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "served") as sid:
         # The server slept a second before it listened: the sandbox waited for it.
         out = run(gw, sid, "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8731/', timeout=5).read().decode().strip())")
         assert out["stdout"].strip() == "served-page", out
@@ -496,8 +500,6 @@ def test_a_start_command_runs_and_its_ready_check_passes_before_the_first_cell(g
         assert call(gw, TOKEN_A, "POST", f"/v1/sessions/{sid}/interrupt").status_code in (200, 202, 204)
         out = run(gw, sid, "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8731/', timeout=5).status)")
         assert out["stdout"].strip() == "200", out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
 
     # A check that never passes: the session does not start, and says why.
     b = build(gw, {"name": "neverready", "start_cmd": "echo starting; exit 3", "ready_cmd": "false",
@@ -518,17 +520,12 @@ def test_a_template_on_minimal_debian_installs_a_debian_package_from_the_operato
     assert b["status"] == "ready", "\n".join(b["logs"])
     assert f"/apt/{package_index.deb_name}" in package_index.fetched
     assert any("Setting up cgtool (1.0)" in line for line in b["logs"]), b["logs"]
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "deb"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "deb") as sid:
         out = run(gw, sid, "import subprocess, sys\n"
                            "print(subprocess.run(['cgtool'], capture_output=True, text=True).stdout.strip())\n"
                            "print(sys.version_info[0])\n"
                            "try:\n    import pandas\nexcept ImportError:\n    print('no pandas')")
         assert out["stdout"].splitlines() == ["cgtool 1.0 says hello", "3", "no pandas"], out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/deb").status_code == 204
 
 
@@ -541,16 +538,11 @@ def test_a_template_on_node_installs_an_npm_package_from_the_operators_registry(
     assert b["status"] == "ready", "\n".join(b["logs"])
     assert [s["summary"].split()[1] for s in b["steps"]] == ["apt-get", "npm"], b["steps"]
     assert f"/npm/{NPM_PACKAGE}/-/{package_index.npm_name}" in package_index.fetched
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "web"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "web") as sid:
         out = run(gw, sid, "import subprocess\n"
                            f"print(subprocess.run(['{NPM_PACKAGE}', 'the kernel'], capture_output=True, text=True).stdout.strip())\n"
                            "print(subprocess.run(['cgtool'], capture_output=True, text=True).stdout.strip())")
         assert out["stdout"].splitlines() == ["cg-greet 1.0.0 greets the kernel", "cgtool 1.0 says hello"], out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     assert call(gw, TOKEN_A, "DELETE", "/v1/templates/web").status_code == 204
 
 
@@ -676,18 +668,13 @@ def test_a_registry_base_without_python_gets_cellgates(registry_gw, oci_registry
                    "steps": [{"type": "RUN", "args": ["python3 -c 'print(6 * 7)' > /opt/answer"]}]})
     assert b["status"] == "ready", "\n".join(b["logs"])
     assert any("cellgate's (Debian's Python 3 with ipykernel) is added" in line for line in b["logs"]), b["logs"]
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "slim"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "slim") as sid:
         out = run(gw, sid, "import os, subprocess, sys\n"
                            "print(sys.prefix, open('/opt/answer').read().strip())\n"
                            "print(subprocess.run(['python3', '-c', 'import ipykernel; print(1 + 1)'],\n"
                            "                     capture_output=True, text=True).stdout.strip())\n"
                            "print(os.path.exists('/usr/lib/python3'), os.path.realpath('/usr/bin/python3'))")
         assert out["stdout"].splitlines() == ["/opt/cellgate/runtime/usr 42", "2", "False /opt/cellgate/python3"], out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
 
 
 def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(registry_gw, oci_registry):
@@ -704,15 +691,10 @@ def test_a_template_from_a_registry_image_pulled_from_the_operators_registry(reg
                              {"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker", "root"]}]})
     assert b["status"] == "ready", "\n".join(b["logs"])
     assert any(line.startswith(" ---> sha256:") for line in b["logs"]), b["logs"]
-    r = call(gw, TOKEN_A, "POST", "/v1/sessions", json={"template": "fromreg"}, timeout=120)
-    assert r.status_code == 201, r.text
-    sid = r.json()["id"]
-    try:
+    with session_on(gw, "fromreg") as sid:
         out = run(gw, sid, "import os\nprint(os.environ['CGREG'], open('/opt/reg-marker').read().strip())\n"
                            "print(open('/workspace/proj/where').read().split())")
         assert out["stdout"].splitlines() == ["from-the-registry built-on-registry", "['/home/user/proj', '1000']"], out
-    finally:
-        call(gw, TOKEN_A, "DELETE", f"/v1/sessions/{sid}")
     again = build(gw, {"name": "fromreg", "from": {"oci": ref},
                        "steps": [{"type": "RUN", "args": ["pwd > where; id -u >> where"]},
                                  {"type": "RUN", "args": ["echo built-on-registry > /opt/reg-marker", "root"]}]})

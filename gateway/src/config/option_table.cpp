@@ -51,6 +51,14 @@ void node_option(gateway_config& c, const std::string& name, const std::string& 
     }
 }
 
+// An http:// or https:// URL of at most 1024 bytes with no whitespace (a package index), else config_error naming `flag`.
+std::string http_url(const std::string& flag, const std::string& v) {
+    if ((!v.starts_with("https://") && !v.starts_with("http://")) || v.size() > 1024 ||
+        v.find_first_of(" \t\r\n") != std::string::npos)
+        throw config_error(flag + " wants an http(s):// URL, not '" + v.substr(0, 100) + "'");
+    return v;
+}
+
 std::vector<std::string> comma_list(const std::string& v) {
     std::vector<std::string> out;
     std::stringstream in(v);
@@ -509,12 +517,7 @@ std::vector<option> command_line_options() {
          .help = "The index pip uses in sandboxes with a network: a `pip.conf` naming it goes into each "
                  "networked sandbox's `/run/egress/` (`PIP_CONFIG_FILE`). An `http://` or `https://` URL.",
          .sample = "https://pypi.internal/simple/",
-         .set = [](auto& c, const auto& v) {
-             if ((v.rfind("https://", 0) != 0 && v.rfind("http://", 0) != 0) ||
-                 v.find_first_of(" \t\r\n") != std::string::npos)
-                 throw config_error("--egress-pip-index-url wants an http(s):// URL, not '" + v + "'");
-             c.network.pip_index_url = v;
-         }},
+         .set = [](auto& c, const auto& v) { c.network.pip_index_url = http_url("--egress-pip-index-url", v); }},
         {.name = "egress_preset", .section = heading::egress, .value = "NAME=ENTRY,…",
          .fallback = "`python-packages=pypi.org,files.pythonhosted.org`",
          .help = "A named allow list that a session's network may ask for by name (`\"preset\": "
@@ -740,12 +743,7 @@ std::vector<option> command_line_options() {
                  "`packages: {\"npm\": […]}`), through the egress proxy (name its host in "
                  "`template_build_allow`). An `http://` or `https://` URL.",
          .sample = "https://npm.example.internal/",
-         .set = [](auto& c, const auto& v) {
-             if ((!v.starts_with("https://") && !v.starts_with("http://")) || v.size() > 1024 ||
-                 v.find_first_of(" \t\r\n") != std::string::npos)
-                 throw config_error("--template-npm-registry wants an http(s):// URL, not '" + v.substr(0, 100) + "'");
-             c.templates.build.npm_registry_url = v;
-         }},
+         .set = [](auto& c, const auto& v) { c.templates.build.npm_registry_url = http_url("--template-npm-registry", v); }},
         {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",
          .help = "Templates one tenant may keep; a build of one more gets `429`. At least 1.",
          .sample = "8",
