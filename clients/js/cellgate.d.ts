@@ -126,6 +126,8 @@ export interface SessionPause {
 export interface SessionOptions {
   /** kernelspec name (default: the gateway's default) */
   kernel?: string;
+  /** one of your templates, "name" or "name:tag" (docs/templates.md) */
+  template?: string;
   /** default per-execution timeout, seconds */
   timeout?: number;
   /** the session ends after this many idle seconds */
@@ -423,6 +425,12 @@ export declare class SessionNotFound extends NotFound {}
 export declare class SnapshotNotFound extends NotFound {}
 /** 404 on a named volume: there is none of that name. */
 export declare class VolumeNotFound extends NotFound {}
+export declare class TemplateNotFound extends NotFound {}
+/** a template's build ended in an error: `build` is the build model, `failure` its step, exit code, message and log tail */
+export declare class TemplateBuildError extends CellgateError {
+  build: any;
+  failure: { step?: { index: number; type: string }; exit_code?: number; message: string; log_tail?: string };
+}
 /** 429: too many sessions. */
 export declare class TooManySessions extends CellgateError {}
 /** 429 on a snapshot: the tenant keeps as many as it may; delete one first. */
@@ -465,6 +473,14 @@ export declare class Cellgate {
   getVolume(volume: string | VolumeModel): Promise<VolumeModel>;
   /** deletes a volume and its files (VolumeNotFound if there is none, a 409 while a session mounts it) */
   deleteVolume(volume: string | VolumeModel): Promise<void>;
+  /** builds a template (POST /v1/templates' body) and waits; onLog gets its log as it comes */
+  buildTemplate(definition: Record<string, any>,
+                opts?: { onLog?: (line: string) => void; signal?: AbortSignal }): Promise<any>;
+  listTemplates(): Promise<any[]>;
+  getTemplate(name: string): Promise<any>;
+  deleteTemplate(name: string): Promise<void>;
+  tagTemplate(name: string, tags: string | string[]): Promise<{ build_id: string; tags: string[] }>;
+  templateTags(name: string): Promise<{ tag: string; build_id: string; created_at_ms: number }[]>;
   runOnce(code: string, files?: OneShotFiles, opts?: { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
   static runOnce(code: string, files?: OneShotFiles,
                  opts?: ClientOptions & { timeout?: number; signal?: AbortSignal }): Promise<Execution>;

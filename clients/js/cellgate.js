@@ -76,6 +76,30 @@ export class VolumeNotFound extends NotFound {
 }
 
 /** 429: the gateway's (or the tenant's) session quota is full. */
+export class TemplateNotFound extends NotFound {
+  constructor(status, reason, message) {
+    super(status, reason, message);
+    this.name = 'TemplateNotFound';
+  }
+}
+
+/**
+ * A template's build ended in an error: `build` is the gateway's build model
+ * (`failure`: the step, its exit code, the message and the log's tail).
+ */
+export class TemplateBuildError extends CellgateError {
+  /** @param {any} build */
+  constructor(build) {
+    const f = (build && build.failure) || {};
+    super(null, 'build_failed', f.message || `the build of ${build && build.template} failed`);
+    this.name = 'TemplateBuildError';
+    /** the build model */
+    this.build = build;
+    /** its failure: {step?, exit_code?, message, log_tail?} */
+    this.failure = f;
+  }
+}
+
 export class TooManySessions extends CellgateError {
   constructor(status, reason, message) {
     super(status, reason, message);
@@ -649,6 +673,82 @@ export class Cellgate {
    */
   async deleteVolume(volume) {
     await this.request('DELETE', volumePath(volume), { notFound: VolumeNotFound });
+  }
+
+  /**
+   * Builds a template (the gateway's docs/templates.md) and waits for it:
+   * `definition` is POST /v1/templates' body (`{name: "analytics:v1",
+   * packages: {pip: [...]}, steps: [...], tags?: [...], ...}`); `onLog(line)`
+   * gets the build's log as it comes (Server-Sent Events). Resolves to the
+   * build model (`cached_steps`, `built_steps`, `logs`); rejects with
+   * TemplateBuildError when a step fails, a 400 CellgateError for a bad
+   * definition, 429 or 413 past the tenant's caps.
+   * @param {Record<string, any>} definition
+   * @param {{onLog?: (line: string) => void, signal?: AbortSignal}} [opts]
+   * @returns {Promise<any>}
+   */
+  async buildTemplate(definition, opts = {}) {
+    const started = await this.requestJson('POST', '/v1/templates', { json: definition, signal: opts.signal });
+    const at = started.status_url;
+    const res = await this.request('GET', at, { headers: { Accept: SSE_TYPE }, signal: opts.signal });
+    if (res.body) {
+      await readEventStream(res.body, (event, data) => {
+        if (event === 'log' && opts.onLog) opts.onLog(JSON.parse(data).log);
+      });
+    }
+    const build = await this.requestJson('GET', at, { signal: opts.signal });
+    if (build.status !== 'ready') throw new TemplateBuildError(build);
+    return build;
+  }
+
+  /**
+   * The caller's templates (models: name, tag, reference, kernelspec, definition, …).
+   * @returns {Promise<any[]>}
+   */
+  async listTemplates() {
+    const body = await this.requestJson('GET', '/v1/templates');
+    return (body && body.templates) || [];
+  }
+
+  /**
+   * One template by "name" (its "latest") or "name:tag"; TemplateNotFound if there is none.
+   * @param {string} name
+   * @returns {Promise<any>}
+   */
+  async getTemplate(name) {
+    return this.requestJson('GET', `/v1/templates/${encodeURIComponent(name)}`, { notFound: TemplateNotFound });
+  }
+
+  /**
+   * Deletes a template ("name" or "name:tag"); its sessions run on until they end.
+   * @param {string} name
+   * @returns {Promise<void>}
+   */
+  async deleteTemplate(name) {
+    await this.request('DELETE', `/v1/templates/${encodeURIComponent(name)}`, { notFound: TemplateNotFound });
+  }
+
+  /**
+   * Points `tags` at what template `name` ("name:tag") is: the same build and
+   * layers, no step run; a tag that named another build moves.
+   * @param {string} name
+   * @param {string|string[]} tags
+   * @returns {Promise<{build_id: string, tags: string[]}>}
+   */
+  async tagTemplate(name, tags) {
+    return this.requestJson('POST', `/v1/templates/${encodeURIComponent(name)}/tags`, {
+      json: { tags: Array.isArray(tags) ? tags : [tags] }, notFound: TemplateNotFound,
+    });
+  }
+
+  /**
+   * The tags of template `name`: [{tag, build_id, created_at_ms}].
+   * @param {string} name
+   * @returns {Promise<{tag: string, build_id: string, created_at_ms: number}[]>}
+   */
+  async templateTags(name) {
+    const body = await this.requestJson('GET', `/v1/templates/${encodeURIComponent(name)}/tags`, { notFound: TemplateNotFound });
+    return body.tags;
   }
 
   /**

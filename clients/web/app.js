@@ -25,6 +25,7 @@ const ui = {
   status: $('status'),
   sessionId: $('session-id'),
   newSession: $('new-session'),
+  template: /** @type {HTMLSelectElement} */ ($('template')),
   interrupt: $('interrupt'),
   restart: $('restart'),
   fork: $('fork'),
@@ -188,6 +189,7 @@ async function connect(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
   state.client = client;
   showApp();
+  await refreshTemplates();
   // A tab the Fork button opened names its session in the URL's fragment
   // (never sent to the server); the fragment is dropped once read.
   const named = new URLSearchParams(location.hash.slice(1)).get('session');
@@ -213,14 +215,35 @@ async function connect(token) {
   await startSession();
 }
 
+/** Fills the environment picker with the caller's templates (ready ones), keeping the choice. */
+async function refreshTemplates() {
+  if (!state.client) return;
+  let templates = [];
+  try {
+    templates = (await state.client.listTemplates()).filter((t) => t.reference);
+  } catch (e) {
+    if (!authFailed(e)) note(`Could not list your templates: ${describe(e)}`, 'warn');
+    return;
+  }
+  const chosen = ui.template.value;
+  ui.template.replaceChildren(new Option('Python (built-in)', ''));
+  for (const t of templates.sort((a, b) => String(a.reference).localeCompare(String(b.reference)))) {
+    ui.template.appendChild(new Option(String(t.reference), String(t.reference)));
+  }
+  ui.template.value = templates.some((t) => t.reference === chosen) ? chosen : '';
+}
+
 async function startSession() {
   if (!state.client) return;
   state.starting = true;
   state.ended = false;
   setStatus();
   const allow = allowEntries();
+  /** @type {Record<string, any>} */
+  const opts = allow.length ? { network: { allow } } : {};
+  if (ui.template.value) opts.template = ui.template.value;
   try {
-    state.session = await state.client.createSession(allow.length ? { network: { allow } } : {});
+    state.session = await state.client.createSession(opts);
     sessionStorage.setItem(SESSION_KEY, state.session.id);
   } catch (e) {
     if (!authFailed(e)) {
@@ -247,7 +270,8 @@ async function newSession() {
   clearTranscript();
   if (old) old.close().catch(() => {});  // in the background; the new one starts now
   await startSession();
-  if (state.session) note(`New session ${state.session.id}.`);
+  if (state.session) note(`New session ${state.session.id}${ui.template.value ? ` on ${ui.template.value}` : ''}.`);
+  refreshTemplates();
 }
 
 async function restartKernel() {
@@ -881,6 +905,9 @@ ui.code.addEventListener('keydown', (e) => {
 });
 
 ui.newSession.addEventListener('click', () => newSession());
+ui.template.addEventListener('change', () => {
+  if (state.session) note(`New sessions start from ${ui.template.value || 'the built-in Python image'}: press New session.`);
+});
 ui.interrupt.addEventListener('click', () => interruptKernel());
 ui.restart.addEventListener('click', () => restartKernel());
 ui.fork.addEventListener('click', () => forkSession());

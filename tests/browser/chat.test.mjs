@@ -341,6 +341,43 @@ describe('session lifetime', () => {
     await page.close();
   });
 
+  test('the environment picker starts a new session from one of your templates', async () => {
+    const name = `chat-${Date.now().toString(36)}`;
+    const started = await api('POST', '/v1/templates', {
+      name, steps: [{ type: 'RUN', args: [`echo built-for-${name} > /opt/marker`] }],
+    });
+    const startedText = await started.text();
+    assert.equal(started.status, 202, startedText);
+    const at = JSON.parse(startedText).status_url;
+    let build;
+    for (let i = 0; i < 600; i++) {
+      build = await (await api('GET', at)).json();
+      if (build.status === 'ready' || build.status === 'error') break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.equal(build.status, 'ready', JSON.stringify(build));
+    const { page } = await openChat(browser.ctx);
+    try {
+      await waitIdle(page, 120_000);
+      const picker = page.getByTestId('template');
+      await page.waitForFunction((n) => [...document.querySelectorAll('[data-testid=template] option')]
+        .some((o) => o.value === `${n}:latest`), name, { timeout: 30_000 });
+      await picker.selectOption(`${name}:latest`);
+      await page.getByTestId('new-session').click();
+      await page.locator('[data-testid=note]', { hasText: `on ${name}:latest` }).waitFor({ timeout: 120_000 });
+      await waitIdle(page, 120_000);
+      const turn = await runCell(page, 'print(open("/opt/marker").read().strip())');
+      assert.equal(await turn.getByTestId('stdout').textContent(), `built-for-${name}\n`);
+      const sid = await pageSessionId(page);
+      const model = await (await api('GET', `/v1/sessions/${sid}`)).json();
+      assert.match(JSON.stringify(model), new RegExp(name));
+    } finally {
+      await page.close();
+      await deleteAllSessions();
+      await api('DELETE', `/v1/templates/${name}`);
+    }
+  });
+
   test('a token revoked mid-session sends the page back to the login form', async () => {
     const { page } = await openChat(browser.ctx);
     // As if the operator changed the token: the stored one is now wrong.

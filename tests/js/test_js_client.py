@@ -125,3 +125,7 @@ def test_js_client_fork(gateway, tmp_path):
 
 def test_js_client_volumes(gateway, tmp_path):
     _run_node(gateway, "volumes.test.mjs", tmp_path)
+
+
+def test_js_client_templates(gateway, tmp_path):
+    _run_node(gateway, "templates.test.mjs", tmp_path)

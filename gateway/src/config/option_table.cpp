@@ -314,6 +314,14 @@ std::vector<option> command_line_options() {
          .set = [](auto& c, const auto& v) {
              c.manager.pool_growth_window = std::chrono::seconds(at_least_1("pool_growth_window", v));
          }},
+        {.name = "template_pool_idle", .section = heading::pool, .value = "S", .fallback = "`1800`",
+         .help = "How long a template's warm pool (its `kernel.pool`) stays without a claim before its warm "
+                 "sandboxes are stopped; its next session starts one cold and brings the pool back. Misses "
+                 "raise a template's pool up to twice its size for `--pool-growth-window`. At least 1.",
+         .sample = "600",
+         .set = [](auto& c, const auto& v) {
+             c.manager.template_pool_idle = std::chrono::seconds(at_least_1("template_pool_idle", v));
+         }},
         {.name = "pool_concurrency", .section = heading::pool, .value = "N", .fallback = "`2`",
          .help = "Pool starts under way at once, and as many again for creates waiting on an empty pool: a "
                  "burst's starts run in turn, so its first members get the first kernels instead of every "

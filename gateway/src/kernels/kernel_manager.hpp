@@ -68,6 +68,8 @@ struct manager_config {
     // makes the next one find more ready); unset: 4 × its size.
     std::map<std::string, std::size_t> pool_max;
     std::chrono::seconds pool_growth_window{300};
+    // A template's pool (set_pool) unused this long drops to nothing until its next claim.
+    std::chrono::seconds template_pool_idle{1800};
     // Pool starts under way at once; as many again for claims that missed
     // (warm_pool.hpp: a burst's starts run in turn, not all at once).
     std::size_t pool_concurrency = 2;

@@ -92,7 +92,7 @@ void kernel_manager::set_pool(const std::string& spec, std::size_t size) {
     {
         std::lock_guard lock(mutex_);
         if (shutting_down_) return;
-        stale = pool_.reset(spec, size);
+        stale = pool_.reset(spec, size, steady::now(), config_.template_pool_idle);
     }
     for (auto& k : stale) stop_warm(k, "its kernelspec changed");
     asio::post(ioc_, [this] { replenish(); });

@@ -53,6 +53,7 @@ std::size_t warm_pool::target_of(const std::string& spec, clock::time_point now)
     const auto t = targets_.find(spec);
     if (t == targets_.end()) return 0;
     forget_old_misses(spec, now);
+    if (t->second.idle_drop.count() > 0 && now - t->second.used >= t->second.idle_drop) return 0;
     return t->second.base + std::min(t->second.max - t->second.base, misses_at_[spec].size());
 }
 
@@ -132,6 +133,7 @@ bool warm_pool::has_pool(const std::string& spec) const {
 
 kernel_ptr warm_pool::take(const std::string& spec, const std::function<bool(const kernel&)>& usable,
                            clock::time_point now) {
+    if (const auto t = targets_.find(spec); t != targets_.end()) t->second.used = now;
     if (const auto it = ready_.find(spec); it != ready_.end()) {
         while (!it->second.empty()) {
             auto k = std::move(it->second.front());
@@ -198,9 +200,10 @@ std::vector<kernel_ptr> warm_pool::drain() {
     return all;
 }
 
-std::vector<kernel_ptr> warm_pool::reset(const std::string& spec, std::size_t size) {
+std::vector<kernel_ptr> warm_pool::reset(const std::string& spec, std::size_t size, clock::time_point now,
+                                         std::chrono::seconds idle_drop) {
     if (size == 0) targets_.erase(spec);
-    else targets_[spec] = {size, size};
+    else targets_[spec] = {size, 2 * size, idle_drop, now};
     std::vector<kernel_ptr> out;
     if (const auto it = ready_.find(spec); it != ready_.end()) {
         for (auto& k : it->second) out.push_back(std::move(k));

@@ -36,6 +36,10 @@ public:
     struct target {
         std::size_t base = 0;  // ready kernels wanted when nothing happens
         std::size_t max = 0;   // how far recent misses may raise it (>= base)
+        // Unused this long (no claim), the pool drops to nothing until the
+        // next claim (a template's); zero: never.
+        std::chrono::seconds idle_drop{0};
+        clock::time_point used{};  // its last claim (or when it was set)
     };
     // A claim waiting for a kernel: `give` hands it one; `refuse` says the
     // start made for it failed. Both are called by the manager, outside its lock.
@@ -90,10 +94,12 @@ public:
     bool remove(const kernel_ptr& k);
     // Every ready kernel, leaving the pool empty (shutdown).
     std::vector<kernel_ptr> drain();
-    // A kernelspec's pool from now on (a template's: `size` ready, no growth;
-    // 0 ends it); returns its ready kernels, which leave (the caller stops
-    // them: they may run what the spec ran before).
-    std::vector<kernel_ptr> reset(const std::string& spec, std::size_t size);
+    // A kernelspec's pool from now on (a template's: `size` ready, raised by
+    // misses up to twice that, dropped after `idle_drop` without a claim and
+    // back at the next; 0 ends it); returns its ready kernels, which leave
+    // (the caller stops them: they may run what the spec ran before).
+    std::vector<kernel_ptr> reset(const std::string& spec, std::size_t size, clock::time_point now,
+                                  std::chrono::seconds idle_drop = std::chrono::seconds(0));
     void for_each(const std::function<void(const kernel_ptr&)>& fn) const;
 
     // Prometheus gauges and counters: cellgate_pool_*.

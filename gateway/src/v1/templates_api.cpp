@@ -147,8 +147,9 @@ void register_templates_api(router& r, services& s) {
     });
     r.add(bhttp::verb::post, "/v1/templates", [&s](const request_ptr& req, reply_fn reply) {
         auto& store = store_of(s);
-        const auto r = definition_of(s, req->json_body(false));
-        run_file_work(s, req, std::move(reply), [&store, req, r](const reply_fn& rep) { start_build(store, req, r, rep); });
+        const auto wanted = definition_of(s, req->json_body(false));
+        run_file_work(s, req, std::move(reply),
+                      [&store, req, wanted](const reply_fn& rep) { start_build(store, req, wanted, rep); });
     });
     // The same as a form: a "dockerfile" part, a "files" part (its tar
     // archive, gzip or not: kept on the tenant's shelf first) and an

@@ -199,3 +199,26 @@ TEST_F(pool_test, misses_raise_the_target_for_the_window_and_then_the_extra_is_t
     fixed.take("python3", always, t0);
     EXPECT_EQ(fixed.target_of("python3", t0), 2u);
 }
+
+TEST_F(pool_test, a_templates_pool_grows_with_misses_drops_when_unused_and_comes_back_at_its_next_claim) {
+    warm_pool p(std::map<std::string, std::size_t>{}, 4);
+    using std::chrono::seconds;
+    EXPECT_TRUE(p.reset("tpl", 2, t0, seconds(600)).empty());
+    EXPECT_EQ(p.target_of("tpl", t0), 2u);
+    // Misses raise it up to twice its size.
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(p.take("tpl", always, t0 + seconds(1)), nullptr);
+    EXPECT_EQ(p.target_of("tpl", t0 + seconds(1)), 4u);
+    // Unused for the idle time: nothing is kept ready, and trim hands back what was.
+    p.plan(t0 + seconds(1), 10);
+    p.start_ended("tpl", false, make("tpl"));
+    const auto idle = t0 + seconds(1) + seconds(600);
+    EXPECT_EQ(p.target_of("tpl", idle), 0u);
+    EXPECT_EQ(p.trim(idle).size(), 1u);
+    EXPECT_TRUE(p.plan(idle, 10).empty());
+    // The next claim brings it back.
+    EXPECT_EQ(p.take("tpl", always, idle), nullptr);
+    EXPECT_EQ(p.target_of("tpl", idle), 2u + 1u);  // its size, and this miss
+    // Size 0 ends it.
+    p.reset("tpl", 0, idle);
+    EXPECT_EQ(p.target_of("tpl", idle), 0u);
+}
