@@ -78,10 +78,14 @@ def test_a_failing_build_raises_with_its_step_and_log(gateway, word):
 def test_the_cli_builds_lists_and_removes_templates(gateway, word, tmp_path):
     definition = tmp_path / "t.json"
     definition.write_text(json.dumps({"name": f"cli-{word}", "tag": "v2", "steps": [
-        {"type": "RUN", "args": [f"echo cli-{word}"]}]}))
+        {"type": "RUN", "args": [f"echo cli-{word} | tee /opt/cli-word"]}]}))
     r = sdk_support.run_cli(gateway, "template", "build", definition)
     assert r.returncode == 0, r.stderr
     assert f"cli-{word}:v2: ready (1 built, 0 cached)" in r.stdout and f"cli-{word}" in r.stderr, (r.stdout, r.stderr)
+    script = tmp_path / "on_template.py"
+    script.write_text("print(open('/opt/cli-word').read().strip())\n")
+    r = sdk_support.run_cli(gateway, "run", "--template", f"cli-{word}:v2", script)
+    assert r.returncode == 0 and r.stdout.strip() == f"cli-{word}", (r.stdout, r.stderr)
     r = sdk_support.run_cli(gateway, "template", "list", "--json")
     assert f"cli-{word}:v2" in [t["reference"] for t in json.loads(r.stdout)], r.stdout
     r = sdk_support.run_cli(gateway, "template", "rm", f"cli-{word}:v2", "never-built")

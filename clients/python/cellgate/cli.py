@@ -129,7 +129,7 @@ def cmd_run(args):
             _err(f"cellgate: no such file to upload: {local}")
             return 2
     prefix = "stdin" if args.script == "-" else Path(args.script).stem
-    sb = Sandbox(args.url, args.token, network=_network(args))
+    sb = Sandbox(args.url, args.token, network=_network(args), template=args.template)
     status = 0
     try:
         for local, dest in uploads:
@@ -275,6 +275,8 @@ def build_parser():
     run.add_argument("--allow", action="append", default=[], metavar="ENTRY",
                      help="let the sandbox reach this host, host:port or network (repeatable; default: no network)")
     run.add_argument("--timeout", type=float, default=None, help="execution timeout in seconds")
+    run.add_argument("--template", default=None, metavar="NAME[:TAG]",
+                     help="start the sandbox from one of your templates (default: the built-in image)")
     run.add_argument("--keep", action="store_true", help="keep the session (prints its id)")
     run.add_argument("--image-dir", default=".", help="where displayed images are saved (default: .)")
     run.set_defaults(func=cmd_run)
