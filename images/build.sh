@@ -19,8 +19,11 @@ store=${CELLGATE_IMAGE_STORE:-/var/cache/cellgate/images}
 mirror=${CELLGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${CELLGATE_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
 
-key=$( { cat "$src/packages.txt" "$src/customize.sh" "$src/cellgate-kernel" "$src/cellgate-context" "$src/cellgate-egress" "$src/cellgate-zygote" "$src/kernel.json" "$src/strip-packages.txt" "$0";
-         echo "$mirror $security"; } | sha256sum | cut -c1-16 )
+# Every file in the image's directory (links followed), by name and content.
+key=$( { for f in $(cd "$src" && ls -A | LC_ALL=C sort); do
+           if [[ -f "$src/$f" ]]; then echo "== $f"; cat "$src/$f"; fi
+         done
+         cat "$0"; echo "$mirror $security"; } | sha256sum | cut -c1-16 )
 dest="$store/$image/$key"
 if [[ -f "$dest/.complete" ]]; then
   echo "build.sh: image $image is cached ($key)" >&2
@@ -29,6 +32,12 @@ else
   mkdir -p "$store/$image"
   tmp=$(mktemp -d "$store/$image/.build-XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
+  # What an image takes from registries other than Debian's (pinned by its
+  # fetch.sh) is brought first; customize.sh gets it as its second argument.
+  mkdir -p "$tmp/extra"
+  if [[ -x "$src/fetch.sh" ]]; then
+    "$src/fetch.sh" "$tmp/extra" >&2
+  fi
   packages=$(grep -v '^[[:space:]]*#' "$src/packages.txt" | tr -s '[:space:]' ',' | sed 's/^,//; s/,$//')
   start=$(date +%s)
   echo "build.sh: building image $image ($key) with mmdebstrap; this takes a few minutes" >&2
@@ -40,7 +49,8 @@ else
     --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-    --customize-hook="sh '$src/customize.sh' \"\$1\"" \
+    --essential-hook='mkdir -p "$1/usr/share/man/man1"' \
+    --customize-hook="sh '$src/customize.sh' \"\$1\" '$tmp/extra'" \
     bookworm "$tmp/rootfs" \
     "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
     "deb $security bookworm-security main" >&2
@@ -53,6 +63,7 @@ else
   chmod 0755 "$tmp" "$tmp/rootfs"
   du -sb "$tmp/rootfs" | cut -f1 > "$tmp/size_bytes"
   echo $(( $(date +%s) - start )) > "$tmp/build_seconds"
+  rm -rf "$tmp/extra"
   cp "$src/packages.txt" "$tmp/packages.txt"
   touch "$tmp/.complete"
   rm -rf "$dest"

@@ -2,7 +2,10 @@
 #include "agent/agent_service.hpp"
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
+#include "piston/piston_api.hpp"
 #include "processes/process_table.hpp"
+#include "core/runs.hpp"
+#include "core/runtimes.hpp"
 #include "jupyter/jupyter_api.hpp"
 #include "kit/services.hpp"
 #include "v1/v1_api.hpp"
@@ -220,7 +223,8 @@ void take_back(kernels::state_store& store, const recovered& taken_back, kernels
 // Returns what the routes' handlers hold (kept as long as the router).
 std::shared_ptr<void> register_routes(http::router& routes, kit::services& services, agent::agent_service& agents,
                                       processes::process_table& processes, e2b::sandbox_book& e2b_book,
-                                      kernels::state_store* store, const config::gateway_config& cfg) {
+                                      kernels::state_store* store, core::runs& runs, core::runtime_table& runtimes,
+                                      const config::gateway_config& cfg) {
     jupyter::register_misc_api(routes, services);
     jupyter::register_kernels_api(routes, services);
     jupyter::register_sessions_api(routes, services);
@@ -238,8 +242,9 @@ std::shared_ptr<void> register_routes(http::router& routes, kit::services& servi
     mcp_options.allow_origins = cfg.server.allow_origins;
     mcp_options.version = services.version;
     auto mcp = mcp::register_mcp_api(routes, services, agents, store, mcp_options);
+    auto piston = piston::register_piston_api(routes, services, runs, runtimes, cfg.piston);
     return std::make_shared<std::vector<std::shared_ptr<void>>>(
-        std::vector<std::shared_ptr<void>>{std::move(terminals), std::move(e2b), std::move(mcp)});
+        std::vector<std::shared_ptr<void>>{std::move(terminals), std::move(e2b), std::move(mcp), std::move(piston)});
 }
 
 void announce(const config::gateway_config& cfg, unsigned short port, bool generated_token) {
@@ -321,6 +326,9 @@ int main(int argc, char** argv) {
     try {
         const auto backend = make_launcher(cfg);
         auto& launch = *backend;
+        if (!cfg.kernelspecs_configured && !cfg.kernelspecs.empty())
+            for (auto& k : kernels::builtin_language_kernelspecs(cfg.launcher.image_store, cfg.kernelspecs.front()))
+                cfg.kernelspecs.push_back(std::move(k));
         kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
         // The tenants' templates come back before the sessions that run on them.
         auto template_options = cfg.templates;
@@ -442,7 +450,21 @@ int main(int argc, char** argv) {
         metrics.add_gauge_source([&processes](std::string& out) { processes.render(out); });
         manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
-        const auto surfaces = register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), cfg);
+        // One-shot runs: the built-in runtimes run in the languages image's
+        // Bash sandboxes (the lightest kernel there), from their own pool.
+        core::runtime_table runtimes;
+        if (const auto* bash = specs.find("bash"); bash != nullptr && bash->image == kernels::language_image) {
+            try {
+                for (auto& rt : core::builtin_runtimes(cfg.launcher.image_store, bash->name)) runtimes.add(std::move(rt));
+            } catch (const std::exception& e) {
+                spdlog::error("the built-in runtimes are not offered: {}", e.what());
+            }
+            if (cfg.runtime_pool > 0 && !runtimes.list("").empty()) manager.set_pool(bash->name, cfg.runtime_pool);
+        }
+        core::runs runs(session_starts, processes, file_io, cfg.runs);
+        metrics.add_gauge_source([&runs](std::string& out) { runs.render(out); });
+        const auto surfaces =
+            register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), runs, runtimes, cfg);
 
         http::listener server(ioc, ctx, make_tls(cfg));
         const auto port = server.listen();

@@ -79,9 +79,11 @@ bool launcher::impl::forks_from_zygote(const sandbox_spec& spec, const oci_runti
     }
     // What the zygote's imports were made under must hold for the kernel too
     // (a template's environment counts as much as the caller's).
+    // The zygote is a Python kernel's: a kernelspec that starts another
+    // language's kernel (SANDBOX_KERNEL, images/languages) starts cold.
     for (const auto* env : {&spec.env, &spec.image_env})
         for (const auto& [name, value] : *env)
-            if (name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
+            if ((name == "SANDBOX_KERNEL" && value != "python") || name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
                 name == "NUMEXPR_MAX_THREADS" || name.starts_with("PYTHON"))
                 return false;
     return zygote_processes.ready(info.image);

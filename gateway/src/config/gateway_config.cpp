@@ -52,6 +52,7 @@ void apply_file(gateway_config& c, const std::string& path) {
         if (key == "kernelspecs") {
             if (!value.is_object()) throw config_error("kernelspecs must be an object");
             c.kernelspecs.clear();
+            c.kernelspecs_configured = true;
             c.manager.policies.by_kernelspec.clear();
             for (const auto& [name, spec] : value.items()) {
                 c.kernelspecs.push_back(kernelspec_from(name, spec));

@@ -6,6 +6,8 @@
 #include "egress/proxy.hpp"
 #include "e2b/e2b_api.hpp"
 #include "mcp/mcp_api.hpp"
+#include "piston/piston_api.hpp"
+#include "core/runs.hpp"
 #include "processes/process_table.hpp"
 #include "util/file_io_pool.hpp"
 #include "cellgate/launcher/launcher_config.hpp"
@@ -30,6 +32,8 @@ struct gateway_config {
     kernels::manager_config manager;
     agent::agent_limits agent;
     std::vector<kernels::kernelspec> kernelspecs;
+    // The config file named its kernelspecs: the built-in languages are not added.
+    bool kernelspecs_configured = false;
     std::string default_kernelspec = "python3";
     // This node's tag in a cluster: the first group of every id it makes
     // (kernels/node_id.hpp). Empty: plain random ids.
@@ -68,6 +72,9 @@ struct gateway_config {
     std::string launcher_socket;
     e2b::e2b_options e2b;         // the E2B surface (--e2b-domain)
     mcp::mcp_options mcp;         // the MCP endpoint (/mcp)
+    piston::piston_options piston;  // Piston's /api/v2
+    core::run_limits runs;          // one-shot runs (Piston, /v1/execute's language)
+    std::size_t runtime_pool = 2;   // warm sandboxes for the built-in runtimes
     bool output_scripts = false;  // let HTML outputs in the chat page run scripts (sandboxed frames)
     // Egress (docs/egress.md): the proxy's options, and the caps, presets and
     // injected credentials sessions' networks live under.

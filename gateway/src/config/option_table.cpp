@@ -752,6 +752,48 @@ std::vector<option> command_line_options() {
                  "`template_build_allow`). An `http://` or `https://` URL.",
          .sample = "https://npm.example.internal/",
          .set = [](auto& c, const auto& v) { c.templates.build.npm_registry_url = http_url("--template-npm-registry", v); }},
+        {.name = "piston_anonymous_tenant", .section = heading::surfaces, .value = "NAME",
+         .fallback = "none (Piston's routes need a token)",
+         .help = "Opens Piston's `/api/v2` to requests without a token, as tenant NAME (its quotas, network "
+                 "policy and run queue apply): Piston's clients send no credentials. A request with a token "
+                 "is still its token's tenant ([piston.md](piston.md)).",
+         .sample = "piston",
+         .set = [](auto& c, const auto& v) { c.piston.anonymous_tenant = v; }},
+        {.name = "piston_run_timeout", .section = heading::surfaces, .value = "MS", .fallback = "`3000`",
+         .help = "Piston's run stage: the wall time and CPU time a job gets when it asks for none, and the most "
+                 "it may ask for (`run_timeout`, `run_cpu_time`). At least 1.",
+         .sample = "10000",
+         .set = [](auto& c, const auto& v) {
+             c.piston.run.wall = c.piston.run.cpu = std::chrono::milliseconds(at_least_1("piston_run_timeout", v));
+         }},
+        {.name = "piston_compile_timeout", .section = heading::surfaces, .value = "MS", .fallback = "`10000`",
+         .help = "Piston's compile stage, as `--piston-run-timeout` for the run stage. At least 1.",
+         .sample = "30000",
+         .set = [](auto& c, const auto& v) {
+             c.piston.compile.wall = c.piston.compile.cpu = std::chrono::milliseconds(at_least_1("piston_compile_timeout", v));
+         }},
+        {.name = "piston_output_max_size", .section = heading::surfaces, .value = "BYTES", .fallback = "`65536`",
+         .help = "How much of each of a stage's stdout and stderr a one-shot run keeps; past it the program is "
+                 "killed and its status is `OL` (stdout) or `EL` (stderr), as Piston's `output_max_size` (whose "
+                 "1024 is too little for most programs' output). At least 1.",
+         .sample = "1024",
+         .set = [](auto& c, const auto& v) {
+             c.piston.run.output = c.piston.compile.output = at_least_1("piston_output_max_size", v);
+         }},
+        {.name = "max_runs_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`8`",
+         .help = "One-shot runs (Piston's jobs, `/v1/execute` with a `language`) one tenant has under way at "
+                 "once; more wait in its queue, in order. At least 1.",
+         .sample = "16",
+         .set = [](auto& c, const auto& v) { c.runs.running_per_tenant = at_least_1("max_runs_per_tenant", v); }},
+        {.name = "max_queued_runs_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`256`",
+         .help = "One-shot runs one tenant may have waiting; past it `429` with `Retry-After`.",
+         .sample = "1000",
+         .set = [](auto& c, const auto& v) { c.runs.queued_per_tenant = to_u64("max_queued_runs_per_tenant", v); }},
+        {.name = "runtime_pool", .section = heading::pool, .value = "N", .fallback = "`2`",
+         .help = "Warm sandboxes kept for the built-in one-shot runtimes (the languages image's); each run "
+                 "claims one and ends it. `0`: none (each run starts one).",
+         .sample = "4",
+         .set = [](auto& c, const auto& v) { c.runtime_pool = to_u64("runtime_pool", v); }},
         {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",
          .help = "Templates one tenant may keep; a build of one more gets `429`. At least 1.",
          .sample = "8",

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -130,7 +131,9 @@ public:
     virtual ~socket_link() = default;
     // Queued; a client that falls too far behind is closed with 1013.
     virtual void send(std::string text) = 0;
+    // After what is queued: with 1000, or with `code` (an application's own, 4000…4999).
     virtual void close(const std::string& reason) = 0;
+    virtual void close_with_code(std::uint16_t code, const std::string& reason) = 0;
 };
 class socket_peer {
 public:

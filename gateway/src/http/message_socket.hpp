@@ -61,9 +61,13 @@ public:
         });
     }
 
-    void close(const std::string& reason) override {
-        boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), reason] {
+    void close(const std::string& reason) override { close_with_code(close_code::normal, reason); }
+
+    void close_with_code(std::uint16_t code, const std::string& reason) override {
+        boost::asio::post(ws_.get_executor(), [self = this->shared_from_this(), code, reason] {
+            if (self->close_after_writes_) return;  // the first close stands
             self->close_after_writes_ = true;
+            self->close_code_ = code;
             self->close_reason_ = reason;
             if (!self->writing_) self->do_write();
         });
@@ -107,7 +111,7 @@ private:
         if (closing_) return;
         if (queue_.empty()) {
             writing_ = false;
-            if (close_after_writes_) close_with(close_code::normal, close_reason_);
+            if (close_after_writes_) close_with(static_cast<close_code>(close_code_), close_reason_);
             return;
         }
         writing_ = true;
@@ -152,6 +156,7 @@ private:
     std::deque<std::string> queue_;
     std::string current_, close_reason_;
     std::size_t queued_ = 0;
+    std::uint16_t close_code_ = close_code::normal;
     std::atomic<std::size_t> inbound_{0};  // posted by send(), not yet on the strand
     bool writing_ = false, closing_ = false, finished_ = false, counted_ = false, close_after_writes_ = false;
 };

@@ -35,11 +35,12 @@ void router::add_guarded(bhttp::verb method, std::string pattern, route_guard gu
     routes_.back().guard = std::move(guard);
 }
 
-void router::add_socket(std::string pattern, socket_handler handler) {
+void router::add_socket(std::string pattern, socket_handler handler, std::optional<route_guard> guard) {
     add(bhttp::verb::get, std::move(pattern), [](const request_ptr&, reply_fn reply) {
         reply(error_response(400, "This is a WebSocket endpoint: connect with an Upgrade: websocket request"));
     });
     routes_.back().socket = std::move(handler);
+    routes_.back().guard = std::move(guard);
 }
 
 void router::add(bhttp::verb method, std::string pattern, handler_fn handler) {

@@ -21,7 +21,8 @@ public:
     // `guard` runs in place of the token check, before any body byte is read.
     void add_guarded(bhttp::verb method, std::string pattern, route_guard guard, handler_fn handler);
     // A WebSocket endpoint (GET with an upgrade); a plain GET there is a 400.
-    void add_socket(std::string pattern, socket_handler handler);
+    // With a guard, the guard proves the caller in place of the token check.
+    void add_socket(std::string pattern, socket_handler handler, std::optional<route_guard> guard = std::nullopt);
 
     struct match {
         const handler_fn* handler = nullptr;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace cellgate::kernels {
@@ -32,6 +33,25 @@ kernelspec default_python_kernelspec() {
     return k;
 }
 
+std::vector<kernelspec> builtin_language_kernelspecs(const fs::path& image_store, const kernelspec& like) {
+    std::vector<kernelspec> out;
+    const fs::path kernels = image_store / language_image / "current" / "rootfs/usr/local/share/jupyter/kernels";
+    std::error_code ec;
+    for (fs::directory_iterator it(kernels, ec), end; !ec && it != end; it.increment(ec)) {
+        const auto name = it->path().filename().string();
+        if (name == "python3" || !fs::is_regular_file(it->path() / "kernel.json", ec)) continue;
+        kernelspec k;
+        k.name = name;
+        k.image = language_image;
+        k.runtime = like.runtime;
+        k.limits = like.limits;
+        k.start_timeout = like.start_timeout;
+        out.push_back(std::move(k));
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    return out;
+}
+
 kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::string default_name,
                                          const launcher::launcher_config& launcher_config)
     : default_(std::move(default_name)) {
@@ -46,6 +66,11 @@ kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::str
                 if (k.argv.empty() && j.contains("argv")) k.argv = j["argv"].get<std::vector<std::string>>();
                 k.language = j.value("language", k.language);
                 k.interrupt_mode = j.value("interrupt_mode", k.interrupt_mode);
+                // The kernel's environment (the languages image's say which
+                // kernel its entry point starts); a template's ENV wins.
+                if (const auto env = j.find("env"); env != j.end() && env->is_object())
+                    for (const auto& [name, value] : env->items())
+                        if (value.is_string()) k.image_env.emplace(name, value.get<std::string>());
             }
         }
         for (const char* logo : {"logo-32x32.png", "logo-64x64.png", "logo-svg.svg"}) {

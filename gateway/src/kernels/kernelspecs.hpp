@@ -83,4 +83,14 @@ private:
 // The spec every install has: "python3" on the python image under runc.
 kernelspec default_python_kernelspec();
 
+// The image the built-in language kernels live in (images/languages).
+inline constexpr const char* language_image = "languages";
+
+// The languages image's kernelspecs (R, JavaScript and TypeScript on Deno,
+// Bash), when that image is in the store: each on it, with `like`'s runtime,
+// limits and start timeout. Their names, display names, languages and
+// environments come from the image's kernel.json files (the registry reads
+// them); none when the image is not built.
+std::vector<kernelspec> builtin_language_kernelspecs(const std::filesystem::path& image_store, const kernelspec& like);
+
 }  // namespace cellgate::kernels

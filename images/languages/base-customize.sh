@@ -1,0 +1,1 @@
+../debian/customize.sh
