@@ -14,6 +14,7 @@ step scripts/build.sh
 step images/build.sh python
 step images/build.sh debian
 step images/build.sh node
+step images/build.sh languages
 
 export CELLGATE_REQUIRE_SANDBOX=1
 status=0

@@ -451,15 +451,15 @@ int main(int argc, char** argv) {
         manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
         // One-shot runs: the built-in runtimes run in the languages image's
-        // Bash sandboxes (the lightest kernel there), from their own pool.
+        // sandboxes without cells ("runs"), from their own pool.
         core::runtime_table runtimes;
-        if (const auto* bash = specs.find("bash"); bash != nullptr && bash->image == kernels::language_image) {
+        if (const auto* runs_spec = specs.find("runs"); runs_spec != nullptr && runs_spec->image == kernels::language_image) {
             try {
-                for (auto& rt : core::builtin_runtimes(cfg.launcher.image_store, bash->name)) runtimes.add(std::move(rt));
+                for (auto& rt : core::builtin_runtimes(cfg.launcher.image_store, runs_spec->name)) runtimes.add(std::move(rt));
             } catch (const std::exception& e) {
                 spdlog::error("the built-in runtimes are not offered: {}", e.what());
             }
-            if (cfg.runtime_pool > 0 && !runtimes.list("").empty()) manager.set_pool(bash->name, cfg.runtime_pool);
+            if (cfg.runtime_pool > 0 && !runtimes.list("").empty()) manager.set_pool(runs_spec->name, cfg.runtime_pool);
         }
         core::runs runs(session_starts, processes, file_io, cfg.runs);
         metrics.add_gauge_source([&runs](std::string& out) { runs.render(out); });

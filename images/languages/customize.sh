@@ -44,6 +44,18 @@ spec ir "R (cellgate sandbox)" R ir signal
 spec javascript "JavaScript (Deno, cellgate sandbox)" javascript deno signal
 spec typescript "TypeScript (Deno, cellgate sandbox)" typescript deno signal
 spec bash "Bash (cellgate sandbox)" bash bash signal
+# The one-shot runtimes' sandboxes: no cells, and not listed.
+mkdir -p "$root/usr/local/share/jupyter/kernels/runs"
+cat > "$root/usr/local/share/jupyter/kernels/runs/kernel.json" <<'JSON'
+{
+  "argv": ["/opt/cellgate/cellgate-kernel", "-f", "{connection_file}"],
+  "display_name": "One-shot runs (no cells)",
+  "language": "none",
+  "interrupt_mode": "signal",
+  "env": {"SANDBOX_KERNEL": "none"},
+  "metadata": {"debugger": false, "cellgate": {"listed": false}}
+}
+JSON
 chmod -R a+rX "$root/usr/local/share/jupyter" "$root/opt/cellgate"
 # The Debian kernelspecs IRkernel and ipykernel install are not cellgate's.
 rm -rf "$root/usr/share/jupyter/kernels"

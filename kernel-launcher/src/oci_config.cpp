@@ -28,8 +28,12 @@ json mounts(const oci_inputs& in) {
         mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
         mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
         mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "noexec", "mode=1777", tmp_size}),
-        mount("/workspace", "bind", in.workspace_dir,
-              {"rbind", "rw", "nosuid", "nodev", "noexec"}),
+        // The workspace executes what is built there (a compiled program, a
+        // wheel's or an R package's shared objects): code that runs in the
+        // sandbox can do as much without a file, so noexec kept out nothing
+        // the sandbox's own bounds (user namespace, no capabilities,
+        // nosuid, seccomp) do not.
+        mount("/workspace", "bind", in.workspace_dir, {"rbind", "rw", "nosuid", "nodev"}),
         mount("/run/kernel", "bind", in.kernel_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}),
     });
     // The egress proxy's socket (a directory, so a restarted gateway's new

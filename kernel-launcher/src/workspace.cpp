@@ -160,7 +160,7 @@ void make_ext4_image(const fs::path& image, std::uint64_t bytes, std::uint32_t o
 
 void mount_ext4_image(const fs::path& image, const fs::path& dir) {
     const auto mounted = run_command(
-        {"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noexec,noatime", image.string(), dir.string()},
+        {"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", image.string(), dir.string()},
         std::chrono::seconds(30));
     if (mounted.exit_code != 0) throw launch_error(step, "mount " + image.string() + ": " + mounted.output);
 }

@@ -69,7 +69,7 @@ PROGRAMS = {
         "hello": 'use std::io::BufRead;\nfn main() {\n    let mut line = String::new();\n    std::io::stdin().lock().read_line(&mut line).unwrap();\n    print!("hello {}", line);\n    for a in std::env::args().skip(1) { println!("arg {}", a); }\n}\n',
         "fail": 'fn main() { eprintln!("boom"); std::process::exit(3); }\n',
         "broken": "fn main() { let x: u32 = \"text\"; }\n",
-        "loop": "fn main() { let mut n: u64 = 0; loop { n = std::hint::black_box(n + 1); } }\n",
+        "loop": "fn main() { let mut n: u64 = 0; loop { n = n.wrapping_add(1); if n == u64::MAX { print!(\"\"); } } }\n",
         "flood": 'fn main() { loop { println!("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"); } }\n',
         "hog": "fn main() { let mut v: Vec<Vec<u8>> = Vec::new(); loop { v.push(vec![1u8; 1 << 24]); } }\n",
         "forkbomb": 'fn main() { loop { let _ = std::process::Command::new(std::env::current_exe().unwrap()).spawn(); } }\n',
@@ -157,7 +157,7 @@ PROGRAMS = {
         "loop": "<?php\n$n = 0;\nwhile (true) $n++;\n",
         "flood": '<?php\nwhile (true) echo "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n";\n',
         "hog": "<?php\nini_set('memory_limit', '-1');\n$keep = [];\nwhile (true) $keep[] = str_repeat('x', 1 << 24);\n",
-        "forkbomb": "<?php\nwhile (true) { $p[] = proc_open(['sleep', '60'], [], $pipes); }\n",
+        "forkbomb": "<?php\nwhile (true) { $p[] = @proc_open(['sleep', '60'], [], $pipes); }\n",
         "connect": '<?php\n$s = @fsockopen("127.0.0.1", {port}, $errno, $errstr, 2);\necho $s ? "connected\\n" : "refused: $errstr\\n";\n',
     },
     "perl": {

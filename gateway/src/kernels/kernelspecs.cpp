@@ -68,6 +68,9 @@ kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::str
                 k.interrupt_mode = j.value("interrupt_mode", k.interrupt_mode);
                 // The kernel's environment (the languages image's say which
                 // kernel its entry point starts); a template's ENV wins.
+                if (const auto m = j.find("metadata"); m != j.end() && m->is_object() && m->contains("cellgate") &&
+                                                       (*m)["cellgate"].is_object())
+                    k.listed = (*m)["cellgate"].value("listed", true);
                 if (const auto env = j.find("env"); env != j.end() && env->is_object())
                     for (const auto& [name, value] : env->items())
                         if (value.is_string()) k.image_env.emplace(name, value.get<std::string>());
@@ -131,7 +134,8 @@ nlohmann::json kernelspec_registry::model(const kernelspec& k) const {
 
 nlohmann::json kernelspec_registry::models(const std::string& tenant) const {
     nlohmann::json specs = nlohmann::json::object();
-    for (const auto& [name, k] : specs_) specs[name] = model(k);
+    for (const auto& [name, k] : specs_)
+        if (k.listed) specs[name] = model(k);
     const std::shared_lock lock(templates_mutex_);
     for (const auto& [name, t] : templates_)
         if (!t.hidden && t.versions.back()->owner == tenant) specs[name] = model(*t.versions.back());

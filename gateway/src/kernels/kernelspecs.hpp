@@ -38,6 +38,9 @@ struct kernelspec {
     // Its start command, ready check and the directory they run in
     // (sandbox_spec's): empty for none.
     std::string start_cmd, ready_cmd, start_dir;
+    // Started by name but never listed (kernel.json's metadata.cellgate.listed
+    // false: the sandboxes of one-shot runs, which take no cells).
+    bool listed = true;
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
     launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,

@@ -107,12 +107,14 @@ TEST(oci_config, limits_reach_cgroups_and_rlimits) {
     EXPECT_TRUE(has_option(*find_mount(c, "/tmp"), "size=" + std::to_string(50ull << 20)));
 }
 
-TEST(oci_config, workspace_and_kernel_dir_are_bound_without_exec_suid_or_devices) {
+TEST(oci_config, workspace_and_kernel_dir_are_bound_without_suid_or_devices_and_only_the_workspace_executes) {
     const auto c = build_oci_config(fixed_inputs());
     for (const char* dest : {"/workspace", "/run/kernel", "/tmp"}) {
         const auto* m = find_mount(c, dest);
         ASSERT_NE(m, nullptr) << dest;
-        for (const char* o : {"nosuid", "nodev", "noexec"}) EXPECT_TRUE(has_option(*m, o)) << dest << " " << o;
+        for (const char* o : {"nosuid", "nodev"}) EXPECT_TRUE(has_option(*m, o)) << dest << " " << o;
+        // A compiled program runs from the workspace; nothing runs from /tmp or the run dir.
+        EXPECT_EQ(has_option(*m, "noexec"), std::string(dest) != "/workspace") << dest;
     }
     EXPECT_EQ(find_mount(c, "/workspace")->at("source"), "/var/lib/cellgate/workspaces/0f1e2d3c-golden");
     EXPECT_TRUE(has_option(*find_mount(c, "/sys"), "ro"));
