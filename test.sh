@@ -37,7 +37,7 @@ run_suite "fuzz targets replay their corpus (libFuzzer, ASan + UBSan)" fuzz/run.
 # Every Python suite in one pytest session on the one harness (tests/support):
 # the plugin prints each suite's time and the sandboxes it started at the end.
 # Suites that need no sandbox come first, the soak last.
-run_suite "Python suites: deployment files, sandbox and gateway integration, clients (@jupyterlab/services, jupyter_server), SDK and CLI, JS client, E2B SDKs, MCP SDKs, chat page in Chromium, soak" \
+run_suite "Python suites: deployment files, sandbox and gateway integration, clients (@jupyterlab/services, jupyter_server), SDK and CLI, JS client, E2B SDKs, MCP SDKs, piston-client, chat page in Chromium, soak" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=25 \
-    tests/deploy tests/integration tests/clients tests/sdk tests/js tests/e2b tests/mcp tests/browser tests/soak
+    tests/deploy tests/integration tests/clients tests/sdk tests/js tests/e2b tests/mcp tests/piston tests/browser tests/soak
 exit $status

@@ -38,7 +38,12 @@ def gw(tmp_path_factory):
     d = tmp_path_factory.mktemp("piston")
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": TOKEN, "tenant": "piston-" + uuid.uuid4().hex[:8]}]))
-    g = Gateway("--tokens-file", str(tokens), "--piston-anonymous-tenant", "anonymous-" + uuid.uuid4().hex[:8],
+    # The runs' sandboxes with a 768 MiB memory cap, so a hog meets it soon
+    # (a config that names kernelspecs names them all).
+    config = d / "config.json"
+    config.write_text(json.dumps({"kernelspecs": {
+        "python3": {}, "runs": {"image": "languages", "limits": {"memory_bytes": 768 << 20}}}}))
+    g = Gateway("--config", str(config), "--tokens-file", str(tokens), "--piston-anonymous-tenant", "anonymous-" + uuid.uuid4().hex[:8],
                 "--piston-output-max-size", str(OUTPUT_MAX), "--runtime-pool", "3", "--max-kernels", "16",
                 "--max-runs-per-tenant", "3", "--max-queued-runs-per-tenant", "6")
     g.start()
@@ -183,8 +188,9 @@ def test_no_runtime_reaches_the_network(gw, runtimes):
 
 def test_bad_bodies_get_pistons_statuses_and_messages(gw, runtimes):
     url = f"{gw.url}/api/v2/execute"
-    r = requests.post(url, data="{}", headers={"Content-Type": "text/plain"}, timeout=30)
-    assert r.status_code == 415 and r.json()["message"] == "requests must be of type application/json"
+    for form in ({"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "application/xml"}):
+        r = requests.post(url, data="{}", headers=form, timeout=30)
+        assert r.status_code == 415 and r.json()["message"] == "requests must be of type application/json"
     python = next(rt for rt in runtimes if rt["language"] == "python")
     cases = [
         ({"version": "*", "files": [{"content": "1"}]}, "language is required as a string"),

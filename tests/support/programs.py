@@ -184,7 +184,7 @@ PROGRAMS = {
         "loop": "while :; do :; done\n",
         "flood": "while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; done\n",
         "hog": 'x=$(head -c 4000000000 /dev/zero | tr "\\0" x)\n',
-        "forkbomb": "f() { f | f & }; f\n",
+        "forkbomb": "f() { f | f & }; f; sleep 30\n",
         "connect": 'if exec 3<>/dev/tcp/127.0.0.1/{port}; then echo connected; else echo "refused: no connection"; fi\n',
     },
     "rscript": {

@@ -95,10 +95,13 @@ core::run_request job_from(const json& body, const core::runtime_table& runtimes
             const double configured = std::string_view(constraint) == "memory_limit" ? static_cast<double>(l.memory)
                                       : std::string_view(constraint) == "timeout"    ? static_cast<double>(l.wall.count())
                                                                                      : static_cast<double>(l.cpu.count());
+            if (!std::isfinite(v)) throw job_error(name + " must be non-negative");
+            // As Piston: with no configured limit (memory's -1) any value
+            // passes, and a negative one means none (piston-client sends -1).
             if (configured > 0 && v > configured)
                 throw job_error(name + " cannot exceed the configured limit of " + json(static_cast<std::int64_t>(configured)).dump());
-            if (v < 0 || !std::isfinite(v)) throw job_error(name + " must be non-negative");
-            const auto n = static_cast<std::int64_t>(std::min(v, 1e15));
+            if (configured > 0 && v < 0) throw job_error(name + " must be non-negative");
+            const auto n = v < 0 ? std::int64_t{-1} : static_cast<std::int64_t>(std::min(v, 1e15));
             if (std::string_view(constraint) == "memory_limit") l.memory = n;
             else if (std::string_view(constraint) == "timeout") l.wall = std::chrono::milliseconds(n);
             else l.cpu = std::chrono::milliseconds(n);
@@ -149,6 +152,16 @@ json result_json(const core::runtime& rt, const core::run_result& r) {
     // compile stage as its run.
     out["run"] = r.run ? stage_json(*r.run) : r.compile ? stage_json(*r.compile) : json(nullptr);
     return out;
+}
+
+// A POST's JSON body. Piston answers 415 unless the type is JSON; the most
+// installed npm client (piston-client 1.0.2) sends its JSON as text/plain
+// (node-fetch's type for a string), so that is taken too when it is JSON.
+json json_body_of(const request_ptr& req) {
+    const auto type = header_value(req->req, "content-type");
+    if (!type.starts_with("application/json") && !type.starts_with("text/plain"))
+        throw api_exception(415, "requests must be of type application/json");
+    return req->json_body(false);
 }
 
 // POST /execute: the whole result in one answer.
@@ -314,9 +327,7 @@ std::shared_ptr<void> register_piston_api(router& r, kit::services& s, core::run
             reply(json_response(200, out));
         });
         r.add_guarded(bhttp::verb::post, prefix + "/execute", guard, [c](const request_ptr& req, reply_fn reply) {
-            if (!header_value(req->req, "content-type").starts_with("application/json"))
-                throw api_exception(415, "requests must be of type application/json");
-            const auto body = req->json_body(false);
+            const auto body = json_body_of(req);
             core::run_request job;
             try {
                 job = job_from(body, c->runtimes, req->who.tenant, c->options);
@@ -333,9 +344,7 @@ std::shared_ptr<void> register_piston_api(router& r, kit::services& s, core::run
             reply(json_response(200, out));
         });
         auto package_of = [c](const request_ptr& req) {
-            if (!header_value(req->req, "content-type").starts_with("application/json"))
-                throw api_exception(415, "requests must be of type application/json");
-            const auto body = req->json_body(false);
+            const auto body = json_body_of(req);
             const auto language = body.is_object() ? body.value("language", std::string()) : std::string();
             const auto version = body.is_object() ? body.value("version", std::string()) : std::string();
             auto rt = c->runtimes.find(req->who.tenant, language, version.empty() ? "*" : version);
