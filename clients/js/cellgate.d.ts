@@ -384,6 +384,36 @@ export interface CommandWaitOptions extends CommandOutputCallbacks {
 
 export type UploadData = Blob | ArrayBuffer | ArrayBufferView | string;
 
+/** runOnce with a language: a one-shot program of one of GET /api/v2/runtimes's runtimes. */
+export interface ProgramOptions {
+  language: string;
+  version?: string;
+  stdin?: string;
+  args?: string[];
+  timeout?: number;
+  signal?: AbortSignal;
+}
+export interface ProgramStage {
+  stdout: string;
+  stderr: string;
+  exit_code: number | null;
+  signal: string | null;
+  /** Piston's: null (a clean exit), 'RE', 'SG', 'TO', 'OL', 'EL', 'XX'. */
+  status: string | null;
+  message: string | null;
+  cpu_ms: number;
+  wall_ms: number;
+  peak_memory_bytes: number;
+}
+export interface ProgramRun {
+  language: string;
+  version: string;
+  compile: ProgramStage | null;
+  run: ProgramStage | null;
+  status: 'ok' | 'error' | 'timeout' | 'compile_error';
+  usage: Record<string, any>;
+}
+
 /** runOnce files: {path: data}, [{path, data}] or File objects (stored under their names). */
 export type OneShotFiles = Record<string, UploadData> | Array<{ path: string; data: UploadData } | File>;
 
@@ -482,8 +512,10 @@ export declare class Cellgate {
   tagTemplate(name: string, tags: string | string[]): Promise<{ build_id: string; tags: string[] }>;
   templateTags(name: string): Promise<{ tag: string; build_id: string; created_at_ms: number }[]>;
   runOnce(code: string, files?: OneShotFiles, opts?: { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
+  runOnce(code: string, files: OneShotFiles | undefined, opts: ProgramOptions): Promise<ProgramRun>;
   static runOnce(code: string, files?: OneShotFiles,
                  opts?: ClientOptions & { timeout?: number; signal?: AbortSignal }): Promise<Execution>;
+  static runOnce(code: string, files: OneShotFiles | undefined, opts: ClientOptions & ProgramOptions): Promise<ProgramRun>;
 }
 
 export declare class Session {

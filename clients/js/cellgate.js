@@ -754,11 +754,15 @@ export class Cellgate {
   /**
    * Runs code in a fresh sandbox that is destroyed afterwards. The produced
    * files come back inline (`files[i].content_base64`, and `files[i].content`
-   * as bytes).
+   * as bytes). With `opts.language` (a name or alias of GET /api/v2/runtimes:
+   * 'c', 'rust', 'go', 'javascript', 'r', …), `code` is a program of that
+   * language, compiled if it needs it and run with `opts.stdin` and
+   * `opts.args`: the result is a ProgramRun ({language, version, compile, run,
+   * status, usage}).
    * @param {string} code
    * @param {import('./cellgate').OneShotFiles} [files]
-   * @param {{timeout?: number, signal?: AbortSignal}} [opts]
-   * @returns {Promise<import('./cellgate').Execution>}
+   * @param {{timeout?: number, signal?: AbortSignal, language?: string, version?: string, stdin?: string, args?: string[]}} [opts]
+   * @returns {Promise<any>}
    */
   async runOnce(code, files, opts = {}) {
     /** @type {{path: string, content_base64: string}[]} */
@@ -779,6 +783,13 @@ export class Cellgate {
     const body = { code };
     if (inline.length) body.files = inline;
     if (opts.timeout !== undefined) body.timeout_s = seconds(opts.timeout);
+    if (opts.language !== undefined) {
+      body.language = String(opts.language);
+      body.version = opts.version === undefined ? '*' : String(opts.version);
+      body.stdin = opts.stdin === undefined ? '' : String(opts.stdin);
+      body.args = (opts.args || []).map(String);
+      return this.requestJson('POST', '/v1/execute', { json: body, signal: opts.signal });
+    }
     return execution(await this.requestJson('POST', '/v1/execute', { json: body, signal: opts.signal }));
   }
 

@@ -459,10 +459,13 @@ int main(int argc, char** argv) {
             } catch (const std::exception& e) {
                 spdlog::error("the built-in runtimes are not offered: {}", e.what());
             }
-            if (cfg.runtime_pool > 0 && !runtimes.list("").empty()) manager.set_pool(runs_spec->name, cfg.runtime_pool);
         }
         core::runs runs(session_starts, processes, file_io, cfg.runs);
+        if (cfg.runtime_pool > 0)
+            runs.on_first_run([&manager, size = cfg.runtime_pool](const std::string& spec) { manager.set_pool(spec, size); });
         metrics.add_gauge_source([&runs](std::string& out) { runs.render(out); });
+        services.runs = &runs;
+        services.runtimes = &runtimes;
         const auto surfaces =
             register_routes(ctx.routes, services, agents, processes, e2b_book, store.get(), runs, runtimes, cfg);
 

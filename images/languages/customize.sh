@@ -27,7 +27,7 @@ done
 
 # Kernelspecs: cellgate runs /opt/cellgate/cellgate-kernel in every sandbox;
 # SANDBOX_KERNEL (the kernelspec's env) says which kernel it starts.
-spec() {  # NAME DISPLAY LANGUAGE KERNEL INTERRUPT_MODE
+spec() {  # NAME DISPLAY LANGUAGE KERNEL INTERRUPT_MODE [CELLGATE_METADATA]
   mkdir -p "$root/usr/local/share/jupyter/kernels/$1"
   cat > "$root/usr/local/share/jupyter/kernels/$1/kernel.json" <<JSON
 {
@@ -36,13 +36,14 @@ spec() {  # NAME DISPLAY LANGUAGE KERNEL INTERRUPT_MODE
   "language": "$3",
   "interrupt_mode": "$5",
   "env": {"SANDBOX_KERNEL": "$4"},
-  "metadata": {"debugger": false}
+  "metadata": {"debugger": false, "cellgate": {${6:-}}}
 }
 JSON
 }
 spec ir "R (cellgate sandbox)" R ir signal
-spec javascript "JavaScript (Deno, cellgate sandbox)" javascript deno signal
-spec typescript "TypeScript (Deno, cellgate sandbox)" typescript deno signal
+# Deno's kernel can publish a cell's result after its idle status.
+spec javascript "JavaScript (Deno, cellgate sandbox)" javascript deno signal '"output_settle_ms": 100'
+spec typescript "TypeScript (Deno, cellgate sandbox)" typescript deno signal '"output_settle_ms": 100'
 spec bash "Bash (cellgate sandbox)" bash bash signal
 # The one-shot runtimes' sandboxes: no cells, and not listed.
 mkdir -p "$root/usr/local/share/jupyter/kernels/runs"

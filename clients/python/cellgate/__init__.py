@@ -13,7 +13,7 @@ from .errors import (CellgateError, ConnectionFailed, NotFound, SessionNotFound,
                      TooManySessions, TooManySnapshots, TooManyVolumes, VolumeNotFound)
 from .models import (Execution, ExecutionError, FileInfo, Logs, NetworkConnection, NetworkPolicy, Result,
                      SessionInfo, Snapshot, Truncated, Volume, VolumeMount)
-from .sandbox import (ForkResult, Sandbox, create_volume, delete_snapshot, delete_volume, get_snapshot, get_volume,
+from .sandbox import (ForkResult, ProgramRun, Sandbox, create_volume, delete_snapshot, delete_volume, get_snapshot, get_volume,
                       list_snapshots, list_volumes, run_once)
 from .templates import (TemplateBuildError, TemplateNotFound, build_template, copy, delete_template, get_template,
                         list_templates, tag_template, template_tags, upload_files)
@@ -21,7 +21,7 @@ from .templates import (TemplateBuildError, TemplateNotFound, build_template, co
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "run_once", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
+    "Sandbox", "run_once", "ProgramRun", "ForkResult", "list_snapshots", "get_snapshot", "delete_snapshot",
     "create_volume", "list_volumes", "get_volume", "delete_volume",
     "build_template", "list_templates", "get_template", "delete_template", "TemplateBuildError", "TemplateNotFound",
     "copy", "upload_files", "tag_template", "template_tags",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .errors import CellgateError
-from .sandbox import Sandbox
+from .sandbox import Sandbox, run_once
 
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg"}
 
@@ -121,8 +121,29 @@ def _read_code(arg):
     return Path(arg).read_text()
 
 
+def cmd_run_program(args, code):
+    """`cellgate run --language LANG`: a one-shot program of that language."""
+    stdin = Path(args.stdin).read_text() if args.stdin else ""
+    res = run_once(code, url=args.url, token=args.token, timeout=args.timeout, language=args.language,
+                   version=args.version, stdin=stdin, args=args.arg)
+    for stage in (res.compile, res.run):
+        if stage:
+            sys.stdout.write(stage["stdout"])
+            sys.stderr.write(stage["stderr"])
+    _err(f"[{res.language} {res.version}: {res.status}, exit {res.exit_code}, "
+         f"{res.usage.get('wall_s', 0):.3f} s, {res.usage.get('peak_memory_bytes', 0) // 1024} KiB]")
+    code_ = res.exit_code
+    return code_ if isinstance(code_, int) and code_ != 0 else (0 if res.status == "ok" else 1)
+
+
 def cmd_run(args):
     code = _read_code(args.script)
+    if args.language:
+        if args.upload or args.download or args.template or args.keep or args.allow:
+            _err("cellgate: --language runs a one-shot program: --upload, --download, --template, --keep and "
+                 "--allow do not apply")
+            return 2
+        return cmd_run_program(args, code)
     uploads = [_upload_spec(s) for s in args.upload]
     for local, _ in uploads:
         if not os.path.isfile(local):
@@ -267,7 +288,7 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", parents=[common], help="run a script in a new sandbox")
-    run.add_argument("script", help="Python file to run ('-' for stdin)")
+    run.add_argument("script", help="Python file to run, or a program with --language ('-' for stdin)")
     run.add_argument("--upload", action="append", default=[], metavar="LOCAL[:DEST]",
                      help="upload a file first (DEST defaults to its base name)")
     run.add_argument("--download", action="append", default=[], metavar="REMOTE[:LOCAL]",
@@ -277,6 +298,13 @@ def build_parser():
     run.add_argument("--timeout", type=float, default=None, help="execution timeout in seconds")
     run.add_argument("--template", default=None, metavar="NAME[:TAG]",
                      help="start the sandbox from one of your templates (default: the built-in image)")
+    run.add_argument("--language", default=None, metavar="LANG",
+                     help="run SCRIPT as a one-shot program of this language (c, rust, go, java, r, …: "
+                          "GET /api/v2/runtimes) instead of Python cells")
+    run.add_argument("--version", default=None, help="with --language: the runtime's version (default: newest)")
+    run.add_argument("--stdin", default=None, metavar="FILE", help="with --language: the program's stdin")
+    run.add_argument("--arg", action="append", default=[], metavar="ARG",
+                     help="with --language: an argument for the program (repeatable)")
     run.add_argument("--keep", action="store_true", help="keep the session (prints its id)")
     run.add_argument("--image-dir", default=".", help="where displayed images are saved (default: .)")
     run.set_defaults(func=cmd_run)

@@ -592,12 +592,51 @@ def delete_volume(volume, url=None, token=None):
                                not_found=VolumeNotFound, timeout=180)
 
 
-def run_once(code, files=None, url=None, token=None, timeout=None):
+class ProgramRun:
+    """A one-shot program's result (``run_once(..., language=...)``): its
+    ``compile`` and ``run`` stages (dicts: stdout, stderr, exit_code, signal,
+    status, message, cpu_ms, wall_ms, peak_memory_bytes; ``compile`` is None
+    for an interpreted language, ``run`` None when the compile failed), its
+    ``status`` ("ok", "error", "timeout", "compile_error") and its ``usage``
+    record."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.language = raw.get("language")
+        self.version = raw.get("version")
+        self.compile = raw.get("compile")
+        self.run = raw.get("run")
+        self.status = raw.get("status")
+        self.usage = raw.get("usage") or {}
+
+    @property
+    def stdout(self):
+        return (self.run or self.compile or {}).get("stdout", "")
+
+    @property
+    def stderr(self):
+        return (self.run or self.compile or {}).get("stderr", "")
+
+    @property
+    def exit_code(self):
+        return (self.run or self.compile or {}).get("exit_code")
+
+    def __repr__(self):
+        return f"ProgramRun({self.language} {self.version}: {self.status}, exit {self.exit_code})"
+
+
+def run_once(code, files=None, url=None, token=None, timeout=None, language=None, version=None, stdin=None,
+             args=None):
     """Runs ``code`` in a fresh sandbox that is destroyed afterwards.
 
     ``files`` maps workspace paths to bytes / local paths / file objects (or
     is a list of local paths, uploaded under their base names). The produced
     files come back inline: ``execution.files[i].content``.
+
+    With ``language`` (any of GET /api/v2/runtimes's names or aliases: "c",
+    "rust", "go", "javascript", "r", …; ``version`` picks one, "*" the
+    newest), ``code`` is a program of that language, compiled if it needs it
+    and run with ``stdin`` and ``args``: the result is a ProgramRun.
     """
     client = Client(url, token)
     if isinstance(files, (list, tuple)):
@@ -616,6 +655,12 @@ def run_once(code, files=None, url=None, token=None, timeout=None):
         body["files"] = inline
     if timeout is not None:
         body["timeout_s"] = _seconds(timeout)
+    program = language is not None
+    if program:
+        body["language"] = language
+        body["version"] = version or "*"
+        body["stdin"] = stdin or ""
+        body["args"] = [str(a) for a in (args or [])]
     http_timeout = (timeout or DEFAULT_EXEC_TIMEOUT_S) + ANSWER_GRACE_S + 180
     raw = client.request("POST", "/v1/execute", json_body=body, timeout=http_timeout)
-    return Execution(raw, client)
+    return ProgramRun(raw) if program else Execution(raw, client)

@@ -432,7 +432,18 @@ void execution::on_timeout() {
 }
 
 void execution::maybe_finish() {
-    if (replied_ && idle_) finish();
+    if (!replied_ || !idle_ || settling_) return;
+    // A kernel whose outputs may come after its idle status (Deno's does:
+    // an execute_result can follow it) gets its settle time before the
+    // result is made; the observer keeps taking the cell's messages meanwhile.
+    const auto* spec = manager_.specs().find(kernel_->spec_name());
+    const auto settle = spec ? spec->output_settle : std::chrono::milliseconds(0);
+    if (settle.count() == 0) return finish();
+    settling_ = true;
+    timer_.expires_after(settle);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec != boost::asio::error::operation_aborted) self->finish();
+    });
 }
 
 void execution::finish() {

@@ -166,6 +166,7 @@ private:
     std::string reply_status_;
     nlohmann::json execution_count_ = nullptr;
     bool replied_ = false, idle_ = false, timed_out_ = false, kernel_died_ = false, kernel_restarted_ = false;
+    bool settling_ = false;  // replied and idle, waiting out the kernel's output_settle
     bool finished_ = false, cancelled_ = false, files_truncated_ = false;
 };
 

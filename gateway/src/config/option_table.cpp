@@ -790,8 +790,8 @@ std::vector<option> command_line_options() {
          .sample = "1000",
          .set = [](auto& c, const auto& v) { c.runs.queued_per_tenant = to_u64("max_queued_runs_per_tenant", v); }},
         {.name = "runtime_pool", .section = heading::pool, .value = "N", .fallback = "`2`",
-         .help = "Warm sandboxes kept for the built-in one-shot runtimes (the languages image's); each run "
-                 "claims one and ends it. `0`: none (each run starts one).",
+         .help = "Warm sandboxes kept for the built-in one-shot runtimes (the languages image's), from the "
+                 "first job on; each job claims one and ends it. `0`: none (each job starts one).",
          .sample = "4",
          .set = [](auto& c, const auto& v) { c.runtime_pool = to_u64("runtime_pool", v); }},
         {.name = "max_templates_per_tenant", .section = heading::surfaces, .value = "N", .fallback = "`32`",

@@ -336,6 +336,12 @@ std::shared_ptr<run_handle> runs::start(run_request r, std::shared_ptr<run_obser
     if (r.stdin_data.size() > limits_.max_stdin_bytes)
         return refuse("stdin is longer than " + std::to_string(limits_.max_stdin_bytes) + " bytes");
     if (r.args.size() > limits_.max_args) return refuse("at most " + std::to_string(limits_.max_args) + " args");
+    bool first = false;
+    {
+        std::lock_guard lock(mutex_);
+        first = warm_ && warmed_.insert(r.rt.kernelspec).second;
+    }
+    if (first) warm_(r.rt.kernelspec);
     auto j = std::make_shared<job>(*this, std::move(r), std::move(observer));
     admit(j);
     return j;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,10 @@ public:
     // Starts `r` (or queues it); the observer hears the rest. Never throws.
     std::shared_ptr<run_handle> start(run_request r, std::shared_ptr<run_observer> observer);
 
+    // Called once per kernelspec, at its first run (a runtime's pool starts
+    // with the first job, so a gateway nobody runs jobs on keeps none).
+    void on_first_run(std::function<void(const std::string& kernelspec)> warm) { warm_ = std::move(warm); }
+
     const run_limits& limits() const noexcept { return limits_; }
     boost::asio::io_context& io() noexcept { return processes_.io(); }
     // Prometheus: cellgate_runs_running, cellgate_runs_queued, cellgate_runs_refused_total.
@@ -136,6 +141,8 @@ private:
         std::deque<std::shared_ptr<job>> waiting;
     };
     std::map<std::string, tenant_queue> tenants_;
+    std::function<void(const std::string&)> warm_;
+    std::set<std::string> warmed_;
     std::uint64_t refused_ = 0;
 };
 

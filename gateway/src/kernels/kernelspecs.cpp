@@ -70,7 +70,12 @@ kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::str
                 // kernel its entry point starts); a template's ENV wins.
                 if (const auto m = j.find("metadata"); m != j.end() && m->is_object() && m->contains("cellgate") &&
                                                        (*m)["cellgate"].is_object())
-                    k.listed = (*m)["cellgate"].value("listed", true);
+                {
+                    const auto& ours = (*m)["cellgate"];
+                    k.listed = ours.value("listed", true);
+                    if (const auto settle = ours.find("output_settle_ms"); settle != ours.end() && settle->is_number())
+                        k.output_settle = std::chrono::milliseconds(std::clamp<std::int64_t>(settle->get<std::int64_t>(), 0, 1000));
+                }
                 if (const auto env = j.find("env"); env != j.end() && env->is_object())
                     for (const auto& [name, value] : env->items())
                         if (value.is_string()) k.image_env.emplace(name, value.get<std::string>());

@@ -41,6 +41,10 @@ struct kernelspec {
     // Started by name but never listed (kernel.json's metadata.cellgate.listed
     // false: the sandboxes of one-shot runs, which take no cells).
     bool listed = true;
+    // How long after a cell's reply and idle status its outputs may still
+    // come (metadata.cellgate.output_settle_ms: Deno's kernel can publish an
+    // execute_result after its idle status); the agent engine waits so long.
+    std::chrono::milliseconds output_settle{0};
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
     launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,

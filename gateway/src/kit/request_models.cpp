@@ -219,10 +219,14 @@ std::optional<T> asked(const json& body, const char* key) {
     return static_cast<T>(std::max(v, 1.0));
 }
 
+}  // namespace
+
 std::optional<std::chrono::seconds> asked_seconds(const json& body, const char* key) {
     if (const auto v = asked<long long>(body, key)) return std::chrono::seconds(*v);
     return std::nullopt;
 }
+
+namespace {
 
 // {"lifecycle": {"on_idle": "pause" | "delete", "auto_resume": bool}}
 void lifecycle_into(const json& body, kernels::policy_overrides& o) {

@@ -107,6 +107,8 @@ std::string agent_kernel_name(const nlohmann::json& body);
 // output_limit_bytes, lifecycle): positive, fractions rounded up, so a
 // request never asks for 0, which means none.
 kernels::policy_overrides limits_asked_from(const nlohmann::json& body);
+// A positive number of seconds at `key` (rounded up), or none; 400 for anything else.
+std::optional<std::chrono::seconds> asked_seconds(const nlohmann::json& body, const char* key);
 // A cell from POST /v1/sessions/{id}/execute, /v1/execute or an MCP tool call
 // ({code, timeout_s, max_output_tokens | max_output_bytes, max_image_pixels}):
 // types and signs checked here, ceilings by the core (core::cell_options).

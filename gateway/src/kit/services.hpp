@@ -31,6 +31,11 @@
 #include <utility>
 #include <vector>
 
+namespace cellgate::core {
+class runs;
+class runtime_table;
+}  // namespace cellgate::core
+
 namespace cellgate::kit {
 
 // What the REST handlers work with. Handlers are thin: they parse and check
@@ -63,6 +68,9 @@ struct services {
     core::sessions* core = nullptr;
     // And runs their cells here (core/executions.hpp).
     core::executions* cells = nullptr;
+    // And its one-shot programs in other languages (core/runs.hpp); null: none.
+    core::runs* runs = nullptr;
+    core::runtime_table* runtimes = nullptr;
     // Each tenant's templates (templates/template_store.hpp); null: none.
     templates::template_store* templates = nullptr;
     // Each tenant's share of the disk archive uploads are staged on; null: none.

@@ -3,6 +3,8 @@
 #include "agent/agent_service.hpp"
 #include "v1/v1_api.hpp"
 #include "core/network.hpp"
+#include "core/runs.hpp"
+#include "core/runtimes.hpp"
 #include "contents/beneath.hpp"
 #include "contents/contents_store.hpp"
 #include "contents/workspace_export.hpp"
@@ -10,6 +12,7 @@
 #include "util/api_error.hpp"
 #include "util/encoding.hpp"
 #include "util/every.hpp"
+#include "cellgate/protocol/message.hpp"
 #include "util/multipart.hpp"
 
 #include <boost/asio/post.hpp>
@@ -419,11 +422,118 @@ void register_file_paths(router& r, services& s) {
     }));
 }
 
+// A one-shot program in another language (core/runs.hpp): its stages as
+// Piston reports them, and its record.
+json stage_model(const core::stage_result& st) {
+    auto text = [](const std::string& b) { return json(b).dump(-1, ' ', false, json::error_handler_t::replace); };
+    return {{"stdout", json::parse(text(st.stdout_))},
+            {"stderr", json::parse(text(st.stderr_))},
+            {"exit_code", st.code ? json(*st.code) : json(nullptr)},
+            {"signal", st.signal.empty() ? json(nullptr) : json(st.signal)},
+            {"status", st.status.empty() ? json(nullptr) : json(st.status)},
+            {"message", st.message.empty() ? json(nullptr) : json(st.message)},
+            {"cpu_ms", st.cpu_ms},
+            {"wall_ms", st.wall_ms},
+            {"peak_memory_bytes", st.memory}};
+}
+
+class language_run : public core::run_observer {
+public:
+    language_run(reply_fn reply, core::runtime rt, std::string code)
+        : reply_(std::move(reply)), rt_(std::move(rt)), code_(std::move(code)), started_(std::chrono::system_clock::now()) {}
+    void done(core::run_result r) override {
+        const auto ended = std::chrono::system_clock::now();
+        json out = {{"language", rt_.language}, {"version", rt_.version}};
+        out["compile"] = r.compile ? stage_model(*r.compile) : json(nullptr);
+        out["run"] = r.run ? stage_model(*r.run) : json(nullptr);
+        const auto* last = r.run ? &*r.run : &*r.compile;
+        out["status"] = !r.run                  ? "compile_error"
+                        : last->status == "TO" ? "timeout"
+                        : last->status.empty() ? "ok"
+                                               : "error";
+        std::int64_t cpu = 0, wall = 0;
+        std::uint64_t peak = 0;
+        for (const auto* st : {r.compile ? &*r.compile : nullptr, r.run ? &*r.run : nullptr})
+            if (st) cpu += st->cpu_ms, wall += st->wall_ms, peak = std::max(peak, st->memory);
+        out["usage"] = {{"execution_id", protocol::make_uuid()},
+                        {"surface", "v1"},
+                        {"language", rt_.language},
+                        {"version", rt_.version},
+                        {"code_bytes", code_.size()},
+                        {"code_sha256", sha256_hex(code_)},
+                        {"started_at", kernels::iso8601(started_)},
+                        {"ended_at", kernels::iso8601(ended)},
+                        {"cpu_s", static_cast<double>(cpu) / 1000},
+                        {"wall_s", static_cast<double>(wall) / 1000},
+                        {"peak_memory_bytes", peak},
+                        {"exit_code", last->code ? json(*last->code) : json(nullptr)}};
+        reply_(json_response(200, out));
+    }
+    void failed(unsigned status, std::string message, std::optional<std::chrono::seconds> retry_after) override {
+        auto res = error_response(status, message);
+        if (retry_after) res.headers.emplace_back("Retry-After", std::to_string(retry_after->count()));
+        reply_(std::move(res));
+    }
+
+private:
+    reply_fn reply_;
+    core::runtime rt_;
+    std::string code_;
+    std::chrono::system_clock::time_point started_;
+};
+
+// Whether a /v1/execute body asks for a one-shot program rather than a
+// Python cell: a language other than Python's, or Python with a version,
+// stdin or args (which a cell has no place for).
+bool wants_program(const json& body) {
+    const auto it = body.find("language");
+    if (it == body.end() || it->is_null()) return false;
+    if (!it->is_string()) throw api_exception(400, "'language' must be a string");
+    const auto language = it->get<std::string>();
+    const bool python = language == "python" || language == "python3" || language == "py";
+    return !python || body.contains("version") || body.contains("stdin") || body.contains("args");
+}
+
+void run_program(services& s, const request_ptr& req, const json& body, reply_fn reply) {
+    if (!s.runs || !s.runtimes) throw api_exception(404, "No one-shot runtimes here (the languages image is not built)");
+    const auto language = body["language"].get<std::string>();
+    const auto version = string_field(body, "version", "*");
+    auto rt = s.runtimes->find(req->who.tenant, language, version);
+    if (!rt) throw api_exception(400, "No runtime " + language.substr(0, 64) + " " + version.substr(0, 32) +
+                                          " here; GET /api/v2/runtimes lists them");
+    const auto code = body.find("code");
+    if (code == body.end() || !code->is_string()) throw api_exception(400, "'code' must be a string");
+    core::run_request r;
+    r.tenant = req->who.tenant;
+    r.rt = *rt;
+    r.files.push_back({"main.code", code->get<std::string>()});
+    for (auto& [path, data] : inline_files_from(body)) r.files.push_back({path, std::move(data)});
+    r.stdin_data = string_field(body, "stdin");
+    if (const auto a = body.find("args"); a != body.end() && !a->is_null()) {
+        if (!a->is_array()) throw api_exception(400, "'args' must be an array of strings");
+        for (const auto& x : *a) {
+            if (!x.is_string()) throw api_exception(400, "'args' must be an array of strings");
+            r.args.push_back(x.get<std::string>());
+        }
+    }
+    // One program's time: timeout_s (30 s unless asked), held to ten minutes;
+    // its compile gets a minute more. Each stream keeps 1 MiB.
+    const auto asked = asked_seconds(body, "timeout_s").value_or(std::chrono::seconds(30));
+    const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(asked, std::chrono::seconds(600)));
+    r.run = {wall, wall, -1, 1u << 20};
+    r.compile = {wall + std::chrono::seconds(60), wall + std::chrono::seconds(60), -1, 1u << 20};
+    r.env = strict_env(body);
+    s.runs->start(std::move(r), std::make_shared<language_run>(std::move(reply), std::move(*rt), code->get<std::string>()));
+}
+
 void register_one_shot(router& r, services& s) {
     // One-shot: a fresh sandbox, the files, the code, the result with every
-    // produced file inline, and the sandbox gone again.
+    // produced file inline, and the sandbox gone again. With a `language`,
+    // a program of that language's runtime (compile, then run with stdin and
+    // args) in place of a Python cell.
     r.add(bhttp::verb::post, "/v1/execute", [&s](const request_ptr& req, reply_fn reply) {
         const auto body = req->json_body(false);
+        if (wants_program(body)) return run_program(s, req, body, std::move(reply));
         // The cell is checked before a sandbox starts for it.
         auto cell = cell_request_from(body);
         cell.inline_files = true;  // the sandbox is gone after: the files come inline, unlinked
