@@ -30,6 +30,12 @@ response failure_response(const kernels::failure& f) {
     return error_response(500, f.message);
 }
 
+response refusal(unsigned status, const std::string& message, std::optional<std::chrono::seconds> retry_after) {
+    auto res = error_response(status, message);
+    if (retry_after) res.headers.emplace_back("Retry-After", std::to_string(retry_after->count()));
+    return res;
+}
+
 kernels::kernel_ptr kernel_or_404(services& s, const request_ptr& req, const std::string& id) {
     auto k = s.kernels.find(req->who.tenant, id);
     if (!k) throw api_exception(404, "No such session or kernel: " + id.substr(0, 64));

@@ -23,6 +23,7 @@
 #include "util/file_io_pool.hpp"
 #include "util/http_client.hpp"
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -81,6 +82,8 @@ struct services {
 // The HTTP answer to a kernel operation that did not happen: the one place
 // the core's failure kinds become statuses (404, 400, 429, 503, 409, 500).
 http::response failure_response(const kernels::failure& f);
+// A refusal with its status and message, and Retry-After when it says when.
+http::response refusal(unsigned status, const std::string& message, std::optional<std::chrono::seconds> retry_after);
 
 // A workspace's errors as statuses (core/files.hpp).
 using core::contents_status;

@@ -170,9 +170,7 @@ public:
     execute_observer(reply_fn reply, core::runtime rt) : reply_(std::move(reply)), rt_(std::move(rt)) {}
     void done(core::run_result r) override { reply_(json_response(200, result_json(rt_, r))); }
     void failed(unsigned status, std::string message, std::optional<std::chrono::seconds> retry_after) override {
-        auto res = error_response(status, message);
-        if (retry_after) res.headers.emplace_back("Retry-After", std::to_string(retry_after->count()));
-        reply_(std::move(res));
+        reply_(kit::refusal(status, message, retry_after));
     }
 
 private:

@@ -470,9 +470,7 @@ public:
         reply_(json_response(200, out));
     }
     void failed(unsigned status, std::string message, std::optional<std::chrono::seconds> retry_after) override {
-        auto res = error_response(status, message);
-        if (retry_after) res.headers.emplace_back("Retry-After", std::to_string(retry_after->count()));
-        reply_(std::move(res));
+        reply_(kit::refusal(status, message, retry_after));
     }
 
 private:
