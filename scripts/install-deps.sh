@@ -27,6 +27,8 @@ packages=(
   openssl
   # deployment checks: the Kubernetes manifests are parsed
   python3-yaml
+  # the languages image's fetch.sh: bash_kernel from PyPI, pinned by hash
+  python3-pip
   # client and browser tests: Node.js with npm (the machine's nodesource build or
   # Debian's), Debian's Chromium for Playwright (never a downloaded browser)
   nodejs chromium chromium-driver fonts-dejavu-core
