@@ -83,8 +83,8 @@ bool launcher::impl::forks_from_zygote(const sandbox_spec& spec, const oci_runti
     // language's kernel (SANDBOX_KERNEL, images/languages) starts cold.
     for (const auto* env : {&spec.env, &spec.image_env})
         for (const auto& [name, value] : *env)
-            if ((name == "SANDBOX_KERNEL" && value != "python") || name == "PYTHONHASHSEED" || name == "MPLBACKEND" || name.ends_with("_NUM_THREADS") ||
-                name == "NUMEXPR_MAX_THREADS" || name.starts_with("PYTHON"))
+            if ((name == "SANDBOX_KERNEL" && value != "python") || name == "PYTHONHASHSEED" || name == "MPLBACKEND" ||
+                name.ends_with("_NUM_THREADS") || name == "NUMEXPR_MAX_THREADS" || name.starts_with("PYTHON"))
                 return false;
     return zygote_processes.ready(info.image);
 }

@@ -127,15 +127,10 @@ core::run_request job_from(const json& body, const core::runtime_table& runtimes
     return r;
 }
 
-std::string safe_utf8(const std::string& bytes) {
-    if (is_valid_utf8(bytes)) return bytes;
-    return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
-}
-
 json stage_json(const core::stage_result& s) {
-    return {{"stdout", safe_utf8(s.stdout_)},
-            {"stderr", safe_utf8(s.stderr_)},
-            {"output", safe_utf8(s.output)},
+    return {{"stdout", valid_utf8(s.stdout_)},
+            {"stderr", valid_utf8(s.stderr_)},
+            {"output", valid_utf8(s.output)},
             {"code", s.code ? json(*s.code) : json(nullptr)},
             {"signal", s.signal.empty() ? json(nullptr) : json(s.signal)},
             {"message", s.message.empty() ? json(nullptr) : json(s.message)},
@@ -260,7 +255,7 @@ public:
     }
     void stage(core::stage_kind s) override { send({{"type", "stage"}, {"stage", core::to_string(s)}}); }
     void data(core::stage_kind, bool is_stderr, const std::string& bytes) override {
-        send({{"type", "data"}, {"stream", is_stderr ? "stderr" : "stdout"}, {"data", safe_utf8(bytes)}});
+        send({{"type", "data"}, {"stream", is_stderr ? "stderr" : "stdout"}, {"data", valid_utf8(bytes)}});
     }
     void stage_done(core::stage_kind s, const core::stage_result& r) override {
         auto j = stage_json(r);

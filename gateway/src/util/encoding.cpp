@@ -1,5 +1,7 @@
 #include "util/encoding.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -84,6 +86,14 @@ std::size_t utf8_complete_length(std::string_view s) noexcept {
         return need > back ? n - back : n;
     }
     return n;
+}
+
+std::string valid_utf8(std::string_view s) {
+    if (is_valid_utf8(s)) return std::string(s);
+    // nlohmann's serializer does the replacing (U+FFFD per invalid byte run);
+    // its output is a JSON string, read back.
+    const auto quoted = nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return nlohmann::json::parse(quoted).get<std::string>();
 }
 
 bool is_valid_utf8(std::string_view s) noexcept {

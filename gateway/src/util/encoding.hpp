@@ -12,6 +12,9 @@ std::string base64_encode(std::string_view data);
 // on any other character or bad padding.
 std::optional<std::string> base64_decode(std::string_view text);
 bool is_valid_utf8(std::string_view s) noexcept;
+// `s` with every byte that is not part of valid UTF-8 replaced by U+FFFD
+// (a program's output, which need not be UTF-8, into a JSON string).
+std::string valid_utf8(std::string_view s);
 // How much of `s` to send now so that a UTF-8 sequence cut by the end of a
 // chunk waits for its next bytes: s.size() minus an incomplete last sequence
 // (at most 3 bytes). Bytes that could never complete are not held back.

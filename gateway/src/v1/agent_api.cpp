@@ -425,9 +425,8 @@ void register_file_paths(router& r, services& s) {
 // A one-shot program in another language (core/runs.hpp): its stages as
 // Piston reports them, and its record.
 json stage_model(const core::stage_result& st) {
-    auto text = [](const std::string& b) { return json(b).dump(-1, ' ', false, json::error_handler_t::replace); };
-    return {{"stdout", json::parse(text(st.stdout_))},
-            {"stderr", json::parse(text(st.stderr_))},
+    return {{"stdout", valid_utf8(st.stdout_)},
+            {"stderr", valid_utf8(st.stderr_)},
             {"exit_code", st.code ? json(*st.code) : json(nullptr)},
             {"signal", st.signal.empty() ? json(nullptr) : json(st.signal)},
             {"status", st.status.empty() ? json(nullptr) : json(st.status)},

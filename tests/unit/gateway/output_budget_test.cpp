@@ -29,6 +29,15 @@ TEST(OutputBudget, HeadAndTailKeepsBothEndsAndSaysWhatWent) {
     }
 }
 
+// A program's output into a JSON string: valid text as it is, each bad byte as U+FFFD.
+TEST(OutputBudget, ValidUtf8KeepsTextAndReplacesBadBytes) {
+    EXPECT_EQ(valid_utf8("héllo €"), "héllo €");
+    EXPECT_EQ(valid_utf8(std::string("a\xff" "b", 3)), "a\xEF\xBF\xBD" "b");
+    const auto cut = std::string("\xE2\x82\xAC").substr(0, 2);  // a euro sign cut short
+    EXPECT_TRUE(is_valid_utf8(valid_utf8("x" + cut)));
+    EXPECT_EQ(valid_utf8(""), "");
+}
+
 // A share too small for the marker still stays within it: the budget is a
 // ceiling however many parts share it.
 TEST(OutputBudget, ASharePastTheMarkersRoomIsStillACeiling) {
