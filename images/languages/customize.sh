@@ -40,6 +40,18 @@ spec() {  # NAME DISPLAY LANGUAGE KERNEL INTERRUPT_MODE [CELLGATE_METADATA]
 }
 JSON
 }
+# Python with its data stack, under a name of its own: E2B's default template
+# (code-interpreter-v1) runs here, so its sandboxes can open code contexts in
+# R, JavaScript, TypeScript and Bash (cellgate-kernel --context).
+spec code-interpreter "Python 3 with R, JS, TS and Bash contexts (cellgate sandbox)" python python signal
+mkdir -p "$root/etc/matplotlib"
+cat > "$root/etc/matplotlib/matplotlibrc" <<'RC'
+backend: module://matplotlib_inline.backend_inline
+figure.dpi: 100
+RC
+mkdir -p "$root/opt/cellgate/mplconfig"
+chroot "$root" env MPLCONFIGDIR=/opt/cellgate/mplconfig HOME=/tmp \
+  /usr/bin/python3 -c 'import matplotlib.font_manager as fm; fm._load_fontmanager(try_read_cache=False)'
 spec ir "R (cellgate sandbox)" R ir signal
 # Deno's kernel can publish a cell's result after its idle status.
 spec javascript "JavaScript (Deno, cellgate sandbox)" javascript deno signal '"output_settle_ms": 100'

@@ -315,7 +315,7 @@ test('code contexts: their own variables, the sandbox files, streaming, plots, r
   await assert.rejects(sbx.runCode('1', { context: other }));
   await assert.rejects(sbx.removeCodeContext(other));
   await assert.rejects(sbx.createCodeContext({ cwd: '/etc' }));
-  await assert.rejects(sbx.createCodeContext({ language: 'r' }));
+  await assert.rejects(sbx.createCodeContext({ language: 'cobol' }));  // R and the others: e2b_languages.test.mjs
 });
 
 test('a code context: an endless cell is interrupted when the client gives up', async () => {

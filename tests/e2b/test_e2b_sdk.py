@@ -40,7 +40,7 @@ def gateway(tmp_path_factory):
     tokens.write_text(json.dumps([{"token": KEY_A, "tenant": "e2b-alpha"}, {"token": KEY_B, "tenant": "e2b-beta"}]))
     # A listener on this machine that sandboxes with network.allowOut reach by name.
     upstream = HttpListener()
-    gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--max-kernels", "16",
+    gw = Gateway("--tokens-file", str(tokens), "--pool-size", "1", "--pool", "code-interpreter=1", "--max-kernels", "16",
                  *upstream.resolve_args("e2b-allowed.test", "e2b-denied.test")).start()
     try:
         yield gw
@@ -53,6 +53,13 @@ def gateway(tmp_path_factory):
 def test_unmodified_e2b_sdk(gateway, node_modules):
     run_node_suite(gateway, "e2b_sdk.test.mjs", {**e2b_env(gateway, KEY_A), "CELLGATE_OTHER_KEY": KEY_B})
     # Every sandbox the suite made is gone again.
+    left = requests.get(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
+    assert left.json()["sessions"] == [], left.text
+
+
+def test_unmodified_e2b_sdk_in_r_javascript_typescript_and_bash(gateway, node_modules):
+    run_node_suite(gateway, "e2b_languages.test.mjs", e2b_env(gateway, KEY_A))
+    # The sandbox and its language contexts are gone again.
     left = requests.get(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
     assert left.json()["sessions"] == [], left.text
 
@@ -106,7 +113,16 @@ def test_wire_details_the_sdk_relies_on(gateway):
         assert r.status_code == 404 and r.json()["code"] == 404
         ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": sb["trafficAccessToken"]}
         r = requests.post(f"{url}/e2b/execute", json={"code": "1", "language": "cobol"}, headers=ci, timeout=30)
-        assert r.status_code == 400
+        assert r.status_code == 400 and "'cobol' is not available in this sandbox (python, r, javascript, typescript, bash" \
+            in r.json()["message"], r.text
+        # The base template is the default kernelspec's Python: no other language there.
+        base = _sandbox(gateway, templateID="base")
+        try:
+            at_base = {**ci, "E2b-Sandbox-Id": base["sandboxID"], "E2B-Traffic-Access-Token": base["trafficAccessToken"]}
+            r = requests.post(f"{url}/e2b/contexts", json={"language": "r"}, headers=at_base, timeout=30)
+            assert r.status_code == 400 and "(python; the code-interpreter-v1 template has R" in r.json()["message"], r.text
+        finally:
+            _kill(gateway, base["sandboxID"])
         r = requests.get(f"{url}/e2b/contexts", headers=ci, timeout=30)
         assert r.status_code == 200 and r.json()[0]["id"] == "default"
         r = requests.post(f"{url}/e2b/execute", json={"code": "print(1)"},

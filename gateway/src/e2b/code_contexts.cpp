@@ -20,6 +20,7 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* context_program = "/opt/cellgate/cellgate-context";
+constexpr const char* language_program = "/opt/cellgate/cellgate-kernel";  // --context LANGUAGE
 constexpr std::size_t max_code_bytes = 2u << 20;        // one request line, written in pieces the table accepts
 constexpr std::size_t max_message_bytes = 48u << 20;    // one line from the interpreter (a big plot, base64)
 constexpr std::size_t max_idle_message_bytes = 64u << 10;  // one line while no cell runs ("ready")
@@ -401,7 +402,8 @@ code_contexts::~code_contexts() {
 
 void code_contexts::start(const kernels::kernel_ptr& k, const std::shared_ptr<context>& ctx, status_fn done) {
     processes::command c;
-    c.spec.argv = {"/usr/bin/python3", "-s", context_program};
+    if (ctx->info.language == "python") c.spec.argv = {"/usr/bin/python3", "-s", context_program};
+    else c.spec.argv = {"/usr/bin/python3", "-I", language_program, "--context", ctx->info.language};
     c.spec.cwd = ctx->info.cwd;
     c.spec.env = ctx->env;
     c.spec.env["HOME"] = "/home/user";
@@ -444,8 +446,8 @@ void code_contexts::start(const kernels::kernel_ptr& k, const std::shared_ptr<co
     });
 }
 
-void code_contexts::create(const kernels::kernel_ptr& k, std::string cwd, std::map<std::string, std::string> env,
-                           created_fn done) {
+void code_contexts::create(const kernels::kernel_ptr& k, std::string language, std::string cwd,
+                           std::map<std::string, std::string> env, created_fn done) {
     std::shared_ptr<context> ctx;
     {
         std::lock_guard lock(mutex_);
@@ -453,7 +455,7 @@ void code_contexts::create(const kernels::kernel_ptr& k, std::string cwd, std::m
         if (mine.size() >= limits_.per_sandbox)
             return done(nullptr, 429, "The sandbox has " + std::to_string(limits_.per_sandbox) +
                                           " code contexts already; remove one first");
-        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), "python", std::move(cwd)},
+        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), std::move(language), std::move(cwd)},
                                         std::move(env));
         mine[ctx->info.id] = ctx;
     }
@@ -464,6 +466,33 @@ void code_contexts::create(const kernels::kernel_ptr& k, std::string cwd, std::m
         }
         done(&ctx->info, 0, {});
     });
+}
+
+std::string code_contexts::for_language(const kernels::kernel_ptr& k, const std::string& language, std::string cwd,
+                                       std::map<std::string, std::string> env, std::string& why) {
+    std::shared_ptr<context> ctx;
+    {
+        std::lock_guard lock(mutex_);
+        auto& defaults = by_language_[k->id()];
+        if (const auto it = defaults.find(language); it != defaults.end()) {
+            const auto& mine = by_sandbox_[k->id()];
+            if (mine.count(it->second) != 0) return it->second;
+            defaults.erase(it);  // removed by its id: made afresh
+        }
+        auto& mine = by_sandbox_[k->id()];
+        if (mine.size() >= limits_.per_sandbox) {
+            why = "The sandbox has " + std::to_string(limits_.per_sandbox) + " code contexts already; remove one first";
+            return {};
+        }
+        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), language, std::move(cwd)},
+                                        std::move(env));
+        mine[ctx->info.id] = ctx;
+        defaults[language] = ctx->info.id;
+    }
+    spdlog::info("e2b: sandbox {}: a {} context {} for cells that name the language", k->id(), language, ctx->info.id);
+    // A start that fails fails the cells queued on it; the next cell starts it again.
+    start(k, ctx, [](unsigned, std::string) {});
+    return ctx->info.id;
 }
 
 std::shared_ptr<context> code_contexts::find(const std::string& kernel_id, const std::string& id) const {
@@ -512,6 +541,10 @@ bool code_contexts::remove(const std::string& kernel_id, const std::string& id) 
         ctx = c->second;
         it->second.erase(c);
         if (it->second.empty()) by_sandbox_.erase(it);
+        if (const auto d = by_language_.find(kernel_id); d != by_language_.end()) {
+            std::erase_if(d->second, [&](const auto& entry) { return entry.second == id; });
+            if (d->second.empty()) by_language_.erase(d);
+        }
     }
     deferred later;
     {
@@ -583,6 +616,9 @@ void code_contexts::remove_session(const std::string& kernel_id) {
     std::vector<std::string> ids;
     for (const auto& i : list(kernel_id)) ids.push_back(i.id);
     for (const auto& id : ids) remove(kernel_id, id);
+    std::lock_guard lock(mutex_);
+    by_language_.erase(kernel_id);
+    if (const auto it = by_sandbox_.find(kernel_id); it != by_sandbox_.end() && it->second.empty()) by_sandbox_.erase(it);
 }
 
 }  // namespace cellgate::e2b

@@ -3,7 +3,8 @@
 // Code contexts (E2B's createCodeContext): more Python interpreters in a
 // sandbox, each with its own variables, sharing the sandbox's files, limits
 // and confinement with its kernel. The sandbox's kernel is the "default"
-// context; each other one is a cellgate-context process (images/python) that
+// context; each other one is a cellgate-context process (images/python), or
+// for another language the languages image's `cellgate-kernel --context`, that
 // the process table runs with the launcher's exec, driven over its pipes one
 // JSON object per line. A context runs one cell at a time and queues the
 // rest; a cell's events use the agent's names (stdout, stderr, display,
@@ -73,8 +74,17 @@ public:
     ~code_contexts();
 
     // Starts one in `k`'s sandbox and answers once it is ready for code.
-    // `env` is the sandbox's own environment (E2B's create-time envVars).
-    void create(const kernels::kernel_ptr& k, std::string cwd, std::map<std::string, std::string> env, created_fn done);
+    // `language` is one of the kernelspec's context_languages (the caller
+    // checks); `env` is the sandbox's own environment (E2B's create-time
+    // envVars).
+    void create(const kernels::kernel_ptr& k, std::string language, std::string cwd, std::map<std::string, std::string> env,
+                created_fn done);
+    // The context a cell that names only a language runs in (E2B's default
+    // context per language): made on first use, without waiting for it to be
+    // ready (its cells queue). Empty, with `why`, when the sandbox has its
+    // limit of contexts.
+    std::string for_language(const kernels::kernel_ptr& k, const std::string& language, std::string cwd,
+                             std::map<std::string, std::string> env, std::string& why);
     std::vector<context_info> list(const std::string& kernel_id) const;
     bool exists(const std::string& kernel_id, const std::string& id) const;
     // A fresh interpreter in its place: same id, cwd and environment.
@@ -97,6 +107,7 @@ private:
     const std::shared_ptr<line_budget> lines_;
     mutable std::mutex mutex_;
     std::map<std::string, std::map<std::string, std::shared_ptr<context>>> by_sandbox_;
+    std::map<std::string, std::map<std::string, std::string>> by_language_;  // sandbox → language → its default context
 };
 
 }  // namespace cellgate::e2b

@@ -7,6 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+
 namespace cellgate::e2b {
 
 using namespace http;
@@ -102,13 +105,28 @@ std::map<std::string, std::string> env_of(const json& body) {
     return env;
 }
 
-void check_language(const json& body) {
+// The language a request names, as E2B's server normalizes it ("js" is
+// javascript, "ts" typescript), checked against what the sandbox's image
+// has; "python" when it names none.
+std::string language_of(surface& e, const kernels::kernel& k, const json& body) {
     const auto it = body.find("language");
-    if (it == body.end() || it->is_null()) return;
+    if (it == body.end() || it->is_null()) return "python";
     if (!it->is_string()) throw api_exception(400, "'language' must be a string");
-    const auto l = it->get<std::string>();
-    if (l != "python" && l != "python3")
-        throw api_exception(400, "Language '" + l.substr(0, 40) + "' is not available in this sandbox (python only)");
+    std::string l;
+    for (const char ch : it->get<std::string>())
+        if (ch != ' ' && ch != '\t') l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (l == "js") l = "javascript";
+    else if (l == "ts") l = "typescript";
+    else if (l == "python3" || l.empty()) l = "python";
+    const auto* spec = e.services.kernels.specs().find(k.spec_name());
+    const auto& have = spec ? spec->context_languages : std::vector<std::string>{"python"};
+    if (std::find(have.begin(), have.end(), l) == have.end()) {
+        std::string list;
+        for (const auto& h : have) list += (list.empty() ? "" : ", ") + h;
+        throw api_exception(400, "Language '" + l.substr(0, 40) + "' is not available in this sandbox (" + list +
+                                     "; the code-interpreter-v1 template has R, JavaScript, TypeScript and Bash)");
+    }
+    return l;
 }
 
 // The context a cell names: "" for the sandbox's kernel (no context,
@@ -135,10 +153,18 @@ void execute(surface& e, const request_ptr& req, reply_fn reply) {
     if (body.contains("context_id") && body.contains("language") && !body["context_id"].is_null() &&
         !body["language"].is_null())
         throw api_exception(400, "Give a context or a language, not both");
-    check_language(body);
-    const auto context_id = context_of(body);
+    const auto language = language_of(e, *k, body);
+    auto context_id = context_of(body);
     if (!context_id.empty() && !e.contexts->exists(k->id(), context_id))
         throw api_exception(404, "Context '" + context_id.substr(0, 64) + "' not found");
+    if (context_id.empty() && language != "python") {
+        // E2B's default context for the language, made on its first cell.
+        const auto record = e.book.find(k->id());
+        std::string why;
+        context_id = e.contexts->for_language(k, language, std::string(home_dir),
+                                              record ? record->env_vars : std::map<std::string, std::string>{}, why);
+        if (context_id.empty()) throw api_exception(429, why);
+    }
     if (context_id.empty())
         if (const auto no = e.cells.ready(k)) {
             auto res = rest_error(no->why.kind == kernels::failure_kind::busy ? 409 : 503, no->why.message);
@@ -247,7 +273,7 @@ void create_context(surface& e, const request_ptr& req, reply_fn reply) {
     auto body = req->json_body(true);
     if (body.is_null()) body = json::object();
     if (!body.is_object()) throw api_exception(400, "The body must be a JSON object");
-    check_language(body);
+    auto language = language_of(e, *k, body);
     std::string cwd(home_dir);
     if (const auto it = body.find("cwd"); it != body.end() && !it->is_null()) {
         if (!it->is_string()) throw api_exception(400, "'cwd' must be a string");
@@ -256,7 +282,7 @@ void create_context(surface& e, const request_ptr& req, reply_fn reply) {
     }
     const auto record = e.book.find(k->id());
     auto env = record ? record->env_vars : std::map<std::string, std::string>{};
-    e.contexts->create(k, cwd, std::move(env), [reply](const context_info* c, unsigned status, std::string why) {
+    e.contexts->create(k, std::move(language), cwd, std::move(env), [reply](const context_info* c, unsigned status, std::string why) {
         if (!c) return reply(rest_error(status, why));
         reply(json_response(200, to_json(*c)));
     });

@@ -54,14 +54,16 @@ sys_clock::time_point latest_end(const surface& e, const sandbox_record& r) {
     return r.started + e.agents.limits().maxima.lifetime;
 }
 
-// E2B's templates: the code interpreter's and the base one are the default
-// kernelspec; a kernelspec may also be named directly; and the tenant's own
-// templates by name[:tag] (docs/templates.md).
+// E2B's templates: the code interpreter's is the code-interpreter kernelspec
+// when the languages image is built (Python, with contexts in R, JavaScript,
+// TypeScript and Bash, as E2B's template has), else the default kernelspec;
+// the base one is the default kernelspec; a kernelspec may also be named
+// directly; and the tenant's own templates by name[:tag] (docs/templates.md).
 std::string spec_for_template(const surface& e, const std::string& tenant, const std::string& template_id) {
     const auto& specs = e.services.kernels.specs();
-    if (template_id.empty() || template_id == "code-interpreter-v1" || template_id == "code-interpreter" ||
-        template_id == "base")
-        return specs.default_name();
+    if (template_id == "code-interpreter-v1" || template_id == "code-interpreter")
+        return specs.all().count("code-interpreter") != 0 ? std::string("code-interpreter") : specs.default_name();
+    if (template_id.empty() || template_id == "base") return specs.default_name();
     if (specs.find_for(template_id, tenant) != nullptr) return template_id;
     if (e.services.templates)
         if (auto ks = e.services.templates->kernelspec_for(tenant, template_id)) return *ks;

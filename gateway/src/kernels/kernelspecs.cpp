@@ -33,6 +33,24 @@ kernelspec default_python_kernelspec() {
     return k;
 }
 
+namespace {
+
+// What code contexts an image's sandboxes can open: Python (as always), and
+// where the languages image's entry point is, each language whose kernel it
+// has.
+std::vector<std::string> context_languages_of(const fs::path& rootfs) {
+    std::error_code ec;
+    std::vector<std::string> out{"python"};
+    if (!fs::is_regular_file(rootfs / "opt/cellgate/cellgate-kernel-python", ec)) return out;
+    const fs::path kernels = rootfs / "usr/local/share/jupyter/kernels";
+    for (const auto& [dir, language] : {std::pair{"ir", "r"}, {"javascript", "javascript"}, {"typescript", "typescript"},
+                                        {"bash", "bash"}})
+        if (fs::is_regular_file(kernels / dir / "kernel.json", ec)) out.emplace_back(language);
+    return out;
+}
+
+}  // namespace
+
 std::vector<kernelspec> builtin_language_kernelspecs(const fs::path& image_store, const kernelspec& like) {
     std::vector<kernelspec> out;
     const fs::path kernels = image_store / language_image / "current" / "rootfs/usr/local/share/jupyter/kernels";
@@ -46,6 +64,7 @@ std::vector<kernelspec> builtin_language_kernelspecs(const fs::path& image_store
         k.runtime = like.runtime;
         k.limits = like.limits;
         k.start_timeout = like.start_timeout;
+        if (name == "code-interpreter") k.preload = like.preload;  // Python, as the default's
         out.push_back(std::move(k));
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -54,9 +73,10 @@ std::vector<kernelspec> builtin_language_kernelspecs(const fs::path& image_store
 
 kernelspec_registry::kernelspec_registry(std::vector<kernelspec> specs, std::string default_name,
                                          const launcher::launcher_config& launcher_config)
-    : default_(std::move(default_name)) {
+    : image_store_(launcher_config.image_store), default_(std::move(default_name)) {
     for (auto& k : specs) {
         const fs::path rootfs = launcher_config.image_store / k.image / "current" / "rootfs";
+        k.context_languages = context_languages_of(rootfs);
         const fs::path json_path = rootfs / "usr/local/share/jupyter/kernels" / k.name / "kernel.json";
         std::ifstream in(json_path);
         if (in) {
@@ -109,6 +129,8 @@ const kernelspec* kernelspec_registry::find_for(const std::string& name, const s
 }
 
 void kernelspec_registry::add_template(kernelspec spec) {
+    if (spec.context_languages.empty())  // a layered template's rootfs may not be there: Python only
+        spec.context_languages = context_languages_of(image_store_ / spec.image / "current" / "rootfs");
     const std::unique_lock lock(templates_mutex_);
     auto& entry = templates_[spec.name];
     entry.versions.push_back(std::make_unique<kernelspec>(std::move(spec)));

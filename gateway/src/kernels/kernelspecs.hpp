@@ -45,6 +45,11 @@ struct kernelspec {
     // come (metadata.cellgate.output_settle_ms: Deno's kernel can publish an
     // execute_result after its idle status); the agent engine waits so long.
     std::chrono::milliseconds output_settle{0};
+    // The languages its sandboxes can open code contexts in (E2B's
+    // createCodeContext): Python always, and R, JavaScript,
+    // TypeScript and Bash where its image has those kernels (the languages
+    // image, and templates built on it).
+    std::vector<std::string> context_languages;
 
     // The sandbox that runs kernel `kernel_id` of this spec, with `env`.
     launcher::sandbox_spec to_sandbox_spec(const std::string& kernel_id,
@@ -77,6 +82,7 @@ public:
     nlohmann::json models(const std::string& tenant = {}) const;
 
 private:
+    std::filesystem::path image_store_;
     std::map<std::string, kernelspec> specs_;
     std::string default_;
     mutable std::shared_mutex templates_mutex_;
