@@ -53,7 +53,7 @@ test('initialize negotiates a 2025 revision and a session id; tools/list names t
   }
   const exec = tools.find((t) => t.name === 'execute_code');
   assert.deepEqual(exec.inputSchema.required, ['code']);
-  for (const p of ['code', 'session_id', 'timeout_s', 'max_output_tokens']) assert.ok(exec.inputSchema.properties[p], p);
+  for (const p of ['code', 'language', 'session_id', 'timeout_s', 'max_output_tokens']) assert.ok(exec.inputSchema.properties[p], p);
   const write = tools.find((t) => t.name === 'write_file');
   assert.deepEqual(write.inputSchema.properties.encoding.enum, ['utf-8', 'base64']);
 });
@@ -210,6 +210,26 @@ test('create_session and close_session', async () => {
   const gone = await call(main.client, 'execute_code', { code: '1', session_id: id });
   assert.equal(gone.isError, true);
   assert.match(textOf(gone), /not found/);
+});
+
+test('execute_code with a language runs an R, a JavaScript and a Bash session; a mismatch or an unknown language is an isError result', async () => {
+  const r = await call(main.client, 'execute_code', { code: 'v <- c(1, 2, 3)\ncat(sum(v * 2), "\\n")', language: 'r' });
+  assert.equal(r.isError ?? false, false, textOf(r));
+  assert.match(textOf(r), /status: ok[\s\S]*12/);
+  const rid = sessionOf(r);
+  const again = await call(main.client, 'execute_code', { code: 'mean(v)', language: 'r', session_id: rid });
+  assert.match(textOf(again), /--- display ---\n(\[1\] )?2\n/, textOf(again));  // IRkernel shows values as displays
+  const wrong = await call(main.client, 'execute_code', { code: 'print(1)', language: 'python', session_id: rid });
+  assert.equal(wrong.isError, true);
+  assert.match(textOf(wrong), /runs r, not python/);
+  const js = await call(main.client, 'execute_code', { code: 'const s = [3, 4].map((x) => x * x); s[0] + s[1]', language: 'javascript' });
+  assert.match(textOf(js), /25/, textOf(js));
+  const sh = await call(main.client, 'execute_code', { code: 'echo "bash $BASH_VERSINFO"', language: 'bash' });
+  assert.match(textOf(sh), /bash 5/, textOf(sh));
+  const none = await call(main.client, 'execute_code', { code: '1', language: 'cobol' });
+  assert.equal(none.isError, true);
+  assert.match(textOf(none), /'language' must be one of \["python","r","javascript","typescript","bash"\]/);
+  for (const id of [rid, sessionOf(js), sessionOf(sh)]) await call(main.client, 'close_session', { session_id: id });
 });
 
 test('create_session starts from one of the tenant\'s templates; another tenant\'s is not found', async () => {

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace cellgate::mcp {
 
@@ -78,15 +79,57 @@ void server::run_tool(const std::string& tenant, const std::string& name, const 
     }
 }
 
+namespace {
+
+std::string lowered(std::string s) {
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+}
+
+// A kernel's language as execute_code names it: "python", "r", "javascript",
+// "typescript", "bash".
+std::string language_of(const kernels::kernelspec* spec) { return spec ? lowered(spec->language) : "python"; }
+
+// The kernelspec a new session for `language` runs: the default for Python,
+// else the listed operator kernelspec of that language. Empty: none here.
+std::string spec_for_language(const kernels::kernelspec_registry& specs, const std::string& language) {
+    if (language == "python") return specs.default_name();
+    for (const auto& [name, spec] : specs.all())
+        if (spec.listed && name != "code-interpreter" && lowered(spec.language) == language) return name;
+    return {};
+}
+
+}  // namespace
+
 void server::execute_code(const std::string& tenant, const json& args, const std::shared_ptr<call_state>& call,
                           const done_fn& done) {
     const auto sid = optional_string(args, "session_id");
+    auto language = lowered(optional_string(args, "language"));
+    if (language == "js") language = "javascript";
+    if (language == "ts") language = "typescript";
+    if (language == "python3") language = "python";
     if (!sid.empty()) {
         const auto k = s_.kernels.find(tenant, sid);
         if (!k) return done(text_result(not_found_text(sid), true));
+        const auto has = language_of(s_.kernels.specs().find(k->spec_name()));
+        if (!language.empty() && language != has)
+            return done(text_result("Session " + sid + " runs " + has + ", not " + language.substr(0, 40) +
+                                        ": call execute_code without session_id to start a " + language.substr(0, 40) +
+                                        " session",
+                                    true));
         return run_cell(k, false, args, call, done);
     }
-    s_.core->start(core::session_for(tenant),
+    auto request = core::session_for(tenant);
+    if (!language.empty()) {
+        request.kernelspec = spec_for_language(s_.kernels.specs(), language);
+        if (request.kernelspec.empty()) {
+            std::string have;
+            for (const auto& l : {"python", "r", "javascript", "typescript", "bash"})
+                if (!spec_for_language(s_.kernels.specs(), l).empty()) have += (have.empty() ? "" : ", ") + std::string(l);
+            return done(text_result("No " + language.substr(0, 40) + " kernel on this server (it has: " + have + ")", true));
+        }
+    }
+    s_.core->start(std::move(request),
                              [self = shared_from_this(), args, call, done](std::optional<kernels::failure> e, kernels::kernel_ptr k) {
                                  if (e) return done(text_result(failure_text(*e), true));
                                  try {

@@ -49,16 +49,23 @@ json tools_json(long default_timeout_s, long max_timeout_s) {
     json list = json::array();
     list.push_back(
         {{"name", "execute_code"},
-         {"title", "Run Python code"},
+         {"title", "Run code"},
          {"description",
-          "Runs Python code in a stateful Jupyter kernel inside an isolated sandbox and returns its status, stdout, "
+          "Runs code (Python unless language says otherwise) in a stateful Jupyter kernel inside an isolated "
+          "sandbox and returns its status, stdout, "
           "stderr, main result, error with traceback, and the files it created or changed. Variables, imports and "
           "files persist between calls that pass the same session_id; without session_id a new session is made and "
           "its id is in the result: pass it to every later call. numpy, pandas, matplotlib and scipy are installed; "
           "there is no network access. Plots are returned as images (also savefig them under the working directory "
           "to keep them as files). Long outputs are cut to head and tail."},
          {"inputSchema",
-          schema({{"code", {{"type", "string"}, {"description", "Python source to run as one cell."}}},
+          schema({{"code", {{"type", "string"}, {"description", "Source to run as one cell."}}},
+                  {"language",
+                   {{"type", "string"},
+                    {"enum", {"python", "r", "javascript", "typescript", "bash"}},
+                    {"description", "The kernel's language (default python). A new session runs that language's "
+                                    "kernel; a session_id must be a session of the same language. R has "
+                                    "ggplot2, dplyr and data.table; JavaScript and TypeScript run on Deno."}}},
                   {"session_id", session_id_schema()},
                   {"timeout_s", timeout},
                   {"max_output_tokens",
