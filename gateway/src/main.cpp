@@ -327,9 +327,19 @@ int main(int argc, char** argv) {
         const auto backend = make_launcher(cfg);
         auto& launch = *backend;
         if (!cfg.kernelspecs_configured && !cfg.kernelspecs.empty())
-            for (auto& k : kernels::builtin_language_kernelspecs(cfg.launcher.image_store, cfg.kernelspecs.front()))
+            for (auto& k : kernels::builtin_language_kernelspecs(cfg.launcher.image_store, cfg.kernelspecs.front())) {
+                // E2B's default template runs here: it keeps a pool as the default kernelspec does.
+                if (k.name == "code-interpreter" && cfg.kernelspec_pools.count(k.name) == 0 && cfg.pool_size > 0)
+                    cfg.manager.pool_size[k.name] = cfg.pool_size;
                 cfg.kernelspecs.push_back(std::move(k));
+            }
         kernels::kernelspec_registry specs(cfg.kernelspecs, cfg.default_kernelspec, cfg.launcher);
+        for (const auto& [name, n] : cfg.manager.pool_size)
+            if (specs.all().count(name) == 0) {
+                spdlog::critical("--pool {}={}: no kernelspec {} (the languages image's are there once it is built)",
+                                 name, n, name);
+                return 2;
+            }
         // The tenants' templates come back before the sessions that run on them.
         auto template_options = cfg.templates;
         template_options.state_dir = cfg.launcher.state_dir;

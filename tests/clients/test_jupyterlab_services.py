@@ -67,6 +67,10 @@ def _run_suite(cellgate, protocol, extra_env=None):
                                f"{r.stdout}\n{r.stderr}\n--- gateway log (tail) ---\n{log_tail(cellgate)}")
     # The spec reporter lists every test: the limits suite must have run.
     assert "session limits through @jupyterlab/services" in r.stdout, r.stdout
+    if protocol == "v1" and not extra_env:
+        # The R and JavaScript kernels' tests run (not skipped) once, here.
+        ran = [line for line in r.stdout.splitlines() if "the R kernel keeps" in line or "JavaScript kernel (Deno)" in line]
+        assert len(ran) == 2 and not any("SKIP" in line for line in ran), r.stdout
     # Every kernel the suite started is gone again.
     for token in (cellgate.token, cellgate.tight_token):
         left = cellgate.api("GET", "/api/kernels", headers={"Authorization": f"token {token}"}).json()

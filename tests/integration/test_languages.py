@@ -44,7 +44,7 @@ def test_the_language_kernels_are_offered_and_the_runs_kernel_is_not(gw):
     specs = gw.api("GET", "/api/kernelspecs").json()["kernelspecs"]
     languages = {name: s["spec"]["language"] for name, s in specs.items()}
     assert languages == {"python3": "python", "ir": "R", "javascript": "javascript", "typescript": "typescript",
-                         "bash": "bash"}, languages
+                         "bash": "bash", "code-interpreter": "python"}, languages
     assert all(s["spec"]["metadata"]["cellgate"]["image"] in ("python", "languages") for s in specs.values())
 
 

@@ -38,6 +38,10 @@ class Gateway:
                 # No warm pool unless a test asks for one (it would start
                 # sandboxes in the background of every test).
                 *([] if any(a == "--pool-size" for a in extra_args) else ["--pool-size", "0"]),
+                # Nor one for E2B's default template (code-interpreter), which
+                # --pool-size would bring too, unless a test names it.
+                *([] if any(a.startswith("code-interpreter=") for a in extra_args)
+                  else ["--pool", "code-interpreter=0"]),
                 *extra_args]
         # Per-node launcher options, which cleanup's cellgate-launch needs too.
         node = ("--cgroup-parent", "--uid-range-start", "--uid-range-slots")

@@ -203,6 +203,10 @@ gateway_config parse_config(int argc, char** argv, const char* env_token) {
         if (*c.pool_max < c.pool_size) throw config_error("--pool-max is below --pool-size");
         c.manager.pool_max[c.default_kernelspec] = *c.pool_max;
     }
+    for (const auto& [name, n] : c.kernelspec_pools) {
+        if (n > 0) c.manager.pool_size[name] = n;
+        else c.manager.pool_size.erase(name);
+    }
     c.manager.policies.agent = c.agent.defaults;  // the /v1 surface's defaults, for the policy book
     if (c.egress && c.launcher.egress_root.empty()) c.launcher.egress_root = c.launcher.state_dir / "egress";
     if (!c.egress) c.launcher.egress_root.clear();

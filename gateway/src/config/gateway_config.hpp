@@ -63,6 +63,7 @@ struct gateway_config {
     std::size_t pool_size = 2;    // warm sandboxes kept for the default kernelspec
     // How far misses may raise that pool for a while (unset: 4 × pool_size).
     std::optional<std::size_t> pool_max;
+    std::map<std::string, std::size_t> kernelspec_pools;  // --pool NAME=N: other kernelspecs' pools
     std::string static_dir;       // serve the chat page from here (development)
     // The session registry's database; "" = <state_dir>/gateway.db, "none" = memory only
     // (a restarted gateway then removes every sandbox it finds).

@@ -67,6 +67,13 @@ std::vector<std::string> comma_list(const std::string& v) {
     return out;
 }
 
+// "name=value" → {name, value}; `form` says what the flag wants when it is not that.
+std::pair<std::string, std::string> assignment(const std::string& v, const char* form) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0) throw config_error(form);
+    return {v.substr(0, eq), v.substr(eq + 1)};
+}
+
 constexpr auto cli = option_kind::command_line;
 
 }  // namespace
@@ -307,6 +314,17 @@ std::vector<option> command_line_options() {
                  "`--pool-growth-window`, so the next burst finds more ready. Not below `--pool-size`.",
          .sample = "8",
          .set = [](auto& c, const auto& v) { c.pool_max = to_u64("pool_max", v); }},
+        {.name = "pool", .section = heading::pool, .value = "KERNELSPEC=N",
+         .fallback = "the default kernelspec's `--pool-size`, and as many for `code-interpreter` (E2B's default "
+                     "template) when the languages image is built",
+         .help = "Warm sandboxes kept ready for another kernelspec (`ir`, `javascript`, `typescript`, `bash`, "
+                 "`code-interpreter`, or one the config file names), claimed and refilled as the default's are; "
+                 "`0` turns that kernelspec's pool off. Repeatable, one kernelspec each.",
+         .sample = "ir=1",
+         .set = [](auto& c, const auto& v) {
+             const auto [name, n] = assignment(v, "--pool wants kernelspec=N");
+             c.kernelspec_pools[name] = to_u64("pool", n);
+         }},
         {.name = "pool_growth_window", .section = heading::pool, .value = "S", .fallback = "`300`",
          .help = "How long a miss keeps the target raised; once the window passes without a miss, warm kernels "
                  "above `--pool-size` are stopped. At least 1.",
@@ -533,9 +551,8 @@ std::vector<option> command_line_options() {
                  "preset each; in the config file also [`egress_presets`](#egress_presets).",
          .sample = "python-packages=pypi.internal",
          .set = [](auto& c, const auto& v) {
-             const auto eq = v.find('=');
-             if (eq == std::string::npos || eq == 0) throw config_error("--egress-preset wants name=entry,entry");
-             c.network.presets[v.substr(0, eq)] = comma_list(v.substr(eq + 1));
+             const auto [name, entries] = assignment(v, "--egress-preset wants name=entry,entry");
+             c.network.presets[name] = comma_list(entries);
          }},
 
         // Cluster

@@ -118,8 +118,9 @@ void kernel_manager::replenish() {
                                           metrics_);
         auto spec = spec_for(*k, {});
         if (!order.demand) {
-            // A template's own modules, or the operator's for the pool.
-            if (spec.preload.empty()) spec.preload = config_.pool_preload;
+            // A template's own modules, or the operator's for a Python pool.
+            const auto* ks = specs_.find(order.spec);
+            if (spec.preload.empty() && ks != nullptr && ks->language == "python") spec.preload = config_.pool_preload;
             // Warming up runs at a low CPU weight, so it never slows live sessions.
             spec.limits.cpu_shares = 2;
         }

@@ -550,3 +550,67 @@ describe(`a template's kernelspec through @jupyterlab/services (${MODE} protocol
     assert.equal((await kernelModel(kernel.id)).name, spec.name);
   });
 });
+
+// The languages image's kernels, as JupyterLab starts them (once: the v1 run
+// without the zygote, which forks Python kernels only).
+describe('R and JavaScript kernels through @jupyterlab/services', { timeout: 180000, skip: MODE !== 'v1' || EXPECT_ZYGOTE }, () => {
+  let kernels;
+  let kernelSpecs;
+  const started = [];
+
+  before(async () => {
+    kernelSpecs = new KernelSpecManager({ serverSettings });
+    kernels = new KernelManager({ serverSettings });
+    await withTimeout(Promise.all([kernelSpecs.ready, kernels.ready]), 30000, 'managers ready');
+  });
+
+  after(async () => {
+    try {
+      for (const k of started) if (!k.isDisposed) await k.shutdown().catch(() => {});
+    } finally {
+      for (const manager of [kernels, kernelSpecs]) {
+        for (const poll of [manager?._pollModels, manager?._pollSpecs]) await poll?.stop?.();
+      }
+      kernels?.dispose();
+      kernelSpecs?.dispose();
+    }
+  });
+
+  test('the R kernel keeps its variables and draws a ggplot as a PNG', async () => {
+    await kernelSpecs.refreshSpecs();
+    assert.equal(kernelSpecs.specs.kernelspecs.ir?.language, 'R', JSON.stringify(Object.keys(kernelSpecs.specs.kernelspecs)));
+    const kernel = await withTimeout(kernels.startNew({ name: 'ir' }), 90000, 'start the R kernel');
+    started.push(kernel);
+    const info = await withTimeout(kernel.info, 30000, 'kernel_info');
+    assert.equal(info.language_info.name, 'R');
+    await execute(kernel, 'x <- 6');
+    const r = await execute(kernel, 'x * 7');
+    assert.equal(r.reply.content.status, 'ok', JSON.stringify(r.reply.content));
+    // IRkernel shows a visible value as display_data.
+    assert.equal(r.of('display_data')[0]?.content.data['text/plain'], '[1] 42');
+    const plot = await execute(kernel, 'library(ggplot2)\nggplot(data.frame(a = 1:5, b = (1:5)^2), aes(a, b)) + geom_point()');
+    assert.equal(plot.reply.content.status, 'ok', JSON.stringify(plot.reply.content));
+    const png = plot.iopub.map(m => m.content?.data?.['image/png']).find(Boolean);
+    assert.ok(png, `no image/png in ${JSON.stringify(plot.iopub.map(m => m.header.msg_type))}`);
+    assert.deepEqual([...Buffer.from(png, 'base64').subarray(0, 8)], [...PNG_MAGIC]);
+    const err = await execute(kernel, 'stop("bad input")');
+    assert.equal(err.reply.content.status, 'error');
+    assert.match(err.of('error')[0]?.content.evalue ?? '', /bad input/);
+  });
+
+  test('the JavaScript kernel (Deno) keeps its bindings across cells', async () => {
+    const kernel = await withTimeout(kernels.startNew({ name: 'javascript' }), 90000, 'start the JavaScript kernel');
+    started.push(kernel);
+    await execute(kernel, 'const base = 40; globalThis.calls = 0;');
+    const r = await execute(kernel, 'calls += 1; console.log("calls", calls); base + 2');
+    assert.equal(r.reply.content.status, 'ok', JSON.stringify(r.reply.content));
+    assert.equal(r.stdout, 'calls 1\n');
+    // Deno may publish the result just after the reply: wait for it briefly.
+    let result = r.of('execute_result')[0];
+    for (let i = 0; !result && i < 20; i++) {
+      await new Promise(done => setTimeout(done, 50));
+      result = r.of('execute_result')[0];
+    }
+    assert.equal(result?.content.data['text/plain'], '42');
+  });
+});

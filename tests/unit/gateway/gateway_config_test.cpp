@@ -144,6 +144,12 @@ TEST(gateway_config, the_pool_may_grow_to_its_max_and_a_node_tag_is_checked) {
     EXPECT_EQ(g.manager.pool_max.at("python3"), 10u);
     EXPECT_EQ(g.manager.pool_growth_window, std::chrono::seconds(60));
     EXPECT_THROW(parse({"--pool-size", "3", "--pool-max", "2"}), config::config_error);
+    // Other kernelspecs' pools: repeatable, 0 turns one off, a bad form is refused.
+    const auto p = parse({"--pool", "ir=1", "--pool", "bash=2", "--pool", "python3=0"});
+    EXPECT_EQ(p.manager.pool_size.at("ir"), 1u);
+    EXPECT_EQ(p.manager.pool_size.at("bash"), 2u);
+    EXPECT_EQ(p.manager.pool_size.count("python3"), 0u);
+    for (const char* bad : {"ir", "=2", "ir=two"}) EXPECT_THROW(parse({"--pool", bad}), config::config_error) << bad;
     EXPECT_EQ(parse({"--node-tag", "0a1b2c3d"}).node_tag, "0a1b2c3d");
     EXPECT_EQ(parse({}).node_tag, "");
     EXPECT_THROW(parse({"--node-tag", "node1"}), config::config_error);
