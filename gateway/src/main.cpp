@@ -432,6 +432,28 @@ int main(int argc, char** argv) {
         services.core = &session_starts;
         template_store.kernelspecs_in_use = [&manager] { return manager.spec_names_in_use(); };
         manager.on_removed([&template_store](const std::string&) { template_store.reclaim(); });
+        // One-shot runs: the built-in runtimes run in the languages image's
+        // sandboxes without cells ("runs"), from their own pool.
+        core::runtime_table runtimes;
+        if (const auto* runs_spec = specs.find("runs"); runs_spec != nullptr && runs_spec->image == kernels::language_image) {
+            try {
+                for (auto& rt : core::builtin_runtimes(cfg.launcher.image_store, runs_spec->name)) runtimes.add(std::move(rt));
+            } catch (const std::exception& e) {
+                spdlog::error("the built-in runtimes are not offered: {}", e.what());
+            }
+        }
+        // A template's runtimes are its tenant's, run in its own sandboxes.
+        template_store.set_runtimes = [&runtimes](const std::string& spec, const std::string& tenant, const nlohmann::json& list) {
+            runtimes.remove_kernelspec(spec);
+            try {
+                for (auto& rt : core::runtimes_from_json(list, spec)) {
+                    rt.owner = tenant;
+                    runtimes.add(std::move(rt));
+                }
+            } catch (const std::exception& e) {
+                spdlog::error("template {}: its runtimes are not offered: {}", spec, e.what());
+            }
+        };
         template_store.set_pool = [&manager](const std::string& spec, std::size_t size) { manager.set_pool(spec, size); };
         template_store.start_pools();
         session_starts.set_templates(&template_store);
@@ -460,19 +482,12 @@ int main(int argc, char** argv) {
         metrics.add_gauge_source([&processes](std::string& out) { processes.render(out); });
         manager.on_removed([&processes](const std::string& kernel_id) { processes.remove_session(kernel_id); });
         e2b::sandbox_book e2b_book(store.get());
-        // One-shot runs: the built-in runtimes run in the languages image's
-        // sandboxes without cells ("runs"), from their own pool.
-        core::runtime_table runtimes;
-        if (const auto* runs_spec = specs.find("runs"); runs_spec != nullptr && runs_spec->image == kernels::language_image) {
-            try {
-                for (auto& rt : core::builtin_runtimes(cfg.launcher.image_store, runs_spec->name)) runtimes.add(std::move(rt));
-            } catch (const std::exception& e) {
-                spdlog::error("the built-in runtimes are not offered: {}", e.what());
-            }
-        }
         core::runs runs(session_starts, processes, file_io, cfg.runs);
         if (cfg.runtime_pool > 0)
-            runs.on_first_run([&manager, size = cfg.runtime_pool](const std::string& spec) { manager.set_pool(spec, size); });
+            runs.on_first_run([&manager, &specs, size = cfg.runtime_pool](const std::string& spec) {
+                // The built-in runtimes' pool; a template's runtimes use its own (kernel.pool).
+                if (const auto* k = specs.find(spec); k != nullptr && k->owner.empty()) manager.set_pool(spec, size);
+            });
         metrics.add_gauge_source([&runs](std::string& out) { runs.render(out); });
         services.runs = &runs;
         services.runtimes = &runtimes;

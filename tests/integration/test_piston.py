@@ -298,3 +298,42 @@ def test_a_full_queue_answers_429_with_retry_after_and_drops_nothing(gw, runtime
     assert all(int(r.headers["Retry-After"]) >= 1 and "try again" in r.json()["message"] for r in refused)
     metrics = requests.get(f"{gw.url}/metrics", headers=gw.headers, timeout=30).text
     assert f"cellgate_runs_refused_total {len(refused)}" in metrics
+
+
+def test_a_template_adds_a_runtime_its_tenant_alone_runs(gw, runtimes):
+    """An operator's or tenant's own runtime: a template with a language, a
+    compile and a run script is in that tenant's /api/v2/runtimes and runs
+    its jobs in the template's sandboxes; other tenants do not see it, and
+    it goes with the template."""
+    auth = {"Authorization": f"token {TOKEN}"}
+    body = {"name": "awk-runtime", "from": {"image": "python"},
+            "steps": [{"type": "RUN", "args": ["echo 'BEGIN { printf \"from the template: \" }' > /opt/prelude.awk"]}],
+            "runtimes": [{"language": "awk", "version": "1.3.4", "aliases": ["mawk"],
+                          "compile": 'cat /opt/prelude.awk "$1" > program.awk',
+                          "run": 'shift; exec awk -f program.awk -- "$@"'}]}
+    bad = requests.post(f"{gw.url}/v1/templates", headers=auth, timeout=30,
+                        json={**body, "runtimes": [{"language": "awk k", "version": "1", "run": "x"}]})
+    assert bad.status_code == 400 and "a runtime's language is 1 to 32 of" in bad.json()["message"], bad.text
+    r = requests.post(f"{gw.url}/v1/templates", json=body, headers=auth, timeout=30)
+    assert r.status_code == 202, r.text
+    at, end = r.json()["status_url"], time.monotonic() + 300
+    while (b := requests.get(f"{gw.url}{at}", headers=auth, timeout=30).json())["status"] not in ("ready", "error"):
+        assert time.monotonic() < end, b
+        time.sleep(0.2)
+    assert b["status"] == "ready", b
+    try:
+        mine = requests.get(f"{gw.url}/api/v2/runtimes", headers=auth, timeout=30).json()
+        assert {"language": "awk", "version": "1.3.4", "aliases": ["mawk"]} in mine, mine
+        anonymous = requests.get(f"{gw.url}/api/v2/runtimes", timeout=30).json()
+        assert not any(rt["language"] == "awk" for rt in anonymous), anonymous
+        job_body = {"language": "mawk", "version": "1.x", "files": [{"content": 'BEGIN { print ARGV[1] + ARGV[2] }'}],
+                    "args": ["2", "3"]}
+        res = execute(gw, job_body).json()
+        assert res["compile"]["code"] == 0 and res["run"]["stdout"] == "from the template: 5\n", res
+        assert res["language"] == "awk" and res["version"] == "1.3.4", res
+        refused = execute(gw, job_body, token=None)
+        assert refused.status_code == 400 and refused.json()["message"] == "mawk-1.x runtime is unknown", refused.text
+    finally:
+        assert requests.delete(f"{gw.url}/v1/templates/awk-runtime", headers=auth, timeout=30).status_code == 204
+    gone = execute(gw, job_body)
+    assert gone.status_code == 400 and gone.json()["message"] == "mawk-1.x runtime is unknown", gone.text

@@ -195,9 +195,42 @@ std::optional<std::pair<std::string, std::string>> parse_reference(const std::st
     return std::pair{name, tag};
 }
 
+namespace {
+
+// A name Piston's clients send: a language, a version or an alias.
+void check_word(const std::string& s, const std::string& what) {
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-' || c == '_' || c == '#';
+        }))
+        bad(what + " is 1 to 32 of [A-Za-z0-9.+#_-], not '" + s.substr(0, 32) + "'");
+}
+
+json runtimes_of(const json& list) {
+    if (!list.is_array() || list.size() > 8) bad("runtimes is a list of at most 8 runtimes");
+    json out = json::array();
+    for (const auto& r : list) {
+        only_fields(r, "a runtime", {"language", "version", "aliases", "compile", "run"});
+        for (const char* key : {"language", "version", "run"})
+            if (!r.contains(key)) bad(std::string("a runtime needs ") + key);
+        json one = {{"language", string_of(r["language"], "a runtime's language", 32)},
+                    {"version", string_of(r["version"], "a runtime's version", 32)},
+                    {"run", string_of(r["run"], "a runtime's run script", 16384)}};
+        check_word(one["language"], "a runtime's language");
+        check_word(one["version"], "a runtime's version");
+        if (one["run"].get<std::string>().empty()) bad("a runtime's run script is empty");
+        one["aliases"] = r.contains("aliases") ? strings_of(r["aliases"], "a runtime's aliases", 8, 32) : std::vector<std::string>{};
+        for (const auto& a : one["aliases"]) check_word(a, "an alias");
+        if (r.contains("compile")) one["compile"] = string_of(r["compile"], "a runtime's compile script", 16384);
+        out.push_back(std::move(one));
+    }
+    return out;
+}
+
+}  // namespace
+
 definition parse_definition(const json& body, const build_settings& settings) {
     only_fields(body, "a template", {"name", "tag", "from", "packages", "steps", "start_cmd", "ready_cmd",
-                                     "resources", "kernel", "force"});
+                                     "resources", "kernel", "force", "runtimes"});
     definition d;
     if (!body.contains("name")) bad("a template needs a name");
     const auto ref = parse_reference(string_of(body["name"], "name", 200));
@@ -330,6 +363,7 @@ definition parse_definition(const json& body, const build_settings& settings) {
         if (!body["force"].is_boolean()) bad("force is true or false");
         d.force = body["force"].get<bool>();
     }
+    if (body.contains("runtimes")) d.runtimes = runtimes_of(body["runtimes"]);
     return d;
 }
 
@@ -431,6 +465,7 @@ json to_json(const definition& d) {
     if (d.start_cmd) j["start_cmd"] = *d.start_cmd;
     if (d.ready_cmd) j["ready_cmd"] = *d.ready_cmd;
     if (d.start_timeout_s) j["start_timeout_s"] = *d.start_timeout_s;
+    if (!d.runtimes.empty()) j["runtimes"] = d.runtimes;
     json r = json::object();
     if (d.cpu_millis) r["cpu_millis"] = *d.cpu_millis;
     if (d.memory_bytes) r["memory_bytes"] = *d.memory_bytes;

@@ -55,6 +55,10 @@ struct definition {
     // How long a sandbox's start may take, its ready check included (1 to 300 s); unset: the gateway's.
     std::optional<std::uint32_t> start_timeout_s;
     bool force = false;                // every step rebuilt
+    // One-shot runtimes it offers its tenant (Piston's /api/v2, /v1/execute's
+    // language): [{language, version, aliases?, compile?, run}], checked
+    // here; run in this template's sandboxes.
+    nlohmann::json runtimes = nlohmann::json::array();
 };
 
 // What the build needs from outside: the operator's package indexes.

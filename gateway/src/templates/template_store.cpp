@@ -124,6 +124,9 @@ void template_store::start_pools() {
     if (set_pool)
         for (const auto& [spec, size] : pools_to_start_) set_pool(spec, size);
     pools_to_start_.clear();
+    if (set_runtimes)
+        for (const auto& [spec, t] : templates_)
+            if (!t.def.runtimes.empty()) set_runtimes(spec, t.tenant, t.def.runtimes);
 }
 
 void template_store::stop() {
@@ -648,6 +651,7 @@ void template_store::install_locked(const template_record& t) {
     templates_[t.kernelspec] = t;
     // Its warm sandboxes start now (a replaced template's old ones are stopped).
     if (set_pool && (t.def.pool > 0 || replaced)) set_pool(t.kernelspec, t.def.pool);
+    if (set_runtimes && (!t.def.runtimes.empty() || replaced)) set_runtimes(t.kernelspec, t.tenant, t.def.runtimes);
 }
 
 json template_store::tag(const std::string& tenant, const std::string& name, const std::string& from,
@@ -749,6 +753,7 @@ void template_store::load() {
                 if (def.contains("start_timeout_s")) t.def.start_timeout_s = def["start_timeout_s"].get<std::uint32_t>();
                 if (def.contains("start_cmd")) t.def.start_cmd = def["start_cmd"].get<std::string>();
                 if (def.contains("ready_cmd")) t.def.ready_cmd = def["ready_cmd"].get<std::string>();
+                t.def.runtimes = def.value("runtimes", json::array());
                 const auto r = def.value("resources", json::object());
                 if (r.contains("cpu_millis")) t.def.cpu_millis = r["cpu_millis"].get<std::uint32_t>();
                 if (r.contains("memory_bytes")) t.def.memory_bytes = r["memory_bytes"].get<std::uint64_t>();
@@ -806,6 +811,7 @@ void template_store::remove(const std::string& tenant, const std::string& name, 
     }
     specs_.hide(it->second.kernelspec);
     if (set_pool && it->second.def.pool > 0) set_pool(it->second.kernelspec, 0);
+    if (set_runtimes && !it->second.def.runtimes.empty()) set_runtimes(it->second.kernelspec, tenant, json::array());
     // Its ended builds go with it (a running one stays, and its result lands).
     auto& recent = recent_builds_[tenant];
     std::erase_if(recent, [&](const std::string& id) {

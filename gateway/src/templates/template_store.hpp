@@ -92,7 +92,8 @@ public:
     ~template_store();  // stop()
     // Lets running builds finish, refuses new ones; idempotent.
     void stop();
-    // Starts the warm pools of the templates load() found (once set_pool is set).
+    // Starts the warm pools of the templates load() found (once set_pool is
+    // set), and offers their runtimes (once set_runtimes is).
     void start_pools();
     template_store(const template_store&) = delete;
     template_store& operator=(const template_store&) = delete;
@@ -155,6 +156,11 @@ public:
     std::function<std::set<std::string>()> kernelspecs_in_use;
     // Keeps `size` warm sandboxes of a kernelspec (0: none); set before builds start.
     std::function<void(const std::string& kernelspec, std::size_t size)> set_pool;
+    // Offers a template's one-shot runtimes (its definition's `runtimes`,
+    // checked) to its tenant, in place of what that kernelspec offered
+    // before; an empty list takes them away. Set before builds start.
+    std::function<void(const std::string& kernelspec, const std::string& tenant, const nlohmann::json& runtimes)>
+        set_runtimes;
 
 private:
     struct template_record {

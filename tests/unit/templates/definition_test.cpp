@@ -633,3 +633,32 @@ TEST(TemplatePlan, a_forced_env_step_changes_the_keys_of_the_runs_after_it) {
     EXPECT_EQ(once.layers.at(0), twice.layers.at(0));
     EXPECT_NE(once.layers.at(1), twice.layers.at(1));
 }
+
+// ---- parse_definition: one-shot runtimes ----
+
+TEST(TemplateDefinition, runtimes_are_kept_checked_and_round_trip) {
+    const json rt = {{"language", "zig"}, {"version", "0.11.0"}, {"aliases", {"ziglang"}},
+                     {"compile", "exec zig build-exe \"$@\""}, {"run", "shift; exec ./binary \"$@\""}};
+    const auto d = parsed({{"name", "zig"}, {"runtimes", {rt}}});
+    ASSERT_EQ(d.runtimes.size(), 1u);
+    EXPECT_EQ(d.runtimes[0], rt);
+    EXPECT_EQ(templates::to_json(d)["runtimes"], d.runtimes);
+    EXPECT_FALSE(templates::to_json(parsed({{"name", "plain"}})).contains("runtimes"));
+    const auto interpreted = parsed({{"name", "awk"}, {"runtimes", {{{"language", "awk"}, {"version", "1"}, {"run", "exec awk -f \"$1\""}}}}});
+    EXPECT_EQ(interpreted.runtimes[0]["aliases"], json::array());
+    EXPECT_FALSE(interpreted.runtimes[0].contains("compile"));
+}
+
+TEST(TemplateDefinition, refuses_a_runtime_without_its_fields_or_with_bad_names) {
+    auto refused = [](const json& runtimes) { return refusal({{"name", "t"}, {"runtimes", runtimes}}); };
+    EXPECT_EQ(refused({{{"language", "zig"}, {"version", "1"}}}).message, "a runtime needs run");
+    EXPECT_EQ(refused({{{"language", "zig"}, {"version", "1"}, {"run", ""}}}).message, "a runtime's run script is empty");
+    EXPECT_TRUE(contains(refused({{{"language", "z g"}, {"version", "1"}, {"run", "x"}}}).message, "a runtime's language is 1 to 32"));
+    EXPECT_TRUE(contains(refused({{{"language", "zig"}, {"version", "1/2"}, {"run", "x"}}}).message, "a runtime's version is"));
+    EXPECT_TRUE(contains(refused({{{"language", "zig"}, {"version", "1"}, {"run", "x"}, {"aliases", {"a b"}}}}).message, "an alias is"));
+    EXPECT_EQ(refused({{{"language", "zig"}, {"version", "1"}, {"run", "x"}, {"image", "y"}}}).message, "a runtime has no field 'image'");
+    EXPECT_EQ(refused(json::array({json::object()}) ).status, 400u);
+    json nine = json::array();
+    for (int i = 0; i < 9; ++i) nine.push_back({{"language", "l" + std::to_string(i)}, {"version", "1"}, {"run", "x"}});
+    EXPECT_EQ(refused(nine).message, "runtimes is a list of at most 8 runtimes");
+}
