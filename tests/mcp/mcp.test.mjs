@@ -218,7 +218,7 @@ test('execute_code with a language runs an R, a JavaScript and a Bash session; a
   assert.match(textOf(r), /status: ok[\s\S]*12/);
   const rid = sessionOf(r);
   const again = await call(main.client, 'execute_code', { code: 'mean(v)', language: 'r', session_id: rid });
-  assert.match(textOf(again), /--- display ---\n(\[1\] )?2\n/, textOf(again));  // IRkernel shows values as displays
+  assert.match(textOf(again), /--- result ---\n(\[1\] )?2\n/, textOf(again));  // an R cell's last display is its result
   const wrong = await call(main.client, 'execute_code', { code: 'print(1)', language: 'python', session_id: rid });
   assert.equal(wrong.isError, true);
   assert.match(textOf(wrong), /runs r, not python/);

@@ -497,6 +497,13 @@ void execution::complete(json files, std::optional<launcher::sandbox_usage> afte
     }
     const bool files_complete = !files_truncated_;
     if (!files.empty()) emit("files", {{"files", files}});
+    // IRkernel shows a visible value as display_data, never execute_result:
+    // an R cell's last display is its result, as a Python cell's last
+    // expression is.
+    if (const auto* spec = manager_.specs().find(kernel_->spec_name());
+        spec != nullptr && spec->language == "R" && status == "ok" && !results_.empty() &&
+        std::none_of(results_.begin(), results_.end(), [](const json& r) { return r.value("is_main_result", false); }))
+        results_.back()["is_main_result"] = true;
     auto usage = usage_record(status, files, after);  // before the output moves into the result
     json result = {{"status", status},
                    {"execution_count", execution_count_},
