@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 from support.gateway import Gateway, HttpListener
-from support.prerequisites import gateway_missing, node_missing, npm_ci, require
+from support.prerequisites import gateway_missing, node_missing, node_test, npm_ci, require
 
 CHROMIUM = Path(os.environ.get("CELLGATE_CHROMIUM", "/usr/bin/chromium"))
 WEB = REPO / "clients" / "web"
@@ -115,7 +115,7 @@ def _run_node(gw, test_file, output_scripts=False, screenshots=None, timeout=900
     if screenshots:
         env["CELLGATE_SCREENSHOT_DIR"] = str(screenshots)
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", test_file], cwd=HERE, env=env,
+        r = subprocess.run(node_test(test_file), cwd=HERE, env=env,
                            capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test {test_file} timed out\n{e.stdout or ''}\n{e.stderr or ''}\n"
@@ -188,7 +188,7 @@ def test_markdown_renderer_in_node():
     """render.test.mjs: code spans and bold from the linear scanner (review
     L8), against a stand-in DOM; needs Node only."""
     require("the Markdown renderer's tests", node_missing())
-    r = subprocess.run(["node", "--test", "--test-reporter=spec", "render.test.mjs"], cwd=HERE,
+    r = subprocess.run(node_test("render.test.mjs"), cwd=HERE,
                        env={**os.environ, "NODE_NO_WARNINGS": "1"}, capture_output=True, text=True, timeout=300)
     print(r.stdout)
     assert r.returncode == 0, f"node --test render.test.mjs failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"

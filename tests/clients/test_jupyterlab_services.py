@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from cellgate_clients import CLIENTS, log_tail, require
+from support.prerequisites import node_test
 
 JS_DIR = CLIENTS / "jupyterlab"
 STAMP = JS_DIR / "node_modules" / ".cellgate-lock-sha256"
@@ -59,7 +60,7 @@ def _run_suite(cellgate, protocol, extra_env=None):
            "CELLGATE_WS_PROTOCOL": protocol, "NODE_NO_WARNINGS": "1",
            "CELLGATE_TIGHT_TOKEN": cellgate.tight_token, **(extra_env or {})}
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "services.test.mjs"], cwd=JS_DIR, env=env,
+        r = subprocess.run(node_test("services.test.mjs"), cwd=JS_DIR, env=env,
                            capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n{log_tail(cellgate)}")

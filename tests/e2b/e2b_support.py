@@ -10,7 +10,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-from support.prerequisites import gateway_missing, node_missing, require
+from support.prerequisites import gateway_missing, node_missing, node_test, require
 
 
 def require_e2b(suite):
@@ -44,7 +44,7 @@ def e2b_env(gw, key):
 def run_node_suite(gw, test_file, env):
     """Runs `test_file` with node --test; fails with its output and the gateway's log unless every test passed."""
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", test_file],
+        r = subprocess.run(node_test("--test-concurrency=1", test_file),
                            cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n"

@@ -155,12 +155,12 @@ def test_jupyterlab_services_through_the_router(cluster):
     """@jupyterlab/services (npm, unmodified) pointed at the router."""
     import os
     import subprocess
-    from support.prerequisites import REPO, node_missing, npm_ci, require
+    from support.prerequisites import REPO, node_missing, node_test, npm_ci, require
     require("@jupyterlab/services through the router", node_missing("npm"))
     here = REPO / "tests" / "clients" / "jupyterlab"
     npm_ci(here, "@jupyterlab/services", env={"PUPPETEER_SKIP_DOWNLOAD": "1", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
     etcd, nodes, router = cluster
-    r = subprocess.run(["node", "--test", "--test-reporter=spec", "cluster.test.mjs"], cwd=here, capture_output=True,
+    r = subprocess.run(node_test("cluster.test.mjs"), cwd=here, capture_output=True,
                        text=True, timeout=300,
                        env={**os.environ, "CELLGATE_URL": router.url, "CELLGATE_TOKEN": TOKEN,
                             "CELLGATE_NODE_TAGS": ",".join(TAGS), "NODE_NO_WARNINGS": "1"})

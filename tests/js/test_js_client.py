@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 from support.gateway import Gateway, HttpListener
-from support.prerequisites import gateway_missing, node_missing, require
+from support.prerequisites import gateway_missing, node_missing, node_test, require
 
 CLIENT_JS = REPO / "clients" / "js"
 
@@ -94,7 +94,7 @@ def _run_node(gateway, test_file, tmp_path):
     env = {**os.environ, "CELLGATE_URL": gateway.url, "CELLGATE_TOKEN": gateway.token,
            "CELLGATE_CLIENT_MODULE": str(module), "NODE_NO_WARNINGS": "1"}
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", test_file], cwd=HERE, env=env,
+        r = subprocess.run(node_test(test_file), cwd=HERE, env=env,
                            capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n{_log_tail(gateway)}")

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 from support.gateway import Gateway
-from support.prerequisites import gateway_missing, node_missing, npm_ci, require
+from support.prerequisites import gateway_missing, node_missing, node_test, npm_ci, require
 
 KEY_A = "mcp-tenant-a-" + uuid.uuid4().hex
 KEY_B = "mcp-tenant-b-" + uuid.uuid4().hex
@@ -71,7 +71,7 @@ def test_official_typescript_sdk(gateway, node_modules):
     env.update({"CELLGATE_URL": gateway.url, "CELLGATE_TOKEN": KEY_A, "CELLGATE_OTHER_TOKEN": KEY_B,
                 "NODE_NO_WARNINGS": "1"})
     try:
-        r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs"],
+        r = subprocess.run(node_test("--test-concurrency=1", "mcp.test.mjs"),
                            cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"node --test timed out\n{e.stdout or ''}\n{e.stderr or ''}\n--- gateway log ---\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.gateway import Gateway
-from support.prerequisites import IMAGE_STORE, npm_ci, require, runtime_missing
+from support.prerequisites import IMAGE_STORE, node_test, npm_ci, require, runtime_missing
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,7 +32,7 @@ def gw():
 
 def test_unmodified_piston_client(gw):
     env = {**os.environ, "CG_PISTON_URL": gw.url}
-    r = subprocess.run(["node", "--test", "--test-reporter=spec", "--test-concurrency=1", "piston_client.test.mjs"],
+    r = subprocess.run(node_test("--test-concurrency=1", "piston_client.test.mjs"),
                        cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
     print(r.stdout)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n--- gateway log ---\n{gw.log_text()[-4000:]}"

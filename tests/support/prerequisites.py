@@ -77,6 +77,20 @@ def node_missing(*tools):
     return None
 
 
+def node_test(*args):
+    """`node --test --test-reporter=spec ARGS`, and --test-force-exit where
+    Node has it (20.14 on): a suite's process ends when its tests do, not
+    when a client library's forgotten timer fires (the E2B SDK leaves a
+    60 s request timer behind every refused call)."""
+    global _force_exit
+    if _force_exit is None:
+        _force_exit = subprocess.run(["node", "--test-force-exit", "-e", ""], capture_output=True).returncode == 0
+    return ["node", "--test", "--test-reporter=spec", *(["--test-force-exit"] if _force_exit else []), *args]
+
+
+_force_exit = None
+
+
 def npm_ci(here, package, env=None):
     """Installs the packages locked in `here` (npm ci, no install scripts)
     unless its node_modules already matches the lock and holds `package`."""
