@@ -116,12 +116,13 @@ def fair_gw(tmp_path_factory):
     d = tmp_path_factory.mktemp("fair")
     tokens = d / "tokens.json"
     tokens.write_text(json.dumps([{"token": HOG, "tenant": "hog"}, {"token": OTHER, "tenant": "other"}]))
-    # 1% of a CPU: the kernel cannot import ipykernel within the spec's 15 s
+    # 1% of a CPU: the kernel cannot import ipykernel within the spec's 8 s
     # start timeout, so each start holds a launch thread the whole time, as a
-    # start that hangs would.
+    # start that hangs would (and the other tenant's start, about a second,
+    # ends well before any of them).
     config = d / "config.json"
     config.write_text(json.dumps({"kernelspecs": {"python3": {}, "slow": {"limits": {"cpu_millis": 10},
-                                                                          "start_timeout_s": 15}}}))
+                                                                          "start_timeout_s": 8}}}))
     g = Gateway("--tokens-file", str(tokens), "--config", str(config), "--max-launches-per-tenant", "2").start()
     yield g
     g.stop()

@@ -48,7 +48,7 @@ def _gateway(*args):
 @pytest.fixture(scope="module")
 def gateway():
     _require()
-    gw = _gateway()
+    gw = _gateway("--pool-size", "2")  # the default configuration's pool: sessions are claims
     try:
         gw.start()
         yield gw

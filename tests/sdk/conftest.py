@@ -11,9 +11,11 @@ from sdk_support import Gateway, require
 
 @pytest.fixture(scope="session")
 def gateway():
-    """One running cellgate for the whole run, with its own state dir and token."""
+    """One running cellgate for the whole run, with its own state dir and token,
+    and the default configuration's warm pool: the SDK's sessions are claims,
+    as a user's are (and the suite does not wait for ninety cold starts)."""
     require()
-    gw = Gateway()
+    gw = Gateway("--pool-size", "2")
     try:
         gw.start()
         yield gw
