@@ -30,6 +30,7 @@ def gw():
     g.start()
     yield g
     g.stop()
+    g.cleanup()  # a warm sandbox whose start was under way at the stop
 
 
 def session(gw, kernel):

@@ -51,6 +51,7 @@ def gw(tmp_path_factory):
     g.start()
     yield g
     g.stop()
+    g.cleanup()  # a warm sandbox whose start was under way at the stop
 
 
 def execute(gw, body, token=TOKEN, prefix="/api/v2"):
