@@ -446,19 +446,28 @@ void code_contexts::start(const kernels::kernel_ptr& k, const std::shared_ptr<co
     });
 }
 
+std::shared_ptr<context> code_contexts::add_locked(const kernels::kernel_ptr& k, std::string language, std::string cwd,
+                                                  std::map<std::string, std::string> env, std::string& why) {
+    auto& mine = by_sandbox_[k->id()];
+    if (mine.size() >= limits_.per_sandbox) {
+        why = "The sandbox has " + std::to_string(limits_.per_sandbox) + " code contexts already; remove one first";
+        return nullptr;
+    }
+    auto ctx = std::make_shared<context>(table_.io(), lines_, k->id(),
+                                         context_info{make_context_id(), std::move(language), std::move(cwd)}, std::move(env));
+    mine[ctx->info.id] = ctx;
+    return ctx;
+}
+
 void code_contexts::create(const kernels::kernel_ptr& k, std::string language, std::string cwd,
                            std::map<std::string, std::string> env, created_fn done) {
+    std::string why;
     std::shared_ptr<context> ctx;
     {
         std::lock_guard lock(mutex_);
-        auto& mine = by_sandbox_[k->id()];
-        if (mine.size() >= limits_.per_sandbox)
-            return done(nullptr, 429, "The sandbox has " + std::to_string(limits_.per_sandbox) +
-                                          " code contexts already; remove one first");
-        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), std::move(language), std::move(cwd)},
-                                        std::move(env));
-        mine[ctx->info.id] = ctx;
+        ctx = add_locked(k, std::move(language), std::move(cwd), std::move(env), why);
     }
+    if (!ctx) return done(nullptr, 429, std::move(why));
     start(k, ctx, [this, ctx, done = std::move(done)](unsigned status, std::string why) {
         if (status != 0) {
             remove(ctx->kernel_id, ctx->info.id);
@@ -475,18 +484,12 @@ std::string code_contexts::for_language(const kernels::kernel_ptr& k, const std:
         std::lock_guard lock(mutex_);
         auto& defaults = by_language_[k->id()];
         if (const auto it = defaults.find(language); it != defaults.end()) {
-            const auto& mine = by_sandbox_[k->id()];
-            if (mine.count(it->second) != 0) return it->second;
+            if (const auto mine = by_sandbox_.find(k->id()); mine != by_sandbox_.end() && mine->second.count(it->second) != 0)
+                return it->second;
             defaults.erase(it);  // removed by its id: made afresh
         }
-        auto& mine = by_sandbox_[k->id()];
-        if (mine.size() >= limits_.per_sandbox) {
-            why = "The sandbox has " + std::to_string(limits_.per_sandbox) + " code contexts already; remove one first";
-            return {};
-        }
-        ctx = std::make_shared<context>(table_.io(), lines_, k->id(), context_info{make_context_id(), language, std::move(cwd)},
-                                        std::move(env));
-        mine[ctx->info.id] = ctx;
+        ctx = add_locked(k, language, std::move(cwd), std::move(env), why);
+        if (!ctx) return {};
         defaults[language] = ctx->info.id;
     }
     spdlog::info("e2b: sandbox {}: a {} context {} for cells that name the language", k->id(), language, ctx->info.id);

@@ -100,6 +100,9 @@ public:
 
 private:
     std::shared_ptr<context> find(const std::string& kernel_id, const std::string& id) const;
+    // A new context in `k`'s sandbox, within its limit (else null and `why`); under mutex_.
+    std::shared_ptr<context> add_locked(const kernels::kernel_ptr& k, std::string language, std::string cwd,
+                                        std::map<std::string, std::string> env, std::string& why);
     void start(const kernels::kernel_ptr& k, const std::shared_ptr<context>& ctx, status_fn done);
 
     processes::process_table& table_;

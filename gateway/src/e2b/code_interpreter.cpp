@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 
 namespace cellgate::e2b {
 
@@ -112,12 +111,7 @@ std::string language_of(surface& e, const kernels::kernel& k, const json& body) 
     const auto it = body.find("language");
     if (it == body.end() || it->is_null()) return "python";
     if (!it->is_string()) throw api_exception(400, "'language' must be a string");
-    std::string l;
-    for (const char ch : it->get<std::string>())
-        if (ch != ' ' && ch != '\t') l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (l == "js") l = "javascript";
-    else if (l == "ts") l = "typescript";
-    else if (l == "python3" || l.empty()) l = "python";
+    const auto l = kernels::normalize_language(it->get<std::string>());
     const auto* spec = e.services.kernels.specs().find(k.spec_name());
     const auto& have = spec ? spec->context_languages : std::vector<std::string>{"python"};
     if (std::find(have.begin(), have.end(), l) == have.end()) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 
 namespace cellgate::kernels {
@@ -23,6 +24,16 @@ launcher::sandbox_spec kernelspec::to_sandbox_spec(const std::string& kernel_id,
     spec.ready_cmd = ready_cmd;
     spec.start_dir = start_dir;
     return spec;
+}
+
+std::string normalize_language(std::string_view asked) {
+    std::string l;
+    for (const char ch : asked)
+        if (ch != ' ' && ch != '\t') l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (l == "js") return "javascript";
+    if (l == "ts") return "typescript";
+    if (l == "python3" || l.empty()) return "python";
+    return l;
 }
 
 kernelspec default_python_kernelspec() {

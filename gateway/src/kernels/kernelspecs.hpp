@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cellgate::kernels {
@@ -95,6 +96,11 @@ private:
 
 // The spec every install has: "python3" on the python image under runc.
 kernelspec default_python_kernelspec();
+
+// A language as a client names it, the way E2B's server reads it: lower
+// case, no blanks, "js" javascript, "ts" typescript, "python3" (or nothing)
+// python. The E2B and MCP doors both take their `language` through it.
+std::string normalize_language(std::string_view asked);
 
 // The image the built-in language kernels live in (images/languages).
 inline constexpr const char* language_image = "languages";

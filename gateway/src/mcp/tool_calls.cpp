@@ -13,7 +13,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 
 namespace cellgate::mcp {
 
@@ -81,21 +80,16 @@ void server::run_tool(const std::string& tenant, const std::string& name, const 
 
 namespace {
 
-std::string lowered(std::string s) {
-    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return s;
-}
-
 // A kernel's language as execute_code names it: "python", "r", "javascript",
 // "typescript", "bash".
-std::string language_of(const kernels::kernelspec* spec) { return spec ? lowered(spec->language) : "python"; }
+std::string language_of(const kernels::kernelspec* spec) { return spec ? kernels::normalize_language(spec->language) : "python"; }
 
 // The kernelspec a new session for `language` runs: the default for Python,
 // else the listed operator kernelspec of that language. Empty: none here.
 std::string spec_for_language(const kernels::kernelspec_registry& specs, const std::string& language) {
     if (language == "python") return specs.default_name();
     for (const auto& [name, spec] : specs.all())
-        if (spec.listed && name != "code-interpreter" && lowered(spec.language) == language) return name;
+        if (spec.listed && name != "code-interpreter" && kernels::normalize_language(spec.language) == language) return name;
     return {};
 }
 
@@ -104,10 +98,8 @@ std::string spec_for_language(const kernels::kernelspec_registry& specs, const s
 void server::execute_code(const std::string& tenant, const json& args, const std::shared_ptr<call_state>& call,
                           const done_fn& done) {
     const auto sid = optional_string(args, "session_id");
-    auto language = lowered(optional_string(args, "language"));
-    if (language == "js") language = "javascript";
-    if (language == "ts") language = "typescript";
-    if (language == "python3") language = "python";
+    const auto asked = optional_string(args, "language");
+    const auto language = asked.empty() ? std::string() : kernels::normalize_language(asked);
     if (!sid.empty()) {
         const auto k = s_.kernels.find(tenant, sid);
         if (!k) return done(text_result(not_found_text(sid), true));

@@ -17,3 +17,13 @@ TEST(kernelspec, becomes_the_sandbox_that_runs_it) {
     EXPECT_EQ(s.preload, std::vector<std::string>{"numpy"});
     EXPECT_EQ(s.env.at("KERNEL_LANG"), "en");
 }
+
+TEST(kernelspec, a_language_is_normalized_as_e2bs_server_reads_it) {
+    using cellgate::kernels::normalize_language;
+    EXPECT_EQ(normalize_language("JS"), "javascript");
+    EXPECT_EQ(normalize_language(" ts "), "typescript");
+    EXPECT_EQ(normalize_language("Python3"), "python");
+    EXPECT_EQ(normalize_language(""), "python");
+    EXPECT_EQ(normalize_language("R"), "r");
+    EXPECT_EQ(normalize_language("cobol"), "cobol");
+}
